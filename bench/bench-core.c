@@ -1,0 +1,175 @@
+/* bench-core.c: what deferred deallocation costs and what it saves.
+ *
+ * 1. Alloc+free pair latency by size, 256 B .. 256 MiB: cuMemAlloc+cuMemFree
+ *    against cuemm_alloc+cuemm_free with the default thresholds.  cuemm's
+ *    cost comes in cycles: max_pending_count cheap pairs, then one pair that
+ *    flushes the whole queue, so each sample times a whole cycle of
+ *    (max_pending_count + 1) pairs and divides; the median over samples is
+ *    reported, with the single-pair median beside it.
+ * 2. The pipeline: 200 x (allocate 1 MiB, queue ~0.3 ms of GPU work, free),
+ *    for the work alone, raw cuMemFree, cuemm's default, and cuemm with the
+ *    loop inside a defer scope.  Median of several runs each.
+ *
+ * Usage: bench-core [--quick]   (--quick: fewer samples, small work; for a
+ * smoke run on the simulated driver)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda.h>
+#include <cuemm.h>
+
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    CUresult r_ = (call);                                                      \
+    if (r_ != CUDA_SUCCESS) {                                                  \
+      fprintf(stderr, "bench-core: %s failed (%d): %s\n", #call, (int)r_,      \
+              cuemm_last_error());                                             \
+      exit(1);                                                                 \
+    }                                                                          \
+  } while (0)
+
+static double now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void pair_latency(cuemm_manager *m, int quick)
+{
+  cuemm_stats st;
+  cuemm_get_stats(m, &st);
+  int cycle = (int)st.max_pending_count + 1;
+  printf("\n## alloc+free pair, median ns per pair (cuemm: whole cycles of %d pairs, flush included)\n", cycle);
+  printf("%10s %14s %14s %14s %9s\n", "size", "cuMemAlloc+Free", "cuemm cycle/pair", "cuemm 1 pair", "speedup");
+  enum { MAXS = 400 };
+  double raw[MAXS], cyc[MAXS], one[MAXS * 16];
+  for (size_t size = 256; size <= ((size_t)256 << 20); size *= 4) {
+    int samples = quick ? 20 : (size >= (64u << 20) ? 60 : 200);
+    for (int i = 0; i < samples; i++) {
+      CUdeviceptr p;
+      double t0 = now_ns();
+      CHECK(cuMemAlloc(&p, size));
+      CHECK(cuMemFree(p));
+      raw[i] = now_ns() - t0;
+    }
+    int nones = 0;
+    for (int i = 0; i < samples; i++) {
+      double t0 = now_ns();
+      for (int k = 0; k < cycle; k++) {
+        CUdeviceptr p;
+        double t1 = now_ns();
+        CHECK(cuemm_alloc(m, &p, size));
+        CHECK(cuemm_free(m, p));
+        if (nones < MAXS * 16)
+          one[nones++] = now_ns() - t1;
+      }
+      cyc[i] = (now_ns() - t0) / cycle;
+    }
+    CHECK(cuemm_flush(m));
+    double r = median(raw, samples), c = median(cyc, samples), o = median(one, nones);
+    printf("%10zu %14.0f %14.0f %14.0f %8.1fx\n", size, r, c, o, r / c);
+  }
+}
+
+typedef enum { WORK_ONLY, RAW_FREE, CUEMM_DEFAULT, CUEMM_SCOPE } pipeline_kind;
+static const char *pipeline_name[] = { "work alone", "raw cuMemFree", "cuemm default", "cuemm defer scope" };
+
+static double pipeline(cuemm_manager *m, pipeline_kind kind, CUdeviceptr work, size_t work_words, CUstream s, int iters)
+{
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuemm_flush(m));
+  double t0 = now_ns();
+  if (kind == CUEMM_SCOPE)
+    CHECK(cuemm_defer_cleanup_begin(m));
+  for (int i = 0; i < iters; i++) {
+    CUdeviceptr p = 0;
+    if (kind == RAW_FREE)
+      CHECK(cuMemAlloc(&p, 1 << 20));
+    else if (kind != WORK_ONLY)
+      CHECK(cuemm_alloc(m, &p, 1 << 20));
+    CHECK(cuMemsetD32Async(work, (unsigned)i, work_words, s));
+    if (p)
+      CHECK(cuMemsetD8Async(p, 1, 1 << 20, s));
+    if (kind == RAW_FREE)
+      CHECK(cuMemFree(p));
+    else if (kind != WORK_ONLY)
+      CHECK(cuemm_free(m, p));
+  }
+  if (kind == CUEMM_SCOPE)
+    CHECK(cuemm_defer_cleanup_end(m));
+  CHECK(cuStreamSynchronize(s));
+  double t = now_ns() - t0;
+  CHECK(cuemm_flush(m));
+  return t / 1e6;
+}
+
+static void pipelines(cuemm_manager *m, int quick)
+{
+  size_t work_bytes = quick ? (8u << 20) : ((size_t)1 << 30);
+  int iters = 200, runs = quick ? 3 : 7;
+  CUstream s;
+  CUdeviceptr work;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK(cuMemAlloc(&work, work_bytes));
+  /* One memset of work_bytes: calibrate what a step of GPU work costs. */
+  double t0 = now_ns();
+  for (int i = 0; i < 20; i++)
+    CHECK(cuMemsetD32Async(work, i, work_bytes / 4, s));
+  CHECK(cuStreamSynchronize(s));
+  double step_ms = (now_ns() - t0) / 20 / 1e6;
+  printf("\n## pipeline: %d x (allocate 1 MiB, queue %.3f ms of GPU work, free); median of %d runs, ms\n", iters,
+         step_ms, runs);
+  double med[4];
+  for (int k = 0; k < 4; k++) {
+    double v[16];
+    for (int r = 0; r < runs; r++)
+      v[r] = pipeline(m, (pipeline_kind)k, work, work_bytes / 4, s, iters);
+    med[k] = median(v, runs);
+  }
+  for (int k = 0; k < 4; k++)
+    printf("%-20s %9.2f ms  %+6.1f%% vs work alone\n", pipeline_name[k], med[k],
+           100.0 * (med[k] - med[WORK_ONLY]) / med[WORK_ONLY]);
+  CHECK(cuMemFree(work));
+  CHECK(cuStreamDestroy(s));
+}
+
+int main(int argc, char **argv)
+{
+  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  CUdevice dev;
+  CUcontext ctx;
+  char name[128];
+  cuemm_driver_info info;
+  CHECK(cuemm_driver_load());
+  CHECK(cuemm_driver_get_info(&info));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDeviceGetName(name, sizeof name, dev));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  printf("# bench-core: cuemm %s, %s, driver %d (%s)%s\n", cuemm_version_string(), name, info.version, info.path,
+         quick ? ", quick mode" : "");
+  cuemm_manager *m;
+  CHECK(cuemm_create(&m, ctx, NULL));
+  pair_latency(m, quick);
+  pipelines(m, quick);
+  CHECK(cuemm_destroy(m));
+  CHECK(cuCtxSetCurrent(NULL));
+  CHECK(cuDevicePrimaryCtxRelease(dev));
+  return 0;
+}

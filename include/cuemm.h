@@ -1,0 +1,290 @@
+/* cuemm.h: device memory management for CUDA driver-API programs.
+ *
+ * cuemm manages CUDA device memory through the driver API only.  It brings
+ * Numba's memory policy to C: allocations go to the driver at once, frees
+ * are deferred and released in batches (so a free does not stall the GPU
+ * work queued before it), and defer-cleanup scopes hold every free back
+ * around asynchronous regions.
+ *
+ * The library loads libcuda.so.1 at run time (or the file CUEMM_LIBCUDA
+ * names); it links neither libcuda nor libcudart.
+ *
+ * Conventions
+ *   - Every function returns a CUresult: CUDA_SUCCESS, or the driver's code
+ *     for the failure.  cuemm_last_error() then gives a message that says what
+ *     failed and why (which variable, which pointer, which driver call).
+ *   - Every function may be called from any thread.  Calls on one manager
+ *     are serialized by its lock; driver calls run with the manager's context
+ *     current, whatever context the calling thread has current, and the
+ *     caller's current context is left as it was.
+ *   - A failed call changes nothing: no memory is lost, no statistic moves
+ *     except the failure counters.
+ *
+ * Environment (read by cuemm_config_init, see the README for the table)
+ *   CUEMM_MAX_PENDING_DEALLOCS_COUNT  frees held before a flush (default 10)
+ *   CUEMM_MAX_PENDING_DEALLOCS_RATIO  bytes held before a flush, as a
+ *                                     fraction of device memory (default 0.2)
+ *   CUEMM_LIBCUDA                     the driver file to load instead of
+ *                                     libcuda.so.1
+ */
+#ifndef CUEMM_H
+#define CUEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(CUEMM_BUILDING) && defined(__GNUC__)
+#define CUEMM_EXTERN __attribute__((visibility("default")))
+#else
+#define CUEMM_EXTERN
+#endif
+
+#define CUEMM_VERSION_MAJOR 0
+#define CUEMM_VERSION_MINOR 1
+#define CUEMM_VERSION_PATCH 0
+#define CUEMM_VERSION_HEX                                                      \
+  ((CUEMM_VERSION_MAJOR << 16) | (CUEMM_VERSION_MINOR << 8) | CUEMM_VERSION_PATCH)
+
+/* The version of the library linked at run time, e.g. "0.1.0". */
+CUEMM_EXTERN const char *cuemm_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+
+/* The message explaining the calling thread's last failed cuemm call ("" if
+ * none failed yet).  Thread-local; valid until the thread's next cuemm call.
+ * A successful call does not clear it, except where a function documents
+ * that it leaves a note there (cuemm_destroy). */
+CUEMM_EXTERN const char *cuemm_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* The driver                                                                */
+
+typedef struct cuemm_driver_info {
+  int version;        /* cuDriverGetVersion, e.g. 13000 for CUDA 13.0 */
+  int api_version;    /* the API version cuemm resolves entry points at */
+  int vmm;            /* virtual memory management entry points present */
+  int ipc;            /* legacy IPC entry points present */
+  int async;          /* stream-ordered allocation entry points present */
+  char path[4096];    /* the driver file that was loaded */
+} cuemm_driver_info;
+
+/* Loads the CUDA driver and calls cuInit(0).  Every other function loads it
+ * on first use, so calling this is optional; it is the way to learn early
+ * (and with a message) that no driver is usable.
+ *
+ * Loads CUEMM_LIBCUDA when set, else "libcuda.so.1" through the dynamic
+ * loader's search path; there is no fallback from one to the other.
+ * Errors:
+ *   CUDA_ERROR_NOT_FOUND      no file could be loaded, or the file is not a
+ *                             CUDA driver
+ *   CUDA_ERROR_NOT_SUPPORTED  the driver is older than CUDA 12.0 or lacks an
+ *                             entry point cuemm needs
+ *   anything cuInit returns   (CUDA_ERROR_NO_DEVICE, ...)
+ * The message names the file tried.  After a failure nothing stays loaded and
+ * the next call tries again. */
+CUEMM_EXTERN CUresult cuemm_driver_load(void);
+
+/* Fills *info about the loaded driver (loading it if needed). */
+CUEMM_EXTERN CUresult cuemm_driver_get_info(cuemm_driver_info *info);
+
+/* ------------------------------------------------------------------------ */
+/* Configuration                                                             */
+
+typedef struct cuemm_config {
+  /* A flush runs when, after a free is queued, more than this many frees are
+   * pending.  0 frees at once (every free flushes). Default 10. */
+  size_t max_pending_count;
+  /* A flush runs when, after a free is queued, the pending bytes exceed
+   * floor(max_pending_ratio x total device memory).  In (0, 1]. Default 0.2. */
+  double max_pending_ratio;
+
+  /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when
+   * an environment variable was invalid, with env_error saying which.
+   * cuemm_create refuses a configuration that carries an error, so an invalid
+   * variable cannot pass unnoticed even when the result of cuemm_config_init
+   * is ignored. */
+  CUresult env_status;
+  char env_error[256];
+} cuemm_config;
+
+/* Fills *cfg with the defaults, then applies the CUEMM_* variables of the
+ * environment.  A program may change fields afterwards: its values win.
+ * An unset or empty variable keeps the default.
+ * Errors: CUDA_ERROR_INVALID_VALUE when a variable is not a valid value (not
+ * a number, negative, out of range, trailing characters); the message names
+ * the variable, its value and what is accepted.  The other fields are still
+ * filled. */
+CUEMM_EXTERN CUresult cuemm_config_init(cuemm_config *cfg);
+
+/* ------------------------------------------------------------------------ */
+/* Managers                                                                  */
+
+/* One manager per CUDA context.  It owns every allocation made through it
+ * and the queue of frees waiting to be released. */
+typedef struct cuemm_manager cuemm_manager;
+
+/* Creates the manager of context `ctx` (NULL: the calling thread's current
+ * context) with configuration `cfg` (NULL: cuemm_config_init's).  Reads the
+ * device's total memory once, to turn the ratio into a byte threshold.
+ * The manager is registered as its context's manager: cuemm_get and the
+ * drop-in calls find it.
+ * Errors: CUDA_ERROR_INVALID_VALUE for m == NULL or an invalid configuration
+ * (message names the field or variable); CUDA_ERROR_INVALID_CONTEXT when ctx
+ * is NULL and no context is current; CUDA_ERROR_ALREADY_ACQUIRED when the
+ * context already has a manager; driver errors as reported. */
+CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **m, CUcontext ctx, const cuemm_config *cfg);
+
+/* Destroys a manager: releases every pending free (defer scopes or not),
+ * frees every allocation it still owns, and unregisters it.  If allocations
+ * were still live, they are freed and the thread's message (cuemm_last_error)
+ * says how many and how many bytes, while the call returns CUDA_SUCCESS.  If
+ * the context was already destroyed, the memory went with it and only the
+ * bookkeeping is dropped.  Driver failures while freeing are reported after
+ * the manager is gone (the memory is then leaked in the driver, never reused).
+ * Do not use `m` after this call; m == NULL is CUDA_ERROR_INVALID_VALUE. */
+CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m);
+
+/* *m = the manager of the calling thread's current context, created with
+ * cuemm_config_init's configuration on first use.  Registry keys are the
+ * driver's context ids (cuCtxGetId), so a context destroyed and created again
+ * at the same address never finds the old manager. */
+CUEMM_EXTERN CUresult cuemm_get(cuemm_manager **m);
+
+/* The context a manager serves. */
+CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m);
+
+/* ------------------------------------------------------------------------ */
+/* Device memory                                                             */
+
+/* Allocates `size` bytes of device memory with cuMemAlloc at once.  When the
+ * driver answers CUDA_ERROR_OUT_OF_MEMORY, the pending frees are flushed
+ * (unless a defer scope is open) and the allocation is tried once more.
+ * Errors: CUDA_ERROR_INVALID_VALUE for p == NULL or size == 0 (as cuMemAlloc);
+ * CUDA_ERROR_OUT_OF_MEMORY when the retry failed too, or size exceeds the
+ * device's memory; the message names the size. */
+CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size);
+
+/* Frees device memory allocated by cuemm_alloc on this manager: queues it,
+ * then flushes the whole queue when a threshold is passed (see
+ * cuemm_config).  The pointer must be the start of the allocation.
+ * Errors: CUDA_ERROR_INVALID_VALUE for a pointer this manager does not own
+ * (never allocated here, interior, host memory, or already freed: the
+ * message says which); nothing changes then.  A flush that this free
+ * triggers and that fails returns the driver's error; the free itself is
+ * queued all the same and the failed frees stay queued for the next flush. */
+CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p);
+
+/* Releases every pending free now, in the order they were queued, with the
+ * manager's context current.  A no-op while a defer scope is open.  If a
+ * driver free fails, the frees not yet released (the failed one first) stay
+ * queued and the error is returned. */
+CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m);
+
+/* Opens a defer-cleanup scope: while at least one is open, nothing is freed
+ * (no threshold flush, no explicit flush, no out-of-memory flush).  Scopes
+ * nest.  The count belongs to the manager and is shared by all threads, as
+ * Numba's is per context: a scope opened by one thread holds back the frees
+ * of every thread.  Leaving the outermost scope does not flush by itself;
+ * the next free past a threshold does, or call cuemm_flush. */
+CUEMM_EXTERN CUresult cuemm_defer_cleanup_begin(cuemm_manager *m);
+
+/* Closes a scope.  CUDA_ERROR_INVALID_VALUE when none is open (the count
+ * never goes below zero). */
+CUEMM_EXTERN CUresult cuemm_defer_cleanup_end(cuemm_manager *m);
+
+/* ------------------------------------------------------------------------ */
+/* Pinned host memory                                                        */
+
+/* Allocates `size` bytes of page-locked host memory with cuMemHostAlloc.
+ * flags: CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_DEVICEMAP (mapped into the
+ * device address space; see cuemm_host_get_device_pointer),
+ * CU_MEMHOSTALLOC_WRITECOMBINED, or 0.  Out of memory is handled as for
+ * cuemm_alloc.  Errors: CUDA_ERROR_INVALID_VALUE for p == NULL, size 0 or
+ * unknown flags. */
+CUEMM_EXTERN CUresult cuemm_host_alloc(cuemm_manager *m, void **p, size_t size, unsigned int flags);
+
+/* Frees memory from cuemm_host_alloc.  Deferred like device memory: the
+ * pointer joins the same queue and counts toward the same thresholds.
+ * Errors: CUDA_ERROR_INVALID_VALUE for a pointer this manager did not
+ * allocate with cuemm_host_alloc, or one already freed. */
+CUEMM_EXTERN CUresult cuemm_host_free(cuemm_manager *m, void *p);
+
+/* *dptr = the device address of host memory mapped by this manager
+ * (cuemm_host_alloc with CU_MEMHOSTALLOC_DEVICEMAP, or cuemm_host_pin with
+ * CU_MEMHOSTREGISTER_DEVICEMAP).  Interior pointers are accepted. */
+CUEMM_EXTERN CUresult cuemm_host_get_device_pointer(cuemm_manager *m, CUdeviceptr *dptr, void *p);
+
+/* Page-locks existing host memory [p, p + size) with cuMemHostRegister.
+ * flags: CU_MEMHOSTREGISTER_PORTABLE, _DEVICEMAP, _IOMEMORY, _READ_ONLY, 0.
+ * Errors: CUDA_ERROR_INVALID_VALUE for NULL, size 0 or unknown flags;
+ * CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED when it overlaps memory pinned
+ * already. */
+CUEMM_EXTERN CUresult cuemm_host_pin(cuemm_manager *m, void *p, size_t size, unsigned int flags);
+
+/* Unpins memory pinned with cuemm_host_pin, at once (never deferred, so the
+ * same buffer can be pinned again inside a defer scope).
+ * Errors: CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED when p is not the start of a
+ * range this manager pinned. */
+CUEMM_EXTERN CUresult cuemm_host_unpin(cuemm_manager *m, void *p);
+
+/* ------------------------------------------------------------------------ */
+/* Information and statistics                                                */
+
+/* The device's free and total memory now (cuMemGetInfo in the manager's
+ * context).  Either pointer may be NULL. */
+CUEMM_EXTERN CUresult cuemm_get_memory_info(cuemm_manager *m, size_t *free_bytes, size_t *total_bytes);
+
+typedef struct cuemm_stats {
+  size_t total_bytes;        /* device memory, read at creation */
+  size_t max_pending_bytes;  /* floor(ratio x total_bytes) */
+  size_t max_pending_count;
+  size_t live_bytes;         /* device allocations not yet freed by the program */
+  size_t live_count;
+  size_t peak_bytes;         /* highest live_bytes seen */
+  size_t peak_count;         /* highest live_count seen */
+  size_t host_live_bytes;    /* pinned host allocations (cuemm_host_alloc) */
+  size_t host_live_count;
+  size_t pinned_bytes;       /* host ranges pinned with cuemm_host_pin */
+  size_t pinned_count;
+  size_t pending_bytes;      /* frees queued, not yet released (device + host) */
+  size_t pending_count;
+  unsigned int defer_depth;  /* open defer-cleanup scopes */
+  uint64_t allocs;           /* successful allocations (device + host) */
+  uint64_t frees;            /* frees accepted (device + host) */
+  uint64_t flushes;          /* flushes that released at least one free */
+  uint64_t driver_frees;     /* cuMemFree / cuMemFreeHost calls that succeeded */
+  uint64_t oom_retries;      /* allocations retried after out of memory */
+  uint64_t alloc_failures;   /* allocations that returned an error */
+  uint64_t free_failures;    /* driver frees that failed (and stayed queued) */
+} cuemm_stats;
+
+/* A consistent snapshot of the manager's counters. */
+CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s);
+
+/* Frees everything this manager owns: the pending queue and every live device
+ * and pinned host allocation, and unpins every pinned range.  All pointers the
+ * program holds from this manager become invalid.  Inside a defer scope,
+ * nothing is freed yet: the live allocations join the pending queue and are
+ * released by the first flush after the scopes close (pinned ranges are
+ * unpinned at once, as unpinning always is). */
+CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m);
+
+/* ------------------------------------------------------------------------ */
+/* Drop-ins for cuMemAlloc / cuMemFree                                       */
+
+/* cuemm_alloc / cuemm_free on the manager of the calling thread's current
+ * context (cuemm_get), for programs that swap the driver calls one for one. */
+CUEMM_EXTERN CUresult cuemm_mem_alloc(CUdeviceptr *p, size_t size);
+CUEMM_EXTERN CUresult cuemm_mem_free(CUdeviceptr p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CUEMM_H */

@@ -1,0 +1,136 @@
+/* config.c: owns cuemm's knobs: their defaults, the CUEMM_* environment
+ * variables that set them, and what values are accepted.
+ *
+ * One table lists every knob (variable, type, unit, default, range), so the
+ * parser, the validation of a program-edited struct, and the messages all
+ * read the same facts, and a new knob is one row.  Parsing is strict: an
+ * operator who writes CUEMM_MAX_PENDING_DEALLOCS_RATIO=20% must hear about it
+ * rather than run with a default they did not choose.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuemm.h"
+#include "error.h"
+#include "config.h"
+
+typedef enum { KNOB_COUNT, KNOB_RATIO } knob_type;
+
+typedef struct knob {
+  const char *env;      /* environment variable */
+  const char *field;    /* cuemm_config field, for messages */
+  knob_type type;
+  size_t offset;        /* of the field in cuemm_config */
+  double def;           /* default */
+  double min, max;      /* accepted range */
+  int min_open;         /* min itself excluded */
+  const char *accepts;  /* what a message says is accepted */
+} knob;
+
+static const knob knobs[] = {
+  { "CUEMM_MAX_PENDING_DEALLOCS_COUNT", "max_pending_count", KNOB_COUNT,
+    offsetof(cuemm_config, max_pending_count), 10, 0, (double)UINT32_MAX, 0,
+    "a whole number of frees from 0 to 4294967295" },
+  { "CUEMM_MAX_PENDING_DEALLOCS_RATIO", "max_pending_ratio", KNOB_RATIO,
+    offsetof(cuemm_config, max_pending_ratio), 0.2, 0.0, 1.0, 1,
+    "a decimal fraction of device memory greater than 0 and at most 1, such as 0.2" },
+};
+
+#define NKNOBS (sizeof knobs / sizeof knobs[0])
+
+static void set_field(cuemm_config *cfg, const knob *k, double v)
+{
+  char *base = (char *)cfg + k->offset;
+  if (k->type == KNOB_COUNT)
+    *(size_t *)(void *)base = (size_t)v;
+  else
+    *(double *)(void *)base = v;
+}
+
+static double get_field(const cuemm_config *cfg, const knob *k)
+{
+  const char *base = (const char *)cfg + k->offset;
+  if (k->type == KNOB_COUNT)
+    return (double)*(const size_t *)(const void *)base;
+  return *(const double *)(const void *)base;
+}
+
+static int in_range(const knob *k, double v)
+{
+  if (isnan(v) || v > k->max)
+    return 0;
+  return k->min_open ? v > k->min : v >= k->min;
+}
+
+/* Parses text into *out.  Returns 0, or -1 when the text is not exactly one
+ * value of the knob's type in its range. */
+static int parse(const knob *k, const char *text, double *out)
+{
+  char *end = NULL;
+  errno = 0;
+  if (k->type == KNOB_COUNT) {
+    /* strtoull would accept "-1" (wrapping) and leading blanks: refuse both. */
+    if (*text < '0' || *text > '9')
+      return -1;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end != '\0' || (double)v > k->max)
+      return -1;
+    *out = (double)v;
+    return 0;
+  }
+  if (!((*text >= '0' && *text <= '9') || *text == '.'))
+    return -1;
+  double v = strtod(text, &end);
+  if (errno || *end != '\0' || !isfinite(v) || !in_range(k, v))
+    return -1;
+  *out = v;
+  return 0;
+}
+
+CUEMM_EXTERN CUresult cuemm_config_init(cuemm_config *cfg)
+{
+  if (!cfg)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_config_init: cfg is NULL");
+  memset(cfg, 0, sizeof *cfg);
+  for (size_t i = 0; i < NKNOBS; i++)
+    set_field(cfg, &knobs[i], knobs[i].def);
+  cfg->env_status = CUDA_SUCCESS;
+  for (size_t i = 0; i < NKNOBS; i++) {
+    const char *text = getenv(knobs[i].env);
+    double v;
+    if (!text || !*text)
+      continue;
+    if (parse(&knobs[i], text, &v) == 0) {
+      set_field(cfg, &knobs[i], v);
+      continue;
+    }
+    if (cfg->env_status == CUDA_SUCCESS) {
+      cfg->env_status = CUDA_ERROR_INVALID_VALUE;
+      snprintf(cfg->env_error, sizeof cfg->env_error, "%s=\"%.64s\" is invalid: expected %s",
+               knobs[i].env, text, knobs[i].accepts);
+    }
+  }
+  if (cfg->env_status != CUDA_SUCCESS)
+    return cuemm__error(cfg->env_status, "%s", cfg->env_error);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuemm__config_validate(const cuemm_config *cfg)
+{
+  if (cfg->env_status != CUDA_SUCCESS)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s",
+                        cfg->env_error[0] ? cfg->env_error : "the configuration carries an environment error");
+  for (size_t i = 0; i < NKNOBS; i++) {
+    double v = get_field(cfg, &knobs[i]);
+    if (!in_range(&knobs[i], v))
+      return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_config.%s = %g is invalid: expected %s",
+                          knobs[i].field, v, knobs[i].accepts);
+  }
+  return CUDA_SUCCESS;
+}

@@ -1,0 +1,562 @@
+/* manager.c: owns the per-context manager: its creation and destruction, the
+ * allocation path with its out-of-memory retry, the deferred free path and
+ * the flush that releases queued frees, defer scopes, reset and statistics.
+ *
+ * The policy is Numba's: allocate at once; queue every free; when, after an
+ * append, more than max_pending_count frees or more than
+ * floor(ratio x total memory) bytes are queued, release the whole queue in
+ * order -- unless a defer scope is open.  Releasing in batches matters
+ * because cuMemFree waits for all queued GPU work: one free per kernel
+ * launch would serialize the pipeline.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "error.h"
+#include "manager.h"
+
+CUEMM_EXTERN const char *cuemm_version_string(void)
+{
+  return PACKAGE_VERSION;
+}
+
+/* ---- context ------------------------------------------------------------ */
+
+CUresult cuemm__ctx_enter(cuemm_manager *m, cuemm__ctx_guard *g)
+{
+  CUcontext cur = NULL;
+  g->pushed = 0;
+  CUresult r = m->drv->CtxGetCurrent(&cur);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuCtxGetCurrent");
+  if (cur == m->ctx)
+    return CUDA_SUCCESS;
+  r = m->drv->CtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuCtxPushCurrent(manager's context %p)", (void *)m->ctx);
+  g->pushed = 1;
+  return CUDA_SUCCESS;
+}
+
+void cuemm__ctx_leave(cuemm_manager *m, cuemm__ctx_guard *g)
+{
+  if (g->pushed) {
+    CUcontext popped;
+    m->drv->CtxPopCurrent(&popped);
+    g->pushed = 0;
+  }
+}
+
+#define CHECK_MANAGER(m, fn)                                                   \
+  do {                                                                         \
+    if (!(m))                                                                  \
+      return cuemm__error(CUDA_ERROR_INVALID_VALUE, fn ": manager is NULL");   \
+  } while (0)
+
+/* ---- per-kind driver calls ----------------------------------------------- */
+
+static const char *kind_name(cuemm__kind kind)
+{
+  switch (kind) {
+  case CUEMM__KIND_DEVICE: return "device memory (cuemm_alloc)";
+  case CUEMM__KIND_HOST: return "pinned host memory (cuemm_host_alloc)";
+  case CUEMM__KIND_PINNED: return "a pinned host range (cuemm_host_pin)";
+  }
+  return "unknown memory";
+}
+
+static CUresult kind_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out)
+{
+  if (kind == CUEMM__KIND_DEVICE) {
+    CUdeviceptr p = 0;
+    CUresult r = m->drv->MemAlloc(&p, size);
+    *out = (uintptr_t)p;
+    return r;
+  }
+  void *h = NULL;
+  CUresult r = m->drv->MemHostAlloc(&h, size, flags);
+  *out = (uintptr_t)h;
+  return r;
+}
+
+/* Releases one allocation to the driver; the caller holds the lock and has
+ * entered the context. */
+static CUresult kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t size)
+{
+  CUresult r;
+  switch (kind) {
+  case CUEMM__KIND_DEVICE:
+    r = m->drv->MemFree((CUdeviceptr)p);
+    return r == CUDA_SUCCESS ? r : cuemm__driver_error(r, "cuMemFree(0x%" PRIxPTR ", %zu bytes)", p, size);
+  case CUEMM__KIND_HOST:
+    r = m->drv->MemFreeHost((void *)p);
+    return r == CUDA_SUCCESS ? r : cuemm__driver_error(r, "cuMemFreeHost(%p, %zu bytes)", (void *)p, size);
+  case CUEMM__KIND_PINNED:
+    r = m->drv->MemHostUnregister((void *)p);
+    return r == CUDA_SUCCESS ? r : cuemm__driver_error(r, "cuMemHostUnregister(%p, %zu bytes)", (void *)p, size);
+  }
+  return cuemm__error(CUDA_ERROR_INVALID_VALUE, "internal: unknown allocation kind %d", (int)kind);
+}
+
+static void account_released(cuemm_manager *m, const cuemm__owned_entry *e)
+{
+  if (e->kind == CUEMM__KIND_PINNED) {
+    m->st.pinned_bytes -= e->size;
+    m->st.pinned_count--;
+  }
+}
+
+/* ---- flush ---------------------------------------------------------------- */
+
+/* Releases queued frees oldest first.  With `force`, open defer scopes are
+ * ignored (destroy).  Stops at the first driver failure, leaving that entry
+ * and the rest queued.  Lock held. */
+static CUresult flush_locked(cuemm_manager *m, int force)
+{
+  if (!force && !cuemm__pending_may_flush(&m->pending))
+    return CUDA_SUCCESS;
+  if (!cuemm__pending_front(&m->pending))
+    return CUDA_SUCCESS;
+  cuemm__ctx_guard g;
+  CUresult r = cuemm__ctx_enter(m, &g);
+  if (r != CUDA_SUCCESS)
+    return r;
+  size_t released = 0;
+  const cuemm__pending_entry *e;
+  while ((e = cuemm__pending_front(&m->pending)) != NULL) {
+    r = kind_release(m, e->kind, e->ptr, e->size);
+    if (r != CUDA_SUCCESS) {
+      m->st.free_failures++;
+      break;
+    }
+    cuemm__owned_entry *o = cuemm__owned_find(&m->owned, e->ptr);
+    if (o)
+      cuemm__owned_remove(&m->owned, o);
+    cuemm__pending_pop(&m->pending);
+    m->st.driver_frees++;
+    released++;
+  }
+  cuemm__ctx_leave(m, &g);
+  if (released)
+    m->st.flushes++;
+  if (r != CUDA_SUCCESS)
+    cuemm__error_append("; %zu frees stay queued for the next flush", m->pending.count);
+  return r;
+}
+
+CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m)
+{
+  CHECK_MANAGER(m, "cuemm_flush");
+  pthread_mutex_lock(&m->lock);
+  CUresult r = flush_locked(m, 0);
+  pthread_mutex_unlock(&m->lock);
+  return r;
+}
+
+/* ---- allocation ----------------------------------------------------------- */
+
+CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out)
+{
+  const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_alloc" : "cuemm_host_alloc";
+  const char *call = kind == CUEMM__KIND_DEVICE ? "cuMemAlloc" : "cuMemHostAlloc";
+  if (size == 0) {
+    pthread_mutex_lock(&m->lock);
+    m->st.alloc_failures++;
+    pthread_mutex_unlock(&m->lock);
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: size is 0 (%s refuses zero-byte allocations)", fn, call);
+  }
+
+  pthread_mutex_lock(&m->lock);
+  CUresult r;
+  uintptr_t p = 0;
+  if (kind == CUEMM__KIND_DEVICE && size > m->st.total_bytes) {
+    r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, more than the device's %zu bytes of memory",
+                     fn, size, m->st.total_bytes);
+    goto failed;
+  }
+  cuemm__ctx_guard g;
+  r = cuemm__ctx_enter(m, &g);
+  if (r != CUDA_SUCCESS)
+    goto failed;
+  r = kind_alloc(m, kind, size, flags, &p);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    /* Numba's rule: flush what is pending (a no-op inside a defer scope) and
+     * try exactly once more. */
+    m->st.oom_retries++;
+    CUresult fr = flush_locked(m, 0);
+    (void)fr; /* a failed flush leaves its frees queued; the retry decides */
+    r = kind_alloc(m, kind, size, flags, &p);
+  }
+  if (r == CUDA_SUCCESS && cuemm__owned_add(&m->owned, p, size, kind) != 0) {
+    kind_release(m, kind, p, size);
+    r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: no host memory left to record the allocation", fn);
+    cuemm__ctx_leave(m, &g);
+    goto failed;
+  }
+  cuemm__ctx_leave(m, &g);
+  if (r != CUDA_SUCCESS) {
+    cuemm__driver_error(r, "%s(%zu bytes)", call, size);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+      cuemm__error_append(m->pending.defer_depth ? " after a retry; a defer scope is open, so %zu pending frees (%zu bytes) were held back"
+                                                 : " after flushing %zu pending frees (%zu bytes) and retrying",
+                          m->pending.count, m->pending.bytes);
+    goto failed;
+  }
+
+  m->st.allocs++;
+  if (kind == CUEMM__KIND_DEVICE) {
+    m->st.live_bytes += size;
+    m->st.live_count++;
+    if (m->st.live_bytes > m->st.peak_bytes)
+      m->st.peak_bytes = m->st.live_bytes;
+    if (m->st.live_count > m->st.peak_count)
+      m->st.peak_count = m->st.live_count;
+  } else {
+    m->st.host_live_bytes += size;
+    m->st.host_live_count++;
+  }
+  pthread_mutex_unlock(&m->lock);
+  *out = p;
+  return CUDA_SUCCESS;
+
+failed:
+  m->st.alloc_failures++;
+  pthread_mutex_unlock(&m->lock);
+  return r;
+}
+
+CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
+{
+  CHECK_MANAGER(m, "cuemm_alloc");
+  if (!p)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc: p is NULL");
+  uintptr_t out;
+  CUresult r = cuemm__alloc(m, CUEMM__KIND_DEVICE, size, 0, &out);
+  if (r == CUDA_SUCCESS)
+    *p = (CUdeviceptr)out;
+  return r;
+}
+
+/* ---- free ----------------------------------------------------------------- */
+
+/* Moves a live allocation into the pending queue.  Lock held. */
+static CUresult queue_locked(cuemm_manager *m, cuemm__owned_entry *e)
+{
+  if (cuemm__pending_push(&m->pending, e->key, e->size, (cuemm__kind)e->kind) != 0)
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory left to queue the free of 0x%" PRIxPTR, e->key);
+  e->pending = 1;
+  if (e->kind == CUEMM__KIND_DEVICE) {
+    m->st.live_bytes -= e->size;
+    m->st.live_count--;
+  } else {
+    m->st.host_live_bytes -= e->size;
+    m->st.host_live_count--;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
+{
+  const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_free" : "cuemm_host_free";
+  pthread_mutex_lock(&m->lock);
+  CUresult r;
+  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
+  if (!e)
+    r = cuemm__error(CUDA_ERROR_INVALID_VALUE,
+                     "%s: 0x%" PRIxPTR " is not the start of an allocation of this manager "
+                     "(allocated elsewhere, an interior pointer, or freed and released already)", fn, p);
+  else if (e->kind != (uint8_t)kind)
+    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%" PRIxPTR " is %s, not %s", fn, p,
+                     kind_name((cuemm__kind)e->kind), kind_name(kind));
+  else if (e->pending)
+    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: double free of 0x%" PRIxPTR " (%zu bytes): it is already "
+                     "freed and waiting in the pending queue", fn, p, e->size);
+  else {
+    r = queue_locked(m, e);
+    if (r == CUDA_SUCCESS) {
+      m->st.frees++;
+      if (cuemm__pending_over(&m->pending))
+        r = flush_locked(m, 0);
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+  return r;
+}
+
+CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p)
+{
+  CHECK_MANAGER(m, "cuemm_free");
+  return cuemm__free(m, CUEMM__KIND_DEVICE, (uintptr_t)p);
+}
+
+/* ---- defer scopes --------------------------------------------------------- */
+
+CUEMM_EXTERN CUresult cuemm_defer_cleanup_begin(cuemm_manager *m)
+{
+  CHECK_MANAGER(m, "cuemm_defer_cleanup_begin");
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&m->lock);
+  if (m->pending.defer_depth == UINT32_MAX)
+    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_defer_cleanup_begin: %u scopes are open already",
+                     m->pending.defer_depth);
+  else
+    m->pending.defer_depth++;
+  pthread_mutex_unlock(&m->lock);
+  return r;
+}
+
+CUEMM_EXTERN CUresult cuemm_defer_cleanup_end(cuemm_manager *m)
+{
+  CHECK_MANAGER(m, "cuemm_defer_cleanup_end");
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&m->lock);
+  if (m->pending.defer_depth == 0)
+    r = cuemm__error(CUDA_ERROR_INVALID_VALUE,
+                     "cuemm_defer_cleanup_end: no defer scope is open (an end without its begin)");
+  else
+    m->pending.defer_depth--;
+  pthread_mutex_unlock(&m->lock);
+  return r;
+}
+
+/* ---- information ------------------------------------------------------------ */
+
+CUEMM_EXTERN CUresult cuemm_get_memory_info(cuemm_manager *m, size_t *free_bytes, size_t *total_bytes)
+{
+  CHECK_MANAGER(m, "cuemm_get_memory_info");
+  size_t f = 0, t = 0;
+  cuemm__ctx_guard g;
+  CUresult r = cuemm__ctx_enter(m, &g);
+  if (r != CUDA_SUCCESS)
+    return r;
+  r = m->drv->MemGetInfo(&f, &t);
+  cuemm__ctx_leave(m, &g);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuMemGetInfo");
+  if (free_bytes)
+    *free_bytes = f;
+  if (total_bytes)
+    *total_bytes = t;
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s)
+{
+  CHECK_MANAGER(m, "cuemm_get_stats");
+  if (!s)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_get_stats: s is NULL");
+  pthread_mutex_lock(&m->lock);
+  *s = m->st;
+  s->pending_bytes = m->pending.bytes;
+  s->pending_count = m->pending.count;
+  s->defer_depth = m->pending.defer_depth;
+  pthread_mutex_unlock(&m->lock);
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m)
+{
+  return m ? m->ctx : NULL;
+}
+
+/* ---- reset ------------------------------------------------------------------ */
+
+typedef struct reset_walk {
+  cuemm_manager *m;
+  CUresult r;
+} reset_walk;
+
+/* Queues every live allocation; unpins pinned ranges at once. */
+static void reset_one(cuemm__owned_entry *e, void *arg)
+{
+  reset_walk *w = arg;
+  if (w->r != CUDA_SUCCESS || e->pending)
+    return;
+  if (e->kind == CUEMM__KIND_PINNED) {
+    CUresult r = kind_release(w->m, CUEMM__KIND_PINNED, e->key, e->size);
+    if (r != CUDA_SUCCESS) {
+      w->r = r;
+      return;
+    }
+    account_released(w->m, e);
+    cuemm__owned_remove(&w->m->owned, e);
+    return;
+  }
+  w->r = queue_locked(w->m, e);
+}
+
+CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m)
+{
+  CHECK_MANAGER(m, "cuemm_reset");
+  pthread_mutex_lock(&m->lock);
+  cuemm__ctx_guard g;
+  CUresult r = cuemm__ctx_enter(m, &g);
+  if (r == CUDA_SUCCESS) {
+    reset_walk w = { m, CUDA_SUCCESS };
+    cuemm__owned_each(&m->owned, reset_one, &w);
+    cuemm__ctx_leave(m, &g);
+    r = w.r;
+  }
+  if (r == CUDA_SUCCESS)
+    r = flush_locked(m, 0);
+  pthread_mutex_unlock(&m->lock);
+  return r;
+}
+
+/* ---- lifecycle -------------------------------------------------------------- */
+
+static CUresult read_context(cuemm_manager *m, CUcontext ctx)
+{
+  const cuemm__driver_table *d = m->drv;
+  CUresult r;
+  if (!ctx) {
+    r = d->CtxGetCurrent(&ctx);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuCtxGetCurrent");
+    if (!ctx)
+      return cuemm__error(CUDA_ERROR_INVALID_CONTEXT,
+                          "cuemm_create: no context given and none is current on this thread");
+  }
+  m->ctx = ctx;
+  r = d->CtxGetId(ctx, &m->ctx_id);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuCtxGetId(%p)", (void *)ctx);
+  cuemm__ctx_guard g;
+  r = cuemm__ctx_enter(m, &g);
+  if (r != CUDA_SUCCESS)
+    return r;
+  size_t free_bytes = 0;
+  r = d->CtxGetDevice(&m->dev);
+  if (r != CUDA_SUCCESS)
+    cuemm__driver_error(r, "cuCtxGetDevice");
+  else if ((r = d->MemGetInfo(&free_bytes, &m->st.total_bytes)) != CUDA_SUCCESS)
+    cuemm__driver_error(r, "cuMemGetInfo");
+  cuemm__ctx_leave(m, &g);
+  return r;
+}
+
+CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cuemm_config *cfg)
+{
+  if (!out)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_create: m is NULL");
+  *out = NULL;
+  cuemm_config envcfg;
+  CUresult r;
+  if (!cfg) {
+    r = cuemm_config_init(&envcfg);
+    if (r != CUDA_SUCCESS)
+      return r;
+    cfg = &envcfg;
+  }
+  if ((r = cuemm__config_validate(cfg)) != CUDA_SUCCESS)
+    return r;
+  const cuemm__driver_table *d = cuemm__driver(&r);
+  if (!d)
+    return r;
+
+  cuemm_manager *m = calloc(1, sizeof *m);
+  if (!m)
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the manager");
+  m->drv = d;
+  m->cfg = *cfg;
+  if ((r = read_context(m, ctx)) != CUDA_SUCCESS) {
+    free(m);
+    return r;
+  }
+  m->st.max_pending_count = cfg->max_pending_count;
+  m->st.max_pending_bytes = (size_t)(cfg->max_pending_ratio * (double)m->st.total_bytes);
+  pthread_mutex_init(&m->lock, NULL);
+  cuemm__owned_init(&m->owned);
+  cuemm__pending_init(&m->pending, m->st.max_pending_count, m->st.max_pending_bytes);
+  if ((r = cuemm__registry_add(m)) != CUDA_SUCCESS) {
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    return r;
+  }
+  *out = m;
+  return CUDA_SUCCESS;
+}
+
+typedef struct destroy_walk {
+  cuemm_manager *m;
+  size_t outstanding, outstanding_bytes, failed;
+  CUresult first_error;
+  char first_message[256];
+} destroy_walk;
+
+static void note_failure(destroy_walk *w, CUresult r)
+{
+  if (w->failed++ == 0) {
+    w->first_error = r;
+    snprintf(w->first_message, sizeof w->first_message, "%s", cuemm_last_error());
+  }
+}
+
+static void destroy_one(cuemm__owned_entry *e, void *arg)
+{
+  destroy_walk *w = arg;
+  if (e->pending)
+    return; /* still queued: the forced flush failed on it, nothing more to try */
+  w->outstanding++;
+  w->outstanding_bytes += e->size;
+  CUresult r = kind_release(w->m, (cuemm__kind)e->kind, e->key, e->size);
+  if (r != CUDA_SUCCESS)
+    note_failure(w, r);
+}
+
+static int context_gone(CUresult r)
+{
+  return r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
+{
+  CHECK_MANAGER(m, "cuemm_destroy");
+  cuemm__registry_remove(m);
+  pthread_mutex_lock(&m->lock);
+  destroy_walk w = { .m = m, .first_error = CUDA_SUCCESS };
+  cuemm__ctx_guard g;
+  CUresult r = cuemm__ctx_enter(m, &g);
+  int gone = r != CUDA_SUCCESS && context_gone(r);
+  if (r == CUDA_SUCCESS) {
+    /* Force: the manager is going away, scopes or not.  On a failing free,
+     * skip it and go on: nothing may stay owned by a manager that no longer
+     * exists. */
+    CUresult fr;
+    while ((fr = flush_locked(m, 1)) != CUDA_SUCCESS) {
+      note_failure(&w, fr);
+      const cuemm__pending_entry *e = cuemm__pending_front(&m->pending);
+      if (!e)
+        break;
+      cuemm__owned_entry *o = cuemm__owned_find(&m->owned, e->ptr);
+      if (o)
+        cuemm__owned_remove(&m->owned, o);
+      cuemm__pending_pop(&m->pending);
+    }
+    cuemm__owned_each(&m->owned, destroy_one, &w);
+    cuemm__ctx_leave(m, &g);
+  }
+  size_t pending = m->pending.count;
+  cuemm__owned_fini(&m->owned);
+  cuemm__pending_fini(&m->pending);
+  pthread_mutex_unlock(&m->lock);
+  pthread_mutex_destroy(&m->lock);
+  free(m);
+
+  if (r != CUDA_SUCCESS && !gone)
+    return r;
+  if (w.failed)
+    return cuemm__error(w.first_error,
+                        "cuemm_destroy: %zu driver frees failed and that memory is leaked in the driver; the first: %s",
+                        w.failed, w.first_message);
+  if (gone)
+    cuemm__error(CUDA_SUCCESS, "cuemm_destroy: the context was already destroyed; %zu pending frees and the "
+                 "live allocations went with it", pending);
+  else if (w.outstanding)
+    cuemm__error(CUDA_SUCCESS, "cuemm_destroy: freed %zu outstanding allocations (%zu bytes) the program had not freed",
+                 w.outstanding, w.outstanding_bytes);
+  return CUDA_SUCCESS;
+}

@@ -1,0 +1,50 @@
+/* manager.h: the manager structure and the internal calls its files share.
+ *
+ * manager.c owns the lifecycle and the alloc/free/flush policy; host.c adds
+ * pinned host memory on top of the same paths; registry.c maps contexts to
+ * managers.  Locking rule: m->lock guards everything below it in the struct
+ * and is held across the driver calls of one operation (a flush included),
+ * so a pointer is never in the table and the driver's free list at once.
+ */
+#ifndef CUEMM_MANAGER_H
+#define CUEMM_MANAGER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cuemm.h"
+#include "driver.h"
+#include "owned.h"
+#include "pending.h"
+
+struct cuemm_manager {
+  const cuemm__driver_table *drv;
+  CUcontext ctx;
+  unsigned long long ctx_id;  /* cuCtxGetId: never reused by the driver */
+  CUdevice dev;
+  cuemm_config cfg;
+
+  pthread_mutex_t lock;
+  cuemm__owned owned;
+  cuemm__pending pending;
+  cuemm_stats st;             /* pending_* and defer_depth read from `pending` */
+};
+
+/* Makes m's context current for the calling thread if it is not, remembering
+ * whether it pushed.  Every driver call of a manager runs between these. */
+typedef struct cuemm__ctx_guard { int pushed; } cuemm__ctx_guard;
+CUresult cuemm__ctx_enter(cuemm_manager *m, cuemm__ctx_guard *g);
+void cuemm__ctx_leave(cuemm_manager *m, cuemm__ctx_guard *g);
+
+/* Allocates with the out-of-memory flush-and-retry policy and records the
+ * allocation.  `flags` go to cuMemHostAlloc for CUEMM__KIND_HOST. */
+CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out);
+
+/* Queues the free of an allocation of the given kind, flushing when due. */
+CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p);
+
+/* Registry (registry.c). */
+CUresult cuemm__registry_add(cuemm_manager *m);
+void cuemm__registry_remove(cuemm_manager *m);
+
+#endif

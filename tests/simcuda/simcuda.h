@@ -1,0 +1,84 @@
+/* simcuda.h: the control interface of the simulated driver.
+ *
+ * simcuda (libcuda.so.1 built from tests/simcuda) implements in host memory
+ * the part of the CUDA driver API that cuemm and its tests call.  Besides the
+ * driver entry points it exports the functions below, which tests resolve with
+ * dlsym(RTLD_DEFAULT, ...) so that the same test program runs against the real
+ * driver too (where the symbols are absent and such checks skip).
+ *
+ * Entry points are named by their base name, as passed to cuGetProcAddress:
+ * "cuMemAlloc" covers cuMemAlloc_v2, "cuCtxCreate" every cuCtxCreate_vN.
+ *
+ * Environment read when the library loads (and again by simcuda_reset):
+ *   SIMCUDA_DEVICES   number of devices (default 2, at most 8)
+ *   SIMCUDA_CAPACITY  bytes of memory per device (default 1 GiB); suffixes
+ *                     K, M, G (powers of 1024) accepted
+ *   SIMCUDA_QUEUE     1: asynchronous work (cu*Async, cuLaunchHostFunc) is
+ *                     queued on its stream until a synchronization instead of
+ *                     running at once
+ *   SIMCUDA_REPORT    1: print the live-allocation report to stderr at exit
+ */
+#ifndef SIMCUDA_H
+#define SIMCUDA_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <cuda.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Make the nth call from now (nth = 1: the very next call) of the named entry
+ * point return `result` without doing anything.  Several rules may be armed at
+ * once, one per entry point (arming again replaces the rule).  Returns 0, or
+ * -1 when the name is not an entry point simcuda implements. */
+int simcuda_fail(const char *entry, unsigned nth, CUresult result);
+
+/* Like simcuda_fail, but every call from the nth on fails until cleared. */
+int simcuda_fail_from(const char *entry, unsigned nth, CUresult result);
+
+/* Disarm every rule. */
+void simcuda_fail_clear(void);
+
+/* Calls of the named entry point since load or the last simcuda_calls_reset,
+ * failed ones included. Unknown name: 0. */
+unsigned long simcuda_calls(const char *entry);
+void simcuda_calls_reset(void);
+
+/* Live objects: device allocations, pinned host allocations, registered host
+ * ranges, VMM physical handles, VMM address reservations, VMM mappings, IPC
+ * mappings opened, streams, events, and contexts created with cuCtxCreate
+ * (primary contexts not counted).  simcuda_live_count sums them all. */
+typedef struct simcuda_live {
+  size_t device_allocs, device_bytes;
+  size_t host_allocs, host_bytes;
+  size_t host_registered;
+  size_t vmm_handles, vmm_handle_bytes;
+  size_t vmm_reservations, vmm_mappings;
+  size_t ipc_opened;
+  size_t streams, events, contexts;
+} simcuda_live;
+void   simcuda_live_get(simcuda_live *out);
+size_t simcuda_live_count(void);
+/* One line per live object, to `f`. */
+void   simcuda_live_report(FILE *f);
+
+/* Device memory capacity in bytes of every device (what cuMemGetInfo and
+ * cuDeviceTotalMem report as total). Only while nothing is allocated on the
+ * device; returns 0 or -1. */
+int  simcuda_set_capacity(size_t bytes);
+/* Turn queue mode on (1) or off (0) at run time. */
+void simcuda_set_queue_mode(int on);
+/* Work items queued on all streams and not yet run. */
+size_t simcuda_queued_work(void);
+
+/* Re-read the environment (SIMCUDA_DEVICES, _CAPACITY, _QUEUE, _REPORT),
+ * disarm every fault rule and zero the call counters.  Only while no object
+ * is live (simcuda_live_count() == 0); returns 0 or -1. */
+int simcuda_reset(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

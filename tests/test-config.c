@@ -1,0 +1,111 @@
+/* test-config.c: defaults, the CUEMM_* environment variables, validation of
+ * values a program sets, and what creation does with an invalid one.
+ */
+#include <stdlib.h>
+
+#include "testutil.h"
+
+#define COUNT "CUEMM_MAX_PENDING_DEALLOCS_COUNT"
+#define RATIO "CUEMM_MAX_PENDING_DEALLOCS_RATIO"
+
+static void clear_env(void)
+{
+  unsetenv(COUNT);
+  unsetenv(RATIO);
+}
+
+static void valid(const char *var, const char *value, size_t want_count, double want_ratio)
+{
+  clear_env();
+  setenv(var, value, 1);
+  cuemm_config c;
+  CUresult r = cuemm_config_init(&c);
+  ok(r == CUDA_SUCCESS && c.max_pending_count == want_count && c.max_pending_ratio == want_ratio,
+     "%s=\"%s\" accepted (count %zu, ratio %g)", var, value, c.max_pending_count, c.max_pending_ratio);
+}
+
+static void invalid(const char *var, const char *value)
+{
+  clear_env();
+  setenv(var, value, 1);
+  cuemm_config c;
+  is(cuemm_config_init(&c), CUDA_ERROR_INVALID_VALUE, "%s=\"%s\" refused", var, value);
+  char want[128];
+  snprintf(want, sizeof want, "%s=\"%s\" is invalid: expected ", var, value);
+  like(cuemm_last_error(), want, "message names variable and value");
+  cuemm_manager *m = NULL;
+  is(cuemm_create(&m, NULL, NULL), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
+  ok(m == NULL, "and creates nothing");
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a config carrying the error is refused too");
+}
+
+int main(void)
+{
+  sim_init();
+  test_primary_context(0);
+  clear_env();
+
+  cuemm_config c;
+  is(cuemm_config_init(&c), CUDA_SUCCESS, "defaults");
+  is(c.max_pending_count, 10, "default count 10");
+  ok(c.max_pending_ratio == 0.2, "default ratio 0.2");
+  is(cuemm_config_init(NULL), CUDA_ERROR_INVALID_VALUE, "NULL config refused");
+
+  valid(COUNT, "5", 5, 0.2);
+  valid(COUNT, "0", 0, 0.2);
+  valid(COUNT, "4294967295", 4294967295u, 0.2);
+  valid(RATIO, "0.5", 10, 0.5);
+  valid(RATIO, "1", 10, 1.0);
+  valid(RATIO, ".25", 10, 0.25);
+  valid(RATIO, "", 10, 0.2); /* empty: unset */
+
+  invalid(COUNT, "abc");
+  invalid(COUNT, "-1");
+  invalid(COUNT, "10x");
+  invalid(COUNT, " 10");
+  invalid(COUNT, "4294967296");
+  invalid(COUNT, "1e3");
+  invalid(RATIO, "0");
+  invalid(RATIO, "1.5");
+  invalid(RATIO, "-0.2");
+  invalid(RATIO, "0.2x");
+  invalid(RATIO, "nan");
+  invalid(RATIO, "inf");
+  invalid(RATIO, "20%");
+  like(cuemm_last_error(), "greater than 0 and at most 1", "message says what is accepted");
+
+  /* The environment sets, the program's values win. */
+  clear_env();
+  setenv(COUNT, "5", 1);
+  setenv(RATIO, "0.5", 1);
+  cuemm_config_init(&c);
+  c.max_pending_count = 3;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, NULL, &c));
+  cuemm_stats s = test_stats(m);
+  is(s.max_pending_count, 3, "program's count wins over the environment");
+  is(s.max_pending_bytes, (size_t)(0.5 * (double)s.total_bytes), "environment's ratio applied");
+  CHECK_CU(cuemm_destroy(m));
+
+  /* Environment-created manager uses the environment. */
+  CHECK_CU(cuemm_create(&m, NULL, NULL));
+  s = test_stats(m);
+  is(s.max_pending_count, 5, "created from the environment: count 5");
+  CHECK_CU(cuemm_destroy(m));
+  clear_env();
+
+  /* Values a program sets are validated at creation. */
+  cuemm_config_init(&c);
+  c.max_pending_ratio = 0.0;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "ratio 0 refused");
+  like(cuemm_last_error(), "max_pending_ratio", "message names the field");
+  c.max_pending_ratio = 1.01;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "ratio above 1 refused");
+  cuemm_config_init(&c);
+  c.max_pending_count = (size_t)1 << 40;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "count beyond range refused");
+  like(cuemm_last_error(), "max_pending_count", "message names the field");
+
+  test_release_primary(0);
+  return tap_done();
+}

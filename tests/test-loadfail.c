@@ -1,0 +1,50 @@
+/* test-loadfail.c: loading the driver when it is missing or wrong.
+ *
+ * This program links libcuemm only (not libcuda), as an application on a
+ * machine without a GPU would: every failure must come back as a CUresult and
+ * a message naming the file tried, nothing half-loaded, and a later attempt
+ * must succeed once the environment names a real driver.
+ */
+#include <stdlib.h>
+
+#include "cuemm.h"
+#include "tap.h"
+
+int main(void)
+{
+  const char *simdir = getenv("CUEMM_SIM_DIR");
+  const char *mode = getenv("CUEMM_TEST_DRIVER");
+  int on_sim = simdir && (!mode || strcmp(mode, "system") != 0);
+
+  setenv("CUEMM_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+  is(cuemm_driver_load(), CUDA_ERROR_NOT_FOUND, "a missing file: CUDA_ERROR_NOT_FOUND");
+  like(cuemm_last_error(), "/nonexistent/libcuda.so.1", "message names the file");
+  like(cuemm_last_error(), "CUEMM_LIBCUDA", "and the variable that named it");
+
+  cuemm_manager *m = NULL;
+  is(cuemm_create(&m, NULL, NULL), CUDA_ERROR_NOT_FOUND, "creating a manager fails the same way");
+  is(cuemm_mem_alloc(&(CUdeviceptr){0}, 16), CUDA_ERROR_NOT_FOUND, "so does the drop-in allocation");
+
+  setenv("CUEMM_LIBCUDA", "libm.so.6", 1);
+  is(cuemm_driver_load(), CUDA_ERROR_NOT_FOUND, "a library that is not a driver: refused");
+  like(cuemm_last_error(), "is not a CUDA driver", "message says it is not a driver");
+
+  cuemm_driver_info info;
+  is(cuemm_driver_get_info(&info), CUDA_ERROR_NOT_FOUND, "no info while nothing is loaded");
+
+  /* Now the real thing: the simulated driver by path, or the system's. */
+  if (on_sim) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/libcuda.so.1", simdir);
+    setenv("CUEMM_LIBCUDA", path, 1);
+  } else
+    unsetenv("CUEMM_LIBCUDA");
+  is(cuemm_driver_load(), CUDA_SUCCESS, "a later attempt with a driver succeeds");
+  is(cuemm_driver_get_info(&info), CUDA_SUCCESS, "driver info");
+  ok(info.version >= 12000, "driver version %d >= 12000", info.version);
+  like(info.path, "libcuda.so.1", "loaded file: %s", info.path);
+  ok(info.vmm && info.ipc && info.async, "optional entry points present (vmm %d, ipc %d, async %d)", info.vmm,
+     info.ipc, info.async);
+  is(cuemm_driver_get_info(NULL), CUDA_ERROR_INVALID_VALUE, "NULL info refused");
+  return tap_done();
+}

@@ -1,0 +1,114 @@
+/* testutil.h: what cuemm's test programs share: a context to work in, and
+ * access to the simulated driver's counters and fault injection.
+ *
+ * Test programs link libcuda.so.1 by soname; under `make check` the loader
+ * finds simcuda (tests/simcuda) unless CUEMM_TEST_DRIVER=system, and the
+ * simcuda_* control functions are then looked up at run time.  On the real
+ * driver they are absent and the checks that need them skip with a reason.
+ */
+#ifndef CUEMM_TESTUTIL_H
+#define CUEMM_TESTUTIL_H
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include "cuemm.h"
+#include "simcuda.h"
+#include "tap.h"
+
+typedef struct sim_api {
+  int (*fail)(const char *, unsigned, CUresult);
+  int (*fail_from)(const char *, unsigned, CUresult);
+  void (*fail_clear)(void);
+  unsigned long (*calls)(const char *);
+  void (*calls_reset)(void);
+  size_t (*live_count)(void);
+  void (*live_get)(simcuda_live *);
+  void (*live_report)(FILE *);
+  int (*set_capacity)(size_t);
+  void (*set_queue_mode)(int);
+  size_t (*queued_work)(void);
+} sim_api;
+
+static sim_api sim;
+static int sim_present;
+
+/* Resolves the simcuda control functions; 1 when running on simcuda. */
+static inline int sim_init(void)
+{
+#define SIM_SYM(field, name) sim.field = (__typeof__(sim.field))dlsym(RTLD_DEFAULT, name)
+  SIM_SYM(fail, "simcuda_fail");
+  SIM_SYM(fail_from, "simcuda_fail_from");
+  SIM_SYM(fail_clear, "simcuda_fail_clear");
+  SIM_SYM(calls, "simcuda_calls");
+  SIM_SYM(calls_reset, "simcuda_calls_reset");
+  SIM_SYM(live_count, "simcuda_live_count");
+  SIM_SYM(live_get, "simcuda_live_get");
+  SIM_SYM(live_report, "simcuda_live_report");
+  SIM_SYM(set_capacity, "simcuda_set_capacity");
+  SIM_SYM(set_queue_mode, "simcuda_set_queue_mode");
+  SIM_SYM(queued_work, "simcuda_queued_work");
+#undef SIM_SYM
+  sim_present = sim.fail && sim.calls && sim.live_count;
+  return sim_present;
+}
+
+#define SIM_REASON "needs the simulated driver's counters and fault injection (running on the system driver)"
+
+#define CHECK_CU(call)                                                         \
+  do {                                                                         \
+    CUresult check_cu_r = (call);                                              \
+    if (check_cu_r != CUDA_SUCCESS) {                                          \
+      printf("Bail out! %s failed with %d (%s) at %s:%d\n", #call,             \
+             (int)check_cu_r, cuemm_last_error(), __FILE__, __LINE__);         \
+      exit(1);                                                                 \
+    }                                                                          \
+  } while (0)
+
+/* cuInit and the primary context of device `ordinal`, made current. */
+static inline CUcontext test_primary_context(int ordinal)
+{
+  CUdevice dev;
+  CUcontext ctx;
+  CHECK_CU(cuInit(0));
+  CHECK_CU(cuDeviceGet(&dev, ordinal));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK_CU(cuCtxSetCurrent(ctx));
+  return ctx;
+}
+
+static inline void test_release_primary(int ordinal)
+{
+  CUdevice dev;
+  CHECK_CU(cuCtxSetCurrent(NULL));
+  CHECK_CU(cuDeviceGet(&dev, ordinal));
+  CHECK_CU(cuDevicePrimaryCtxRelease(dev));
+}
+
+/* A configuration with the defaults and no environment. */
+static inline cuemm_config test_config(size_t max_count, double ratio)
+{
+  cuemm_config c;
+  cuemm_config_init(&c);
+  c.max_pending_count = max_count;
+  c.max_pending_ratio = ratio;
+  return c;
+}
+
+static inline cuemm_stats test_stats(cuemm_manager *m)
+{
+  cuemm_stats s;
+  CHECK_CU(cuemm_get_stats(m, &s));
+  return s;
+}
+
+static inline unsigned long sim_calls(const char *entry)
+{
+  return sim_present ? sim.calls(entry) : 0;
+}
+
+#endif
