@@ -32,19 +32,34 @@ int main(void)
   cuemm_driver_info info;
   is(cuemm_driver_get_info(&info), CUDA_ERROR_NOT_FOUND, "no info while nothing is loaded");
 
-  /* Now the real thing: the simulated driver by path, or the system's. */
+  /* The simulated driver can pose as an old or incomplete driver. */
+  char path[4096] = "";
   if (on_sim) {
-    char path[4096];
     snprintf(path, sizeof path, "%s/libcuda.so.1", simdir);
     setenv("CUEMM_LIBCUDA", path, 1);
-  } else
+    setenv("SIMCUDA_DRIVER_VERSION", "11080", 1);
+    is(cuemm_driver_load(), CUDA_ERROR_NOT_SUPPORTED, "a driver for CUDA 11.8: CUDA_ERROR_NOT_SUPPORTED");
+    like(cuemm_last_error(), "reports version 11080; cuemm needs 12000", "message gives both versions");
+    unsetenv("SIMCUDA_DRIVER_VERSION");
+    setenv("SIMCUDA_HIDE", "cuMemAlloc", 1);
+    is(cuemm_driver_load(), CUDA_ERROR_NOT_SUPPORTED, "a driver lacking cuMemAlloc: CUDA_ERROR_NOT_SUPPORTED");
+    like(cuemm_last_error(), "lacks cuMemAlloc", "message names the entry point");
+    /* Optional entry points missing: the driver still loads. */
+    setenv("SIMCUDA_HIDE", "cuIpcGetMemHandle,cuMemCreate,cuMemAllocAsync", 1);
+  } else {
     unsetenv("CUEMM_LIBCUDA");
+    skip(4, "posing as an old driver needs the simulated driver");
+  }
   is(cuemm_driver_load(), CUDA_SUCCESS, "a later attempt with a driver succeeds");
   is(cuemm_driver_get_info(&info), CUDA_SUCCESS, "driver info");
   ok(info.version >= 12000, "driver version %d >= 12000", info.version);
   like(info.path, "libcuda.so.1", "loaded file: %s", info.path);
-  ok(info.vmm && info.ipc && info.async, "optional entry points present (vmm %d, ipc %d, async %d)", info.vmm,
-     info.ipc, info.async);
+  if (on_sim)
+    ok(!info.vmm && !info.ipc && !info.async, "a driver without the optional entry points loads, without them "
+       "(vmm %d, ipc %d, async %d)", info.vmm, info.ipc, info.async);
+  else
+    ok(info.vmm && info.ipc && info.async, "optional entry points present (vmm %d, ipc %d, async %d)", info.vmm,
+       info.ipc, info.async);
   is(cuemm_driver_get_info(NULL), CUDA_ERROR_INVALID_VALUE, "NULL info refused");
   return tap_done();
 }

@@ -46,6 +46,10 @@ int sim_device_count = 2;
 int sim_queue_mode;
 static int sim_initialized;
 static int sim_report_at_exit;
+/* SIMCUDA_DRIVER_VERSION and SIMCUDA_HIDE let a test pose as an older or
+ * incomplete driver, to check how a program handles one. */
+static int sim_driver_version = SIM_VERSION;
+static char sim_hidden[1024];
 
 size_t sim_round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -81,6 +85,19 @@ static void read_environment(void)
   sim_queue_mode = q && *q && strcmp(q, "0") != 0;
   const char *r = getenv("SIMCUDA_REPORT");
   sim_report_at_exit = r && *r && strcmp(r, "0") != 0;
+  const char *v = getenv("SIMCUDA_DRIVER_VERSION");
+  sim_driver_version = v && *v ? atoi(v) : SIM_VERSION;
+  const char *h = getenv("SIMCUDA_HIDE");
+  snprintf(sim_hidden, sizeof sim_hidden, ",%s,", h ? h : "");
+}
+
+/* Whether SIMCUDA_HIDE (comma-separated base names) hides an entry point
+ * from cuGetProcAddress. */
+static int hidden(const char *symbol)
+{
+  char key[128];
+  snprintf(key, sizeof key, ",%s,", symbol);
+  return strstr(sim_hidden, key) != NULL;
 }
 
 static void report_at_exit(void)
@@ -190,7 +207,7 @@ static CUresult do_driver_version(int *v)
 {
   if (!v)
     return CUDA_ERROR_INVALID_VALUE;
-  *v = SIM_VERSION;
+  *v = sim_driver_version;
   return CUDA_SUCCESS;
 }
 
@@ -344,7 +361,7 @@ static CUresult get_proc(const char *symbol, void **pfn, int version, cuuint64_t
     return CUDA_ERROR_INVALID_VALUE;
   int i = entry_index(symbol);
   *pfn = NULL;
-  if (i < 0) {
+  if (i < 0 || hidden(symbol)) {
     if (status)
       *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return CUDA_ERROR_NOT_FOUND;

@@ -17,6 +17,9 @@
  *                     queued on its stream until a synchronization instead of
  *                     running at once
  *   SIMCUDA_REPORT    1: print the live-allocation report to stderr at exit
+ *   SIMCUDA_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
+ *   SIMCUDA_HIDE      comma-separated base names cuGetProcAddress reports as
+ *                     not found (posing as a driver that lacks them)
  */
 #ifndef SIMCUDA_H
 #define SIMCUDA_H
