@@ -142,14 +142,24 @@ typedef struct cuemm_manager cuemm_manager;
 CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **m, CUcontext ctx, const cuemm_config *cfg);
 
 /* Destroys a manager: releases every pending free (defer scopes or not),
- * frees every allocation it still owns, and unregisters it.  If allocations
- * were still live, they are freed and the thread's message (cuemm_last_error)
- * says how many and how many bytes, while the call returns CUDA_SUCCESS.  If
- * the context was already destroyed, the memory went with it and only the
- * bookkeeping is dropped.  Driver failures while freeing are reported after
- * the manager is gone (the memory is then leaked in the driver, never reused).
- * Do not use `m` after this call; m == NULL is CUDA_ERROR_INVALID_VALUE. */
+ * frees every allocation it still owns, unpins what it pinned, and
+ * unregisters it.  If allocations were still live, they are freed and the
+ * thread's message (cuemm_last_error) says how many and how many bytes, while
+ * the call returns CUDA_SUCCESS.  The context must still exist: destroy the
+ * manager before its context (for a context already destroyed, see
+ * cuemm_abandon).  If the manager's context cannot be made current, nothing
+ * changes and the error is returned (the manager stays usable).  A driver
+ * free that fails is skipped and reported after the manager is gone (that
+ * memory is then leaked in the driver, never reused).  Do not use `m` after a
+ * successful call; m == NULL is CUDA_ERROR_INVALID_VALUE. */
 CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m);
+
+/* Drops a manager whose context was destroyed already, without calling the
+ * driver: the driver released the context's memory with the context, and a
+ * destroyed context's handle must not be used again (a new context may even
+ * have its address).  The message says how many allocations and pending frees
+ * were dropped.  Do not use `m` afterwards. */
+CUEMM_EXTERN CUresult cuemm_abandon(cuemm_manager *m);
 
 /* *m = the manager of the calling thread's current context, created with
  * cuemm_config_init's configuration on first use.  Registry keys are the

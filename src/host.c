@@ -27,9 +27,9 @@ CUEMM_EXTERN CUresult cuemm_host_alloc(cuemm_manager *m, void **p, size_t size, 
                         "cuemm_host_alloc: unknown flags 0x%x (accepted: CU_MEMHOSTALLOC_PORTABLE, "
                         "CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_WRITECOMBINED)",
                         flags & ~(unsigned int)HOST_ALLOC_FLAGS);
-  uintptr_t out;
+  uintptr_t out = 0;
   CUresult r = cuemm__alloc(m, CUEMM__KIND_HOST, size, flags, &out);
-  if (r == CUDA_SUCCESS)
+  if (out) /* also when only restoring the caller's context failed */
     *p = (void *)out;
   return r;
 }
@@ -51,11 +51,10 @@ CUEMM_EXTERN CUresult cuemm_host_get_device_pointer(cuemm_manager *m, CUdevicept
   if (r != CUDA_SUCCESS)
     return r;
   r = m->drv->MemHostGetDevicePointer(dptr, p, 0);
-  cuemm__ctx_leave(m, &g);
   if (r != CUDA_SUCCESS)
-    return cuemm__driver_error(r, "cuMemHostGetDevicePointer(%p) (is it mapped memory, allocated with "
-                               "CU_MEMHOSTALLOC_DEVICEMAP or pinned with CU_MEMHOSTREGISTER_DEVICEMAP?)", p);
-  return CUDA_SUCCESS;
+    cuemm__driver_error(r, "cuMemHostGetDevicePointer(%p) (is it mapped memory, allocated with "
+                        "CU_MEMHOSTALLOC_DEVICEMAP or pinned with CU_MEMHOSTREGISTER_DEVICEMAP?)", p);
+  return cuemm__ctx_leave(m, &g, r);
 }
 
 CUEMM_EXTERN CUresult cuemm_host_pin(cuemm_manager *m, void *p, size_t size, unsigned int flags)
@@ -82,7 +81,7 @@ CUEMM_EXTERN CUresult cuemm_host_pin(cuemm_manager *m, void *p, size_t size, uns
       m->st.pinned_bytes += size;
       m->st.pinned_count++;
     }
-    cuemm__ctx_leave(m, &g);
+    r = cuemm__ctx_leave(m, &g, r);
   }
   pthread_mutex_unlock(&m->lock);
   return r;
@@ -104,14 +103,14 @@ CUEMM_EXTERN CUresult cuemm_host_unpin(cuemm_manager *m, void *p)
     r = cuemm__ctx_enter(m, &g);
     if (r == CUDA_SUCCESS) {
       r = m->drv->MemHostUnregister(p);
-      cuemm__ctx_leave(m, &g);
       if (r != CUDA_SUCCESS)
         cuemm__driver_error(r, "cuMemHostUnregister(%p)", p);
-    }
-    if (r == CUDA_SUCCESS) {
-      m->st.pinned_bytes -= e->size;
-      m->st.pinned_count--;
-      cuemm__owned_remove(&m->owned, e);
+      else {
+        m->st.pinned_bytes -= e->size;
+        m->st.pinned_count--;
+        cuemm__owned_remove(&m->owned, e);
+      }
+      r = cuemm__ctx_leave(m, &g, r);
     }
   }
   pthread_mutex_unlock(&m->lock);

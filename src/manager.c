@@ -41,13 +41,19 @@ CUresult cuemm__ctx_enter(cuemm_manager *m, cuemm__ctx_guard *g)
   return CUDA_SUCCESS;
 }
 
-void cuemm__ctx_leave(cuemm_manager *m, cuemm__ctx_guard *g)
+CUresult cuemm__ctx_leave(cuemm_manager *m, cuemm__ctx_guard *g, CUresult r)
 {
-  if (g->pushed) {
-    CUcontext popped;
-    m->drv->CtxPopCurrent(&popped);
-    g->pushed = 0;
-  }
+  if (!g->pushed)
+    return r;
+  g->pushed = 0;
+  CUcontext popped = NULL;
+  CUresult pr = m->drv->CtxPopCurrent(&popped);
+  if (pr == CUDA_SUCCESS || r != CUDA_SUCCESS)
+    return r;
+  cuemm__driver_error(pr, "cuCtxPopCurrent (restoring the caller's context after the manager's work)");
+  cuemm__error_append("; the work itself succeeded, but the manager's context %p may still be current on this "
+                      "thread", (void *)m->ctx);
+  return pr;
 }
 
 #define CHECK_MANAGER(m, fn)                                                   \
@@ -139,7 +145,7 @@ static CUresult flush_locked(cuemm_manager *m, int force)
     m->st.driver_frees++;
     released++;
   }
-  cuemm__ctx_leave(m, &g);
+  r = cuemm__ctx_leave(m, &g, r);
   if (released)
     m->st.flushes++;
   if (r != CUDA_SUCCESS)
@@ -193,11 +199,11 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
   if (r == CUDA_SUCCESS && cuemm__owned_add(&m->owned, p, size, kind) != 0) {
     kind_release(m, kind, p, size);
     r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: no host memory left to record the allocation", fn);
-    cuemm__ctx_leave(m, &g);
+    cuemm__ctx_leave(m, &g, r);
     goto failed;
   }
-  cuemm__ctx_leave(m, &g);
   if (r != CUDA_SUCCESS) {
+    cuemm__ctx_leave(m, &g, r);
     cuemm__driver_error(r, "%s(%zu bytes)", call, size);
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
       cuemm__error_append(m->pending.defer_depth ? " after a retry; a defer scope is open, so %zu pending frees (%zu bytes) were held back"
@@ -205,6 +211,9 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
                           m->pending.count, m->pending.bytes);
     goto failed;
   }
+  /* The allocation is recorded; a failed restore is reported, and the
+   * memory stays owned (the caller's p is set) so that nothing is lost. */
+  r = cuemm__ctx_leave(m, &g, r);
 
   m->st.allocs++;
   if (kind == CUEMM__KIND_DEVICE) {
@@ -220,7 +229,7 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
   }
   pthread_mutex_unlock(&m->lock);
   *out = p;
-  return CUDA_SUCCESS;
+  return r;
 
 failed:
   m->st.alloc_failures++;
@@ -233,9 +242,9 @@ CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
   CHECK_MANAGER(m, "cuemm_alloc");
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc: p is NULL");
-  uintptr_t out;
+  uintptr_t out = 0;
   CUresult r = cuemm__alloc(m, CUEMM__KIND_DEVICE, size, 0, &out);
-  if (r == CUDA_SUCCESS)
+  if (out) /* also when only restoring the caller's context failed */
     *p = (CUdeviceptr)out;
   return r;
 }
@@ -333,9 +342,11 @@ CUEMM_EXTERN CUresult cuemm_get_memory_info(cuemm_manager *m, size_t *free_bytes
   if (r != CUDA_SUCCESS)
     return r;
   r = m->drv->MemGetInfo(&f, &t);
-  cuemm__ctx_leave(m, &g);
   if (r != CUDA_SUCCESS)
-    return cuemm__driver_error(r, "cuMemGetInfo");
+    cuemm__driver_error(r, "cuMemGetInfo");
+  r = cuemm__ctx_leave(m, &g, r);
+  if (r != CUDA_SUCCESS)
+    return r;
   if (free_bytes)
     *free_bytes = f;
   if (total_bytes)
@@ -397,8 +408,7 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m)
   if (r == CUDA_SUCCESS) {
     reset_walk w = { m, CUDA_SUCCESS };
     cuemm__owned_each(&m->owned, reset_one, &w);
-    cuemm__ctx_leave(m, &g);
-    r = w.r;
+    r = cuemm__ctx_leave(m, &g, w.r);
   }
   if (r == CUDA_SUCCESS)
     r = flush_locked(m, 0);
@@ -434,8 +444,7 @@ static CUresult read_context(cuemm_manager *m, CUcontext ctx)
     cuemm__driver_error(r, "cuCtxGetDevice");
   else if ((r = d->MemGetInfo(&free_bytes, &m->st.total_bytes)) != CUDA_SUCCESS)
     cuemm__driver_error(r, "cuMemGetInfo");
-  cuemm__ctx_leave(m, &g);
-  return r;
+  return cuemm__ctx_leave(m, &g, r);
 }
 
 CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cuemm_config *cfg)
@@ -507,56 +516,70 @@ static void destroy_one(cuemm__owned_entry *e, void *arg)
     note_failure(w, r);
 }
 
-static int context_gone(CUresult r)
+static void free_manager(cuemm_manager *m)
 {
-  return r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_CONTEXT;
-}
-
-CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
-{
-  CHECK_MANAGER(m, "cuemm_destroy");
-  cuemm__registry_remove(m);
-  pthread_mutex_lock(&m->lock);
-  destroy_walk w = { .m = m, .first_error = CUDA_SUCCESS };
-  cuemm__ctx_guard g;
-  CUresult r = cuemm__ctx_enter(m, &g);
-  int gone = r != CUDA_SUCCESS && context_gone(r);
-  if (r == CUDA_SUCCESS) {
-    /* Force: the manager is going away, scopes or not.  On a failing free,
-     * skip it and go on: nothing may stay owned by a manager that no longer
-     * exists. */
-    CUresult fr;
-    while ((fr = flush_locked(m, 1)) != CUDA_SUCCESS) {
-      note_failure(&w, fr);
-      const cuemm__pending_entry *e = cuemm__pending_front(&m->pending);
-      if (!e)
-        break;
-      cuemm__owned_entry *o = cuemm__owned_find(&m->owned, e->ptr);
-      if (o)
-        cuemm__owned_remove(&m->owned, o);
-      cuemm__pending_pop(&m->pending);
-    }
-    cuemm__owned_each(&m->owned, destroy_one, &w);
-    cuemm__ctx_leave(m, &g);
-  }
-  size_t pending = m->pending.count;
   cuemm__owned_fini(&m->owned);
   cuemm__pending_fini(&m->pending);
   pthread_mutex_unlock(&m->lock);
   pthread_mutex_destroy(&m->lock);
   free(m);
+}
 
-  if (r != CUDA_SUCCESS && !gone)
+CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
+{
+  CHECK_MANAGER(m, "cuemm_destroy");
+  pthread_mutex_lock(&m->lock);
+  cuemm__ctx_guard g;
+  CUresult r = cuemm__ctx_enter(m, &g);
+  if (r != CUDA_SUCCESS) {
+    /* Nothing can be freed without the context: keep the manager whole so
+     * the program can retry, rather than leak its memory silently. */
+    pthread_mutex_unlock(&m->lock);
+    cuemm__error_append("; cuemm_destroy changed nothing (the manager and its memory are intact): retry it, or "
+                        "use cuemm_abandon if the context was destroyed");
     return r;
+  }
+  cuemm__registry_remove(m);
+
+  /* Force: the manager is going away, scopes or not.  On a failing free,
+   * skip it and go on: nothing may stay owned by a manager that no longer
+   * exists. */
+  destroy_walk w = { .m = m, .first_error = CUDA_SUCCESS };
+  CUresult fr;
+  while ((fr = flush_locked(m, 1)) != CUDA_SUCCESS) {
+    note_failure(&w, fr);
+    const cuemm__pending_entry *e = cuemm__pending_front(&m->pending);
+    if (!e)
+      break;
+    cuemm__owned_entry *o = cuemm__owned_find(&m->owned, e->ptr);
+    if (o)
+      cuemm__owned_remove(&m->owned, o);
+    cuemm__pending_pop(&m->pending);
+  }
+  cuemm__owned_each(&m->owned, destroy_one, &w);
+  r = cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  free_manager(m);
+
   if (w.failed)
     return cuemm__error(w.first_error,
                         "cuemm_destroy: %zu driver frees failed and that memory is leaked in the driver; the first: %s",
                         w.failed, w.first_message);
-  if (gone)
-    cuemm__error(CUDA_SUCCESS, "cuemm_destroy: the context was already destroyed; %zu pending frees and the "
-                 "live allocations went with it", pending);
-  else if (w.outstanding)
+  if (r != CUDA_SUCCESS)
+    return r;
+  if (w.outstanding)
     cuemm__error(CUDA_SUCCESS, "cuemm_destroy: freed %zu outstanding allocations (%zu bytes) the program had not freed",
                  w.outstanding, w.outstanding_bytes);
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUresult cuemm_abandon(cuemm_manager *m)
+{
+  CHECK_MANAGER(m, "cuemm_abandon");
+  pthread_mutex_lock(&m->lock);
+  cuemm__registry_remove(m);
+  size_t live = m->owned.used - m->pending.count, pending = m->pending.count;
+  free_manager(m);
+  cuemm__error(CUDA_SUCCESS, "cuemm_abandon: dropped %zu live allocations and %zu pending frees without a driver call",
+               live, pending);
   return CUDA_SUCCESS;
 }

@@ -31,10 +31,14 @@ struct cuemm_manager {
 };
 
 /* Makes m's context current for the calling thread if it is not, remembering
- * whether it pushed.  Every driver call of a manager runs between these. */
+ * whether it pushed.  Every driver call of a manager runs between these.
+ * cuemm__ctx_leave restores the caller's context and returns `r`, or, when
+ * `r` is CUDA_SUCCESS and the restore failed, that failure: an operation
+ * whose work succeeded must still say so when it leaves the wrong context
+ * current on the caller's thread. */
 typedef struct cuemm__ctx_guard { int pushed; } cuemm__ctx_guard;
 CUresult cuemm__ctx_enter(cuemm_manager *m, cuemm__ctx_guard *g);
-void cuemm__ctx_leave(cuemm_manager *m, cuemm__ctx_guard *g);
+CUresult cuemm__ctx_leave(cuemm_manager *m, cuemm__ctx_guard *g, CUresult r);
 
 /* Allocates with the out-of-memory flush-and-retry policy and records the
  * allocation.  `flags` go to cuMemHostAlloc for CUEMM__KIND_HOST. */
