@@ -21,9 +21,11 @@ int main(void)
                         CU_MEMHOSTALLOC_WRITECOMBINED | CU_MEMHOSTALLOC_PORTABLE };
   for (int i = 0; i < 4; i++) {
     is(cuemm_host_alloc(m, &h[i], 8192, flags[i]), CUDA_SUCCESS, "host alloc with flags 0x%x", flags[i]);
-    unsigned got = 0;
+    /* A driver with unified addressing may leave PORTABLE out of what it
+     * reports (all pinned memory is portable then): compare the rest. */
+    unsigned got = 0, want = flags[i] & ~(unsigned)CU_MEMHOSTALLOC_PORTABLE;
     CHECK_CU(cuMemHostGetFlags(&got, h[i]));
-    ok((got & flags[i]) == flags[i], "driver reports flags 0x%x for 0x%x", got, flags[i]);
+    ok((got & want) == want, "driver reports flags 0x%x for 0x%x", got, flags[i]);
   }
   is(cuemm_host_alloc(m, &h[0], 16, 0x100), CUDA_ERROR_INVALID_VALUE, "unknown flag refused");
   like(cuemm_last_error(), "unknown flags 0x100", "message names the bad flags");
