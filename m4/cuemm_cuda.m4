@@ -18,10 +18,13 @@ AC_DEFUN([CUEMM_CHECK_CUDA_HEADER], [
     AC_MSG_CHECKING([for cuda.h in $cuemm_dir/include])
     cuemm_save_CPPFLAGS=$CPPFLAGS
     CPPFLAGS="$CPPFLAGS -I$cuemm_dir/include"
-    AC_PREPROC_IFELSE([AC_LANG_SOURCE([[#include <cuda.h>
+    # The file test comes first: CPATH or the compiler's own paths may hold
+    # another cuda.h, which must not pass for the one in $cuemm_dir.
+    AS_IF([test -f "$cuemm_dir/include/cuda.h"],
+      [AC_PREPROC_IFELSE([AC_LANG_SOURCE([[#include "$cuemm_dir/include/cuda.h"
 #if CUDA_VERSION < 12000
 #error cuda.h older than CUDA 12.0
-#endif]])], [cuemm_cuda_found=$cuemm_dir])
+#endif]])], [cuemm_cuda_found=$cuemm_dir])])
     CPPFLAGS=$cuemm_save_CPPFLAGS
     AS_IF([test -n "$cuemm_cuda_found"], [AC_MSG_RESULT([yes]); break], [AC_MSG_RESULT([no])])
   done
