@@ -516,6 +516,7 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
 {
   CHECK_MANAGER(m, "cuemm_destroy");
   cuemm__registry_remove(m);
+  size_t ipc_closed = cuemm__ipc_close_all(m);
   pthread_mutex_lock(&m->lock);
   destroy_walk w = { .m = m, .first_error = CUDA_SUCCESS };
   cuemm__ctx_guard g;
@@ -558,5 +559,12 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
   else if (w.outstanding)
     cuemm__error(CUDA_SUCCESS, "cuemm_destroy: freed %zu outstanding allocations (%zu bytes) the program had not freed",
                  w.outstanding, w.outstanding_bytes);
+  if (ipc_closed) {
+    if (gone || w.outstanding)
+      cuemm__error_append("; ");
+    else
+      cuemm__error(CUDA_SUCCESS, "cuemm_destroy: ");
+    cuemm__error_append("closed %zu IPC mappings the program had not closed", ipc_closed);
+  }
   return CUDA_SUCCESS;
 }
