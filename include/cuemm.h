@@ -310,8 +310,9 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m);
  * allocation alive (not free it, not reset or destroy its manager) until
  * every importer has closed it, since cuemm cannot see into other processes.
  * Freeing an exported allocation is deferred like any other free, and the
- * memory goes back to the driver at the next flush; what an importer still
- * using it sees then is the driver's business, never something to count on.
+ * memory goes back to the driver at the next flush; an importer still using
+ * it then has undefined behaviour (the driver's rule for cuMemFree before
+ * cuIpcCloseMemHandle).
  * In the importer, a handle's mapping is a view that owns no memory, so
  * closing it is immediate (never queued, defer scopes or not), and
  * cuemm_destroy of an importing manager closes the mappings still open in its
@@ -377,8 +378,9 @@ CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const voi
  * nothing new: the pointer shares that mapping, which stays until the last of
  * its users is closed.  See "Devices" above for handles from another device.
  * Errors: CUDA_ERROR_INVALID_VALUE for h or p NULL and every malformed handle;
- * CUDA_ERROR_INVALID_CONTEXT for a handle exported by this very process (the
- * driver cannot open it; use the exporter's pointer directly);
+ * CUDA_ERROR_INVALID_CONTEXT for a handle exported by this very process (its
+ * source_pid is this process's pid; the driver cannot open it either: use the
+ * exporter's pointer directly);
  * CUDA_ERROR_INVALID_DEVICE when no device of this process has the source's
  * UUID; CUDA_ERROR_PEER_ACCESS_UNSUPPORTED when m's device cannot reach the
  * source device; CUDA_ERROR_NOT_SUPPORTED when the driver has no legacy IPC;
