@@ -287,6 +287,127 @@ CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s);
 CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m);
 
 /* ------------------------------------------------------------------------ */
+/* Sharing device memory between processes (IPC)                             */
+
+/* A process exports a pointer into one of its manager's allocations as a
+ * handle; another process opens the handle and gets a device pointer to the
+ * same bytes, with no copy.  The handle is plain bytes: send it through a
+ * pipe, a socket or a file (write(fd, &h, sizeof h)), and check what arrives
+ * with cuemm_ipc_handle_from_bytes.
+ *
+ * Byte layout (CUEMM_IPC_HANDLE_SIZE = 128 bytes, no padding; integers in the
+ * host's byte order, since IPC never leaves the machine):
+ *
+ *   offset size field
+ *        0    4 magic        "cuem" (no terminating NUL)
+ *        4    2 version      CUEMM_IPC_HANDLE_VERSION (1)
+ *        6    2 kind         CUEMM_IPC_KIND_DEVICE (1): cuMemAlloc memory
+ *                            shared with the driver's legacy IPC; other
+ *                            values are kept for memory that needs another
+ *                            mechanism (stream-ordered pools)
+ *        8    4 source_pid   the exporting process
+ *       12    4 checksum     32-bit FNV-1a (offset basis 2166136261, prime
+ *                            16777619) of all 128 bytes, the checksum's own
+ *                            four bytes counted as zero
+ *       16    8 offset       of the exported pointer from the allocation's start
+ *       24    8 size         bytes the importer may use from that pointer
+ *       32    8 alloc_size   bytes of the whole allocation
+ *       40   16 device_uuid  cuDeviceGetUuid of the exporting device
+ *       56    8 reserved     zero
+ *       64   64 driver       cuIpcGetMemHandle of the allocation's start
+ *
+ * Lifetime.  The exporting process owns the memory: it must keep the
+ * allocation alive (not free it, not reset or destroy its manager) until
+ * every importer has closed it, since cuemm cannot see into other processes.
+ * Freeing an exported allocation is deferred like any other free, and the
+ * memory goes back to the driver at the next flush; an importer still using
+ * it then has undefined behaviour (the driver's rule for cuMemFree before
+ * cuIpcCloseMemHandle).
+ * In the importer, a handle's mapping is a view that owns no memory, so
+ * closing it is immediate (never queued, defer scopes or not), and
+ * cuemm_destroy of an importing manager closes the mappings still open in its
+ * context (its message says how many).  cuemm_reset leaves them open.
+ *
+ * Devices.  A handle opened on the device it came from maps the memory
+ * directly.  Opened on another device, the source device is found by its
+ * UUID and must be reachable as a peer (cuDeviceCanAccessPeer); the driver
+ * then enables peer access lazily (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS).
+ * cuemm never falls back to a staged copy through host memory: where the
+ * memory cannot be mapped, the open fails and says why.
+ *
+ * Thread-safety: cuemm_ipc_export holds the manager's lock (the allocation
+ * cannot be freed meanwhile); cuemm_ipc_open and cuemm_ipc_close serialize on
+ * one process-wide lock; cuemm_ipc_handle_from_bytes touches no shared state.
+ */
+
+#define CUEMM_IPC_HANDLE_SIZE 128
+#define CUEMM_IPC_HANDLE_VERSION 1
+#define CUEMM_IPC_MAGIC "cuem"
+#define CUEMM_IPC_KIND_DEVICE 1
+
+typedef struct cuemm_ipc_handle {
+  char magic[4];
+  uint16_t version;
+  uint16_t kind;
+  uint32_t source_pid;
+  uint32_t checksum;
+  uint64_t offset;
+  uint64_t size;
+  uint64_t alloc_size;
+  uint8_t device_uuid[16];
+  uint8_t reserved[8];
+  CUipcMemHandle driver;
+} cuemm_ipc_handle;
+
+/* Fills *h for the device pointer p, which may be the start of an allocation
+ * of this manager or any byte inside it.  The importer may use `size` bytes
+ * from p; 0 means up to the end of the allocation.
+ * Errors: CUDA_ERROR_INVALID_VALUE for m, h or p NULL; for a pointer inside no
+ * live allocation of this manager (another manager's or cuMemAlloc's memory,
+ * host memory, an allocation already freed, pending release or not); for
+ * size running past the allocation's end.  CUDA_ERROR_NOT_SUPPORTED when the
+ * driver has no legacy IPC; driver errors of cuIpcGetMemHandle as reported.
+ * *h is written only on success. */
+CUEMM_EXTERN CUresult cuemm_ipc_export(cuemm_manager *m, CUdeviceptr p, size_t size, cuemm_ipc_handle *h);
+
+/* Checks `len` bytes received from another process and, when they are a
+ * handle, copies them to *h.
+ * Errors (all CUDA_ERROR_INVALID_VALUE, *h untouched, the message says which
+ * check failed): h or bytes NULL; len other than CUEMM_IPC_HANDLE_SIZE; a
+ * wrong magic, a version other than CUEMM_IPC_HANDLE_VERSION, a checksum
+ * that does not match, reserved bytes not zero, a zero pid, size 0, or
+ * offset + size beyond alloc_size.  CUDA_ERROR_NOT_SUPPORTED for a
+ * well-formed handle of a kind this version of cuemm cannot open. */
+CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const void *bytes, size_t len);
+
+/* *p = the exported pointer (the allocation's start + offset), mapped in m's
+ * context; m NULL: the manager of the calling thread's current context
+ * (cuemm_get).  The handle is checked first as cuemm_ipc_handle_from_bytes
+ * checks bytes, so reading it straight into a cuemm_ipc_handle is safe too.
+ * Opening a handle of an allocation that this context has open already maps
+ * nothing new: the pointer shares that mapping, which stays until the last of
+ * its users is closed.  See "Devices" above for handles from another device.
+ * Errors: CUDA_ERROR_INVALID_VALUE for h or p NULL and every malformed handle;
+ * CUDA_ERROR_INVALID_CONTEXT for a handle exported by this very process (its
+ * source_pid is this process's pid; the driver cannot open it either: use the
+ * exporter's pointer directly);
+ * CUDA_ERROR_INVALID_DEVICE when no device of this process has the source's
+ * UUID; CUDA_ERROR_PEER_ACCESS_UNSUPPORTED when m's device cannot reach the
+ * source device; CUDA_ERROR_NOT_SUPPORTED when the driver has no legacy IPC;
+ * driver errors of cuIpcOpenMemHandle as reported (for instance when the
+ * exporter has freed the memory or exited). */
+CUEMM_EXTERN CUresult cuemm_ipc_open(cuemm_manager *m, const cuemm_ipc_handle *h, CUdeviceptr *p);
+
+/* Closes a pointer from cuemm_ipc_open on the same manager (m NULL: the
+ * current context's), once per open.  The last close of a mapping unmaps it
+ * with cuIpcCloseMemHandle at once.
+ * Errors: CUDA_ERROR_INVALID_VALUE for a pointer that is not open in m's
+ * context (never opened, closed as many times as opened, or opened with
+ * another manager); driver errors of cuIpcCloseMemHandle, after which the
+ * pointer stays open and the close may be tried again. */
+CUEMM_EXTERN CUresult cuemm_ipc_close(cuemm_manager *m, CUdeviceptr p);
+
+/* ------------------------------------------------------------------------ */
 /* Drop-ins for cuMemAlloc / cuMemFree                                       */
 
 /* cuemm_alloc / cuemm_free on the manager of the calling thread's current

@@ -27,6 +27,7 @@
   X(MemHostAlloc) X(MemFreeHost) X(MemHostGetDevicePointer)                    \
   X(MemHostRegister) X(MemHostUnregister) X(PointerGetAttribute)               \
   O(IpcGetMemHandle) O(IpcOpenMemHandle) O(IpcCloseMemHandle)                  \
+  O(DeviceCanAccessPeer)                                                       \
   O(MemAddressReserve) O(MemAddressFree) O(MemCreate) O(MemRelease)            \
   O(MemMap) O(MemUnmap) O(MemSetAccess) O(MemGetAllocationGranularity)         \
   O(MemExportToShareableHandle) O(MemImportFromShareableHandle)                \

@@ -540,6 +540,7 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
     return r;
   }
   cuemm__registry_remove(m);
+  size_t ipc_closed = cuemm__ipc_close_all(m);
 
   /* Force: the manager is going away, scopes or not.  On a failing free,
    * skip it and go on: nothing may stay owned by a manager that no longer
@@ -569,6 +570,13 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
   if (w.outstanding)
     cuemm__error(CUDA_SUCCESS, "cuemm_destroy: freed %zu outstanding allocations (%zu bytes) the program had not freed",
                  w.outstanding, w.outstanding_bytes);
+  if (ipc_closed) {
+    if (w.outstanding)
+      cuemm__error_append("; ");
+    else
+      cuemm__error(CUDA_SUCCESS, "cuemm_destroy: ");
+    cuemm__error_append("closed %zu IPC mappings the program had not closed", ipc_closed);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -577,6 +585,7 @@ CUEMM_EXTERN CUresult cuemm_abandon(cuemm_manager *m)
   CHECK_MANAGER(m, "cuemm_abandon");
   pthread_mutex_lock(&m->lock);
   cuemm__registry_remove(m);
+  cuemm__ipc_forget_all(m);
   size_t live = m->owned.used - m->pending.count, pending = m->pending.count;
   free_manager(m);
   cuemm__error(CUDA_SUCCESS, "cuemm_abandon: dropped %zu live allocations and %zu pending frees without a driver call",

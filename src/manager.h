@@ -2,7 +2,7 @@
  *
  * manager.c owns the lifecycle and the alloc/free/flush policy; host.c adds
  * pinned host memory on top of the same paths; registry.c maps contexts to
- * managers.  Locking rule: m->lock guards everything below it in the struct
+ * managers; ipc.c shares allocations with other processes.  Locking rule: m->lock guards everything below it in the struct
  * and is held across the driver calls of one operation (a flush included),
  * so a pointer is never in the table and the driver's free list at once.
  */
@@ -50,5 +50,11 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p);
 /* Registry (registry.c). */
 CUresult cuemm__registry_add(cuemm_manager *m);
 void cuemm__registry_remove(cuemm_manager *m);
+
+/* IPC (ipc.c): closes every mapping opened with cuemm_ipc_open on m and
+ * returns how many there were.  Called by cuemm_destroy without m's lock. */
+size_t cuemm__ipc_close_all(cuemm_manager *m);
+/* The same without driver calls, for a manager whose context is gone. */
+size_t cuemm__ipc_forget_all(cuemm_manager *m);
 
 #endif

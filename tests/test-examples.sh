@@ -1,7 +1,7 @@
 #!/bin/sh
 # test-examples.sh: the examples build and run, and say what they should.
 b=${CUEMM_TOP_BUILDDIR:-.}
-echo "1..4"
+echo "1..6"
 out=$("$b/examples/quickstart" 2>&1); rc=$?
 echo "$out" | sed 's/^/# /'
 if test $rc -eq 0; then echo "ok 1 - quickstart runs"; else echo "not ok 1 - quickstart runs (exit $rc)"; fi
@@ -17,4 +17,13 @@ if echo "$out" | grep -q "400 temporaries: 0 released inside the loop, 400 after
   echo "ok 4 - jit_launch releases no temporary inside its loop"
 else
   echo "not ok 4 - jit_launch releases no temporary inside its loop"
+fi
+out=$("$b/examples/ipc_share" 2>&1); rc=$?
+echo "$out" | sed 's/^/# /'
+if test $rc -eq 0; then echo "ok 5 - ipc_share runs"; else echo "not ok 5 - ipc_share runs (exit $rc)"; fi
+if echo "$out" | grep -q "consumer changed 65536 bytes of the slice, 0 bytes are not as expected" &&
+   echo "$out" | grep -q "consumer: opened 65536 bytes at offset 12388 from pid [0-9]*, 0 wrong"; then
+  echo "ok 6 - ipc_share sees data both ways"
+else
+  echo "not ok 6 - ipc_share sees data both ways"
 fi

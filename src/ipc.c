@@ -1,0 +1,506 @@
+/* ipc.c: owns sharing device memory between processes: the handle format
+ * (its checks and checksum), exporting a pointer of a manager's allocation,
+ * and the process-wide table of mappings opened from handles.
+ *
+ * The driver's legacy IPC handle names a whole cuMemAlloc allocation, while
+ * a program wants to share a slice, and to send the handle through a pipe to
+ * a reader that must tell a handle from garbage before the driver sees it.
+ * So cuemm's handle wraps the driver's with the slice (offset, size), the
+ * allocation's size, the source device and a checksum.
+ *
+ * The driver maps an allocation once per context, yet a process may open it
+ * several times (two slices, or one slice from two parts of the program).
+ * The table maps each allocation once per context and counts the opens of
+ * each pointer, so the last close unmaps, not the first, and a close of a
+ * pointer that was never opened is refused instead of unmapping someone
+ * else's view.  One lock guards the table and is held across the driver's
+ * open and close, so two threads opening one handle cannot map it twice.
+ * That lock is never held while taking a manager's lock.
+ */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "manager.h"
+
+_Static_assert(sizeof(cuemm_ipc_handle) == CUEMM_IPC_HANDLE_SIZE, "handle is 128 bytes");
+_Static_assert(offsetof(cuemm_ipc_handle, version) == 4, "layout: version");
+_Static_assert(offsetof(cuemm_ipc_handle, kind) == 6, "layout: kind");
+_Static_assert(offsetof(cuemm_ipc_handle, source_pid) == 8, "layout: source_pid");
+_Static_assert(offsetof(cuemm_ipc_handle, checksum) == 12, "layout: checksum");
+_Static_assert(offsetof(cuemm_ipc_handle, offset) == 16, "layout: offset");
+_Static_assert(offsetof(cuemm_ipc_handle, size) == 24, "layout: size");
+_Static_assert(offsetof(cuemm_ipc_handle, alloc_size) == 32, "layout: alloc_size");
+_Static_assert(offsetof(cuemm_ipc_handle, device_uuid) == 40, "layout: device_uuid");
+_Static_assert(offsetof(cuemm_ipc_handle, reserved) == 56, "layout: reserved");
+_Static_assert(offsetof(cuemm_ipc_handle, driver) == 64, "layout: driver");
+_Static_assert(sizeof(CUipcMemHandle) == 64, "the driver's handle is 64 bytes");
+
+/* ---- the handle ------------------------------------------------------------ */
+
+static uint32_t checksum_of(const cuemm_ipc_handle *h)
+{
+  const unsigned char *b = (const unsigned char *)h;
+  uint32_t x = 2166136261u;
+  for (size_t i = 0; i < sizeof *h; i++) {
+    int in_field = i >= offsetof(cuemm_ipc_handle, checksum) &&
+                   i < offsetof(cuemm_ipc_handle, checksum) + sizeof h->checksum;
+    x ^= in_field ? 0u : b[i];
+    x *= 16777619u;
+  }
+  return x;
+}
+
+static void uuid_hex(const uint8_t *u, char out[33])
+{
+  static const char digits[] = "0123456789abcdef";
+  for (int i = 0; i < 16; i++) {
+    out[2 * i] = digits[u[i] >> 4];
+    out[2 * i + 1] = digits[u[i] & 15];
+  }
+  out[32] = 0;
+}
+
+/* The checks of cuemm_ipc_handle_from_bytes, shared with cuemm_ipc_open so
+ * that a handle read straight into the struct is held to the same rules.
+ * Magic and version come before the checksum: under another version the
+ * checksum may be computed differently, and "version 2" says more than
+ * "checksum mismatch". */
+static CUresult check_handle(const cuemm_ipc_handle *h, const char *fn)
+{
+  if (memcmp(h->magic, CUEMM_IPC_MAGIC, sizeof h->magic) != 0)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: not a cuemm IPC handle (the magic is not \"%s\")", fn,
+                        CUEMM_IPC_MAGIC);
+  if (h->version != CUEMM_IPC_HANDLE_VERSION)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: handle version %u; this cuemm reads version %d", fn,
+                        (unsigned)h->version, CUEMM_IPC_HANDLE_VERSION);
+  uint32_t sum = checksum_of(h);
+  if (sum != h->checksum)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: checksum mismatch (the handle says 0x%08" PRIx32
+                        ", its bytes give 0x%08" PRIx32 "): damaged in transit, or not a whole handle", fn,
+                        h->checksum, sum);
+  for (size_t i = 0; i < sizeof h->reserved; i++)
+    if (h->reserved[i])
+      return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: reserved byte %zu is not zero", fn, i);
+  if (h->source_pid == 0)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: the handle names no exporting process (pid 0)", fn);
+  if (h->size == 0 || h->alloc_size == 0 || h->offset >= h->alloc_size || h->size > h->alloc_size - h->offset)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: the handle's slice (offset %" PRIu64 ", size %" PRIu64
+                        ") does not lie inside its allocation of %" PRIu64 " bytes", fn, h->offset, h->size,
+                        h->alloc_size);
+  if (h->kind != CUEMM_IPC_KIND_DEVICE)
+    return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "%s: handle of kind %u; this cuemm opens kind %d only "
+                        "(device memory shared with legacy IPC)", fn, (unsigned)h->kind, CUEMM_IPC_KIND_DEVICE);
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const void *bytes, size_t len)
+{
+  if (!h)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_handle_from_bytes: h is NULL");
+  if (!bytes)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_handle_from_bytes: bytes is NULL");
+  if (len != CUEMM_IPC_HANDLE_SIZE)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_handle_from_bytes: %zu bytes; a handle is %d bytes%s",
+                        len, CUEMM_IPC_HANDLE_SIZE, len < CUEMM_IPC_HANDLE_SIZE ? " (truncated?)" : "");
+  cuemm_ipc_handle copy;
+  memcpy(&copy, bytes, sizeof copy);
+  CUresult r = check_handle(&copy, "cuemm_ipc_handle_from_bytes");
+  if (r == CUDA_SUCCESS)
+    *h = copy;
+  return r;
+}
+
+/* ---- export ------------------------------------------------------------------ */
+
+/* Finds the live device allocation of m holding p, and fills what the
+ * handle says of it.  Lock held, context entered. */
+static CUresult describe_locked(cuemm_manager *m, CUdeviceptr p, size_t size, cuemm_ipc_handle *h, CUdeviceptr *base)
+{
+  const cuemm__driver_table *d = m->drv;
+  size_t range = 0;
+  CUresult r = d->MemGetAddressRange(base, &range, p);
+  if (r != CUDA_SUCCESS)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: 0x%llx is not device memory the driver knows "
+                        "in this manager's context (cuMemGetAddressRange answered %d)", (unsigned long long)p, (int)r);
+  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, (uintptr_t)*base);
+  if (!e || e->kind != CUEMM__KIND_DEVICE)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: 0x%llx lies in an allocation at 0x%llx that this "
+                        "manager does not own (another manager's, or allocated without cuemm)",
+                        (unsigned long long)p, (unsigned long long)*base);
+  if (e->pending)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: 0x%llx lies in an allocation at 0x%llx that "
+                        "the program has freed already (it waits in the pending queue)",
+                        (unsigned long long)p, (unsigned long long)*base);
+  size_t offset = (size_t)(p - *base);
+  if (offset >= e->size)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: 0x%llx is past the end of its allocation "
+                        "(0x%llx, %zu bytes)", (unsigned long long)p, (unsigned long long)*base, e->size);
+  if (size == 0)
+    size = e->size - offset;
+  else if (size > e->size - offset)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: %zu bytes from offset %zu run past the end of "
+                        "the allocation (%zu bytes)", size, offset, e->size);
+  h->offset = offset;
+  h->size = size;
+  h->alloc_size = e->size;
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUresult cuemm_ipc_export(cuemm_manager *m, CUdeviceptr p, size_t size, cuemm_ipc_handle *h)
+{
+  if (!m)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: manager is NULL");
+  if (!h)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: h is NULL");
+  if (!p)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: p is NULL");
+  if (!m->drv->IpcGetMemHandle)
+    return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "cuemm_ipc_export: the CUDA driver %s has no cuIpcGetMemHandle",
+                        m->drv->path);
+
+  cuemm_ipc_handle out;
+  memset(&out, 0, sizeof out);
+  CUdeviceptr base = 0;
+  CUuuid uuid;
+  pthread_mutex_lock(&m->lock);
+  cuemm__ctx_guard g;
+  CUresult r = cuemm__ctx_enter(m, &g);
+  if (r == CUDA_SUCCESS) {
+    r = describe_locked(m, p, size, &out, &base);
+    if (r == CUDA_SUCCESS && (r = m->drv->IpcGetMemHandle(&out.driver, base)) != CUDA_SUCCESS)
+      cuemm__driver_error(r, "cuIpcGetMemHandle(0x%llx)", (unsigned long long)base);
+    if (r == CUDA_SUCCESS && (r = m->drv->DeviceGetUuid(&uuid, m->dev)) != CUDA_SUCCESS)
+      cuemm__driver_error(r, "cuDeviceGetUuid(device %d)", (int)m->dev);
+    r = cuemm__ctx_leave(m, &g, r);
+  }
+  pthread_mutex_unlock(&m->lock);
+  if (r != CUDA_SUCCESS)
+    return r;
+
+  memcpy(out.magic, CUEMM_IPC_MAGIC, sizeof out.magic);
+  out.version = CUEMM_IPC_HANDLE_VERSION;
+  out.kind = CUEMM_IPC_KIND_DEVICE;
+  out.source_pid = (uint32_t)getpid();
+  memcpy(out.device_uuid, uuid.bytes, sizeof out.device_uuid);
+  out.checksum = checksum_of(&out);
+  *h = out;
+  return CUDA_SUCCESS;
+}
+
+/* ---- the table of opened mappings -------------------------------------------- */
+
+typedef struct ipc_user {
+  CUdeviceptr p;      /* what cuemm_ipc_open returned */
+  size_t opens;       /* not yet closed */
+} ipc_user;
+
+typedef struct ipc_mapping {
+  struct ipc_mapping *next;
+  CUipcMemHandle key;             /* the driver's handle of the allocation */
+  unsigned long long ctx_id;      /* the importing context */
+  cuemm_manager *m;
+  CUdeviceptr base;
+  uint64_t alloc_size;
+  /* cuIpcOpenMemHandle calls that returned this base, each to be closed:
+   * normally 1, more if the driver gave two handles for one allocation. */
+  unsigned driver_opens;
+  ipc_user *users;
+  size_t nusers, capusers;
+} ipc_mapping;
+
+static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+static ipc_mapping *mappings;
+
+static ipc_mapping *find_by_key(const CUipcMemHandle *key, unsigned long long ctx_id)
+{
+  for (ipc_mapping *mp = mappings; mp; mp = mp->next)
+    if (mp->ctx_id == ctx_id && memcmp(&mp->key, key, sizeof *key) == 0)
+      return mp;
+  return NULL;
+}
+
+static ipc_mapping *find_by_base(CUdeviceptr base, unsigned long long ctx_id)
+{
+  for (ipc_mapping *mp = mappings; mp; mp = mp->next)
+    if (mp->ctx_id == ctx_id && mp->base == base)
+      return mp;
+  return NULL;
+}
+
+/* The mapping of ctx_id that handed out p, and p's user entry. */
+static ipc_mapping *find_user(CUdeviceptr p, unsigned long long ctx_id, ipc_user **user)
+{
+  for (ipc_mapping *mp = mappings; mp; mp = mp->next) {
+    if (mp->ctx_id != ctx_id || p < mp->base || p - mp->base >= mp->alloc_size)
+      continue;
+    for (size_t i = 0; i < mp->nusers; i++)
+      if (mp->users[i].p == p) {
+        *user = &mp->users[i];
+        return mp;
+      }
+  }
+  return NULL;
+}
+
+static int add_user(ipc_mapping *mp, CUdeviceptr p)
+{
+  for (size_t i = 0; i < mp->nusers; i++)
+    if (mp->users[i].p == p) {
+      mp->users[i].opens++;
+      return 0;
+    }
+  if (mp->nusers == mp->capusers) {
+    size_t cap = mp->capusers ? mp->capusers * 2 : 4;
+    ipc_user *grown = realloc(mp->users, cap * sizeof *grown);
+    if (!grown)
+      return -1;
+    mp->users = grown;
+    mp->capusers = cap;
+  }
+  mp->users[mp->nusers++] = (ipc_user){ p, 1 };
+  return 0;
+}
+
+static void unlink_mapping(ipc_mapping *mp)
+{
+  for (ipc_mapping **at = &mappings; *at; at = &(*at)->next)
+    if (*at == mp) {
+      *at = mp->next;
+      break;
+    }
+  free(mp->users);
+  free(mp);
+}
+
+/* Unmaps with as many driver closes as there were driver opens.  Context
+ * entered.  On failure the opens not yet undone stay counted. */
+static CUresult driver_close(ipc_mapping *mp)
+{
+  while (mp->driver_opens > 0) {
+    CUresult r = mp->m->drv->IpcCloseMemHandle(mp->base);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuIpcCloseMemHandle(0x%llx)", (unsigned long long)mp->base);
+    mp->driver_opens--;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* ---- open and close ----------------------------------------------------------- */
+
+/* Whether m's device can map memory of the handle's device.  The same
+ * device needs nothing; another one must be visible here and reachable as a
+ * peer, since cuemm does no staged copy. */
+static CUresult check_reach(cuemm_manager *m, const cuemm_ipc_handle *h)
+{
+  const cuemm__driver_table *d = m->drv;
+  char hex[33];
+  CUuuid mine;
+  CUresult r = d->DeviceGetUuid(&mine, m->dev);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuDeviceGetUuid(device %d)", (int)m->dev);
+  if (memcmp(mine.bytes, h->device_uuid, sizeof h->device_uuid) == 0)
+    return CUDA_SUCCESS;
+  int count = 0;
+  if ((r = d->DeviceGetCount(&count)) != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuDeviceGetCount");
+  for (int i = 0; i < count; i++) {
+    CUdevice dev;
+    CUuuid u;
+    if ((r = d->DeviceGet(&dev, i)) != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuDeviceGet(%d)", i);
+    if ((r = d->DeviceGetUuid(&u, dev)) != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuDeviceGetUuid(device %d)", i);
+    if (memcmp(u.bytes, h->device_uuid, sizeof h->device_uuid) != 0)
+      continue;
+    if (!d->DeviceCanAccessPeer)
+      return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "cuemm_ipc_open: the CUDA driver %s has no cuDeviceCanAccessPeer "
+                          "to tell whether device %d can reach the source device %d", d->path, (int)m->dev, i);
+    int can = 0;
+    if ((r = d->DeviceCanAccessPeer(&can, m->dev, dev)) != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuDeviceCanAccessPeer(device %d, device %d)", (int)m->dev, i);
+    if (!can)
+      return cuemm__error(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "cuemm_ipc_open: the memory is on device %d, which "
+                          "device %d (this manager's) cannot access as a peer; open the handle in a context on "
+                          "device %d (cuemm does no staged copy through host memory)", i, (int)m->dev, i);
+    return CUDA_SUCCESS;
+  }
+  uuid_hex(h->device_uuid, hex);
+  return cuemm__error(CUDA_ERROR_INVALID_DEVICE, "cuemm_ipc_open: the memory is on device %s, which is not visible "
+                      "in this process (check CUDA_VISIBLE_DEVICES)", hex);
+}
+
+/* Maps the handle's allocation in m's context for the first time (*created
+ * = 1), or joins the mapping when the driver answers with a base this
+ * context has mapped under another handle (*created = 0).  ipc_lock held,
+ * context entered. */
+static CUresult map_new(cuemm_manager *m, const cuemm_ipc_handle *h, ipc_mapping **out, int *created)
+{
+  CUdeviceptr base = 0;
+  CUresult r = m->drv->IpcOpenMemHandle(&base, h->driver, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  if (r != CUDA_SUCCESS) {
+    cuemm__driver_error(r, "cuIpcOpenMemHandle(handle from pid %" PRIu32 ", %" PRIu64 " bytes)", h->source_pid,
+                        h->alloc_size);
+    cuemm__error_append(" (has the exporter freed the memory or exited?)");
+    return r;
+  }
+  ipc_mapping *mp = find_by_base(base, m->ctx_id);
+  if (mp) {
+    mp->driver_opens++;
+    *out = mp;
+    *created = 0;
+    return CUDA_SUCCESS;
+  }
+  mp = calloc(1, sizeof *mp);
+  if (!mp) {
+    m->drv->IpcCloseMemHandle(base);
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_ipc_open: no host memory to record the mapping");
+  }
+  mp->key = h->driver;
+  mp->ctx_id = m->ctx_id;
+  mp->m = m;
+  mp->base = base;
+  mp->alloc_size = h->alloc_size;
+  mp->driver_opens = 1;
+  mp->next = mappings;
+  mappings = mp;
+  *out = mp;
+  *created = 1;
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUresult cuemm_ipc_open(cuemm_manager *m, const cuemm_ipc_handle *h, CUdeviceptr *p)
+{
+  if (!h)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_open: h is NULL");
+  if (!p)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_open: p is NULL");
+  CUresult r = check_handle(h, "cuemm_ipc_open");
+  if (r != CUDA_SUCCESS)
+    return r;
+  if (h->source_pid == (uint32_t)getpid())
+    return cuemm__error(CUDA_ERROR_INVALID_CONTEXT, "cuemm_ipc_open: the handle was exported by this process "
+                        "(pid %" PRIu32 "); the driver opens handles only in other processes: use the exporter's "
+                        "pointer (its allocation + %" PRIu64 ") directly", h->source_pid, h->offset);
+  if (!m && (r = cuemm_get(&m)) != CUDA_SUCCESS)
+    return r;
+  const cuemm__driver_table *d = m->drv;
+  if (!d->IpcOpenMemHandle || !d->IpcCloseMemHandle)
+    return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "cuemm_ipc_open: the CUDA driver %s has no cuIpcOpenMemHandle",
+                        d->path);
+
+  pthread_mutex_lock(&ipc_lock);
+  ipc_mapping *mp = find_by_key(&h->driver, m->ctx_id);
+  int mapped = 0, created = 0;
+  CUresult restore = CUDA_SUCCESS; /* a failed restore of the caller's context, reported after the open */
+  if (!mp) {
+    cuemm__ctx_guard g;
+    r = cuemm__ctx_enter(m, &g);
+    if (r == CUDA_SUCCESS) {
+      r = check_reach(m, h);
+      if (r == CUDA_SUCCESS && (r = map_new(m, h, &mp, &created)) == CUDA_SUCCESS)
+        mapped = 1;
+      restore = cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+    }
+  }
+  CUdeviceptr q = 0;
+  if (r == CUDA_SUCCESS) {
+    q = mp->base + (CUdeviceptr)h->offset;
+    if (add_user(mp, q) != 0) {
+      /* Undo what this call mapped, so a failed open changes nothing. */
+      if (mapped) {
+        cuemm__ctx_guard g;
+        if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
+          d->IpcCloseMemHandle(mp->base);
+          cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+        }
+        mp->driver_opens--;
+        if (created)
+          unlink_mapping(mp);
+      }
+      r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_ipc_open: no host memory to record the open");
+    }
+  }
+  pthread_mutex_unlock(&ipc_lock);
+  if (r == CUDA_SUCCESS)
+    *p = q;
+  return r == CUDA_SUCCESS ? restore : r;
+}
+
+CUEMM_EXTERN CUresult cuemm_ipc_close(cuemm_manager *m, CUdeviceptr p)
+{
+  CUresult r;
+  if (!m && (r = cuemm_get(&m)) != CUDA_SUCCESS)
+    return r;
+  pthread_mutex_lock(&ipc_lock);
+  ipc_user *u = NULL;
+  ipc_mapping *mp = find_user(p, m->ctx_id, &u);
+  if (!mp) {
+    pthread_mutex_unlock(&ipc_lock);
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_close: 0x%llx is not open in this manager's context "
+                        "(never returned by cuemm_ipc_open here, or closed as many times as it was opened)",
+                        (unsigned long long)p);
+  }
+  r = CUDA_SUCCESS;
+  if (mp->nusers == 1 && u->opens == 1) {
+    cuemm__ctx_guard g;
+    r = cuemm__ctx_enter(m, &g);
+    CUresult restore = CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS) {
+      r = driver_close(mp);
+      restore = cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+    }
+    if (r == CUDA_SUCCESS)
+      unlink_mapping(mp);
+    if (r == CUDA_SUCCESS)
+      r = restore;
+  } else if (--u->opens == 0) {
+    *u = mp->users[--mp->nusers];
+  }
+  pthread_mutex_unlock(&ipc_lock);
+  return r;
+}
+
+/* ---- the manager goes away ----------------------------------------------------- */
+
+static size_t drop_all(cuemm_manager *m, int close);
+
+size_t cuemm__ipc_close_all(cuemm_manager *m)
+{
+  return drop_all(m, 1);
+}
+
+size_t cuemm__ipc_forget_all(cuemm_manager *m)
+{
+  return drop_all(m, 0);
+}
+
+static size_t drop_all(cuemm_manager *m, int close)
+{
+  size_t closed = 0;
+  pthread_mutex_lock(&ipc_lock);
+  ipc_mapping **at = &mappings;
+  while (*at) {
+    ipc_mapping *mp = *at;
+    if (mp->m != m) {
+      at = &mp->next;
+      continue;
+    }
+    /* Best effort: when the context is gone the mapping went with it, and
+     * a failing close cannot be retried by anyone once the manager is gone. */
+    cuemm__ctx_guard g;
+    if (close && cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
+      driver_close(mp);
+      cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+    }
+    closed++;
+    *at = mp->next;
+    free(mp->users);
+    free(mp);
+  }
+  pthread_mutex_unlock(&ipc_lock);
+  return closed;
+}
