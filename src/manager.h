@@ -52,7 +52,8 @@ CUresult cuemm__registry_add(cuemm_manager *m);
 void cuemm__registry_remove(cuemm_manager *m);
 
 /* IPC (ipc.c): closes every mapping opened with cuemm_ipc_open on m and
- * returns how many there were.  Called by cuemm_destroy without m's lock. */
+ * returns how many there were.  cuemm_destroy calls it with m's lock held:
+ * ipc.c never takes a manager's lock while it holds its own. */
 size_t cuemm__ipc_close_all(cuemm_manager *m);
 /* The same without driver calls, for a manager whose context is gone. */
 size_t cuemm__ipc_forget_all(cuemm_manager *m);
