@@ -113,6 +113,16 @@ static void basics(void)
   is(cuemm_free(m, q), CUDA_ERROR_INVALID_VALUE, "double free refused");
   like(cuemm_last_error(), "double free", "and named");
   is(test_stats(m).pending_count, 1, "the queue holds it once");
+
+  /* Reset returns live blocks through the queue. */
+  CUdeviceptr r[3];
+  for (int i = 0; i < 3; i++)
+    CHECK_CU(cuemm_alloc(m, &r[i], 10000));
+  CHECK_CU(cuemm_reset(m));
+  st = test_stats(m);
+  ok(st.live_count == 0 && st.pending_count == 0, "reset frees the live pool blocks");
+  is(pstats(m).used_bytes, 0, "and the pool has them back");
+  is(cuemm_free(m, r[0]), CUDA_ERROR_INVALID_VALUE, "their pointers are no longer valid");
   CHECK_CU(cuemm_destroy(m));
 
   /* Without a pool. */
@@ -436,7 +446,7 @@ static void check_clean(size_t live0, const char *what)
 
 static void faults(void)
 {
-  enum { CHECKS = 49 };
+  enum { CHECKS = 52 };
   if (!sim_present) {
     skip(CHECKS, SIM_REASON);
     return;
