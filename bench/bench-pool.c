@@ -10,7 +10,7 @@
  * 2. Growth: a fresh pool growing by N bytes (one request of N) against one
  *    cuMemAlloc of N bytes, N = 64 MiB .. 8 GiB; and the cost of growing
  *    1 GiB one unit at a time for several units (CUEMM_POOL_CHUNK), which
- *    is what the default chunk was chosen from.
+ *    is the measurement that sets the default chunk.
  * 3. The pipeline: 200 x (allocate 1 MiB, queue ~0.3 ms of GPU work, free)
  *    with the pool against the work alone.  Median of several runs.
  *
