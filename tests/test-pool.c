@@ -8,6 +8,7 @@
  * the out-of-memory path (flush, trim, retry, message); the cuMemAlloc
  * fallback for requests larger than the pool; peers; configuration errors.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -575,6 +576,81 @@ static void peers(void)
   is(cuemm_pool_grant_access(m, 1), CUDA_SUCCESS, "granting again does nothing");
   is(cuemm_pool_grant_access(m, 99), CUDA_ERROR_INVALID_DEVICE, "a device that does not exist is refused");
   CHECK_CU(cuemm_destroy(m));
+
+  /* A grant failing on the second of two runs takes back the first. */
+  if (!sim_present) {
+    skip(4, SIM_REASON);
+    return;
+  }
+  m = make_pool(4 * MiB, 256 * MiB, (size_t)1 << 40, 0, 0);
+  CUdeviceptr x, y, z;
+  CHECK_CU(cuemm_alloc(m, &x, 4 * MiB));
+  CHECK_CU(cuemm_alloc(m, &y, 4 * MiB));
+  CHECK_CU(cuemm_alloc(m, &z, 4 * MiB));
+  CHECK_CU(cuemm_free(m, y));
+  CHECK_CU(cuemm_pool_trim(m)); /* two runs: x's chunk and z's */
+  sim.fail("cuMemSetAccess", 2, CUDA_ERROR_UNKNOWN);
+  is(cuemm_pool_grant_access(m, 1), CUDA_ERROR_UNKNOWN, "a grant failing on the second run fails");
+  like(cuemm_last_error(), "cuMemSetAccess", "naming the call");
+  CHECK_CU(cuMemGetAccess(&flags, &loc, x));
+  is(flags, CU_MEM_ACCESS_FLAGS_PROT_NONE, "the first run's access was taken back");
+  is(pstats(m).peers, 0, "no peer recorded");
+  CHECK_CU(cuemm_destroy(m));
+}
+
+/* ---- threads ------------------------------------------------------------------ */
+
+typedef struct worker { cuemm_manager *m; CUcontext ctx; unsigned seed; int bad; } worker;
+
+static void *work(void *arg)
+{
+  worker *w = arg;
+  unsigned char buf[512];
+  if (cuCtxSetCurrent(w->ctx) != CUDA_SUCCESS) {
+    w->bad++;
+    return NULL;
+  }
+  for (int i = 0; i < 1500; i++) {
+    size_t size = 256 + (size_t)(rand_r(&w->seed) % (256 * 1024));
+    unsigned char tag = (unsigned char)(1 + rand_r(&w->seed) % 250);
+    CUdeviceptr p;
+    if (cuemm_alloc(w->m, &p, size) != CUDA_SUCCESS || cuMemsetD8(p, tag, size) != CUDA_SUCCESS) {
+      w->bad++;
+      continue;
+    }
+    size_t n = size < sizeof buf ? size : sizeof buf;
+    if (cuMemcpyDtoH(buf, p + size - n, n) != CUDA_SUCCESS)
+      w->bad++;
+    for (size_t k = 0; k < n; k++)
+      w->bad += buf[k] != tag;
+    if (cuemm_free(w->m, p) != CUDA_SUCCESS)
+      w->bad++;
+  }
+  return NULL;
+}
+
+static void threads(void)
+{
+  enum { N = 4 };
+  cuemm_manager *m = make_pool(4 * MiB, 1024 * MiB, 8 * MiB, 0, 10);
+  CUcontext ctx;
+  CHECK_CU(cuCtxGetCurrent(&ctx));
+  pthread_t t[N];
+  worker w[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (worker){ m, ctx, 1234u + (unsigned)i, 0 };
+    pthread_create(&t[i], NULL, work, &w[i]);
+  }
+  int bad = 0;
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    bad += w[i].bad;
+  }
+  is(bad, 0, "four threads allocating, writing, reading back and freeing: no failure, no foreign data");
+  CHECK_CU(cuemm_flush(m));
+  cuemm_pool_stats s = pstats(m);
+  ok(s.used_bytes == 0 && s.mapped_bytes == s.free_bytes, "all blocks back afterwards");
+  CHECK_CU(cuemm_destroy(m));
 }
 
 /* ---- configuration ----------------------------------------------------------- */
@@ -614,6 +690,7 @@ int main(void)
   out_of_memory();
   faults();
   peers();
+  threads();
   configuration();
   if (sim_present)
     is(sim.live_count(), live0, "simcuda: nothing left allocated");
