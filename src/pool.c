@@ -289,6 +289,8 @@ CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
     while ((u + 1) * p->unit <= end) {
       size_t head = p->units[u].head;
       size_t next = head + p->units[head].units;
+      if (next <= u)
+        next = u + 1; /* free space is always in a chunk; never loop on a torn record */
       if (head == u && next * p->unit <= end) {
         if (n == cap) {
           size_t c = cap ? cap * 2 : 16;
