@@ -26,6 +26,13 @@
  *                                     fraction of device memory (default 0.2)
  *   CUEMM_LIBCUDA                     the driver file to load instead of
  *                                     libcuda.so.1
+ *   CUEMM_POOL                        "vmm": serve cuemm_alloc from a growable
+ *                                     pool on CUDA virtual memory (default
+ *                                     "none"); CUEMM_POOL_RESERVE,
+ *                                     CUEMM_POOL_CHUNK,
+ *                                     CUEMM_POOL_RELEASE_THRESHOLD and
+ *                                     CUEMM_POOL_LIMIT tune it (see
+ *                                     cuemm_config)
  */
 #ifndef CUEMM_H
 #define CUEMM_H
@@ -97,6 +104,12 @@ CUEMM_EXTERN CUresult cuemm_driver_get_info(cuemm_driver_info *info);
 /* ------------------------------------------------------------------------ */
 /* Configuration                                                             */
 
+/* Where cuemm_alloc takes device memory from. */
+typedef enum cuemm_pool_kind {
+  CUEMM_POOL_NONE = 0,  /* cuMemAlloc for every allocation */
+  CUEMM_POOL_VMM = 1,   /* a growable pool on CUDA virtual memory management */
+} cuemm_pool_kind;
+
 typedef struct cuemm_config {
   /* A flush runs when, after a free is queued, more than this many frees are
    * pending.  0 frees at once (every free flushes). Default 10. */
@@ -104,6 +117,27 @@ typedef struct cuemm_config {
   /* A flush runs when, after a free is queued, the pending bytes exceed
    * floor(max_pending_ratio x total device memory).  In (0, 1]. Default 0.2. */
   double max_pending_ratio;
+
+  /* The pool (see "The pool" below).  CUEMM_POOL: "none" or "vmm".
+   * Default CUEMM_POOL_NONE. */
+  cuemm_pool_kind pool;
+  /* Bytes of virtual address space reserved for the pool at creation
+   * (CUEMM_POOL_RESERVE); 0: the device's total memory.  Rounded up to a
+   * whole number of chunks.  Requests larger than the reservation (or the
+   * limit) are not served by the pool but by cuMemAlloc. */
+  size_t pool_reserve;
+  /* The growth unit in bytes (CUEMM_POOL_CHUNK): the pool maps physical
+   * memory in whole multiples of it, one physical allocation per growth
+   * step.  Must be a multiple of the device's allocation granularity
+   * (2 MiB on current GPUs; checked at creation).  Default 32 MiB. */
+  size_t pool_chunk;
+  /* Free bytes the pool keeps mapped (CUEMM_POOL_RELEASE_THRESHOLD): when
+   * more is free after frees were released, wholly free chunks go back to
+   * the driver until at most about this much stays.  Default 1 GiB. */
+  size_t pool_release_threshold;
+  /* A cap on the pool's mapped bytes (CUEMM_POOL_LIMIT); 0: none (the
+   * reservation is the cap).  Default 0. */
+  size_t pool_limit;
 
   /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when
    * an environment variable was invalid, with env_error saying which.
@@ -176,9 +210,17 @@ CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m);
 /* Allocates `size` bytes of device memory with cuMemAlloc at once.  When the
  * driver answers CUDA_ERROR_OUT_OF_MEMORY, the pending frees are flushed
  * (unless a defer scope is open) and the allocation is tried once more.
+ * With a pool (cuemm_config.pool), requests up to the pool's capacity (its
+ * reservation, or its limit when set) come from the pool instead: 256-byte
+ * aligned, no driver call unless the pool has to grow; out of pool memory,
+ * the pending frees are flushed, the pool trimmed and the request retried
+ * once.  Larger requests go to cuMemAlloc as without a pool.
  * Errors: CUDA_ERROR_INVALID_VALUE for p == NULL or size == 0 (as cuMemAlloc);
  * CUDA_ERROR_OUT_OF_MEMORY when the retry failed too, or size exceeds the
- * device's memory; the message names the size. */
+ * device's memory; the message names the size (and, for the pool, its
+ * mapped and used bytes and its largest free block); a driver error of the
+ * pool's growth (cuMemCreate, cuMemMap, cuMemSetAccess) as reported, with
+ * the call named, after the growth step was undone. */
 CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size);
 
 /* Frees device memory allocated by cuemm_alloc on this manager: queues it,
@@ -208,6 +250,72 @@ CUEMM_EXTERN CUresult cuemm_defer_cleanup_begin(cuemm_manager *m);
 /* Closes a scope.  CUDA_ERROR_INVALID_VALUE when none is open (the count
  * never goes below zero). */
 CUEMM_EXTERN CUresult cuemm_defer_cleanup_end(cuemm_manager *m);
+
+/* ------------------------------------------------------------------------ */
+/* The pool                                                                  */
+
+/* With cuemm_config.pool = CUEMM_POOL_VMM (CUEMM_POOL=vmm), a manager
+ * reserves pool_reserve bytes of virtual addresses at creation and maps
+ * physical memory into them (cuMemCreate, cuMemMap, cuMemSetAccess) only
+ * when a request does not fit, at least pool_chunk bytes at a time.  Blocks
+ * are sub-allocated from the mapped memory and never move.  Frees of pool
+ * blocks are deferred like any other (same queue, same thresholds, same
+ * defer scopes); a flush that holds pool blocks calls cuCtxSynchronize once
+ * for the batch before any of them can be handed out again, so a block is
+ * never reused while work queued before its free may still use it.  Work
+ * queued on pool memory from other contexts (peers) is the program's to
+ * finish before the free.  After such a flush, when more than
+ * pool_release_threshold bytes are free, wholly free chunks go back to the
+ * driver; an automatic release that fails returns the driver's error from
+ * the call that caused it, and the memory stays mapped and usable. */
+
+typedef struct cuemm_pool_stats {
+  int enabled;                 /* 0: the manager has no pool (all else 0) */
+  CUdeviceptr base;            /* start of the reservation */
+  size_t reserved_bytes;       /* virtual address space reserved */
+  size_t chunk_bytes;          /* growth unit (pool_chunk) */
+  size_t granularity;          /* the driver's allocation granularity */
+  size_t release_threshold;    /* free bytes kept mapped */
+  size_t limit_bytes;          /* cap on mapped bytes (the reservation when none) */
+  size_t mapped_bytes;         /* physical memory mapped now */
+  size_t used_bytes;           /* in blocks handed out (live or pending free) */
+  size_t free_bytes;           /* mapped_bytes - used_bytes */
+  size_t largest_free_block;   /* the largest request served without growing */
+  size_t used_blocks;
+  size_t free_blocks;
+  size_t chunks;               /* physical chunks mapped now */
+  uint64_t chunks_mapped;      /* chunks mapped since creation */
+  uint64_t chunks_released;    /* chunks unmapped and released since creation */
+  uint64_t grow_steps;         /* growth steps that succeeded */
+  uint64_t grow_failures;      /* growth steps that failed (and were undone) */
+  uint64_t releases;           /* release passes that released a chunk */
+  uint64_t fallback_allocs;    /* requests larger than the pool, given to cuMemAlloc */
+  unsigned int peers;          /* devices granted access besides the owner */
+  double fragmentation;        /* 1 - largest_free_block / free_bytes; 0 when nothing is free */
+} cuemm_pool_stats;
+
+/* A consistent snapshot of the pool's state.  A manager without a pool
+ * fills *s with zeros (enabled = 0) and succeeds. */
+CUEMM_EXTERN CUresult cuemm_pool_get_stats(cuemm_manager *m, cuemm_pool_stats *s);
+
+/* Releases all the pool memory it can: flushes the pending frees (unless a
+ * defer scope is open), then unmaps and releases every wholly free chunk,
+ * whatever the release threshold.  Live blocks stay where they are.
+ * Errors: CUDA_ERROR_INVALID_VALUE without a pool (the message says how to
+ * enable one); the driver's error of a failing flush, cuMemRelease or
+ * cuMemUnmap, with the call named (the chunks not released stay usable). */
+CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m);
+
+/* Gives device `peer` read-write access to all the pool's memory, mapped
+ * now and later (one cuMemSetAccess per contiguous mapped run, naming every
+ * device with access).  Granting the owning device or a device granted
+ * already does nothing.
+ * Errors: CUDA_ERROR_INVALID_VALUE without a pool; CUDA_ERROR_INVALID_DEVICE
+ * for a device that does not exist; CUDA_ERROR_PEER_ACCESS_UNSUPPORTED when
+ * the driver says the peer cannot access this device's memory; a driver
+ * error of cuMemSetAccess (access given to runs before the failing one is
+ * taken back). */
+CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer);
 
 /* ------------------------------------------------------------------------ */
 /* Pinned host memory                                                        */

@@ -9,6 +9,7 @@
  */
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,7 +21,11 @@
 #include "error.h"
 #include "config.h"
 
-typedef enum { KNOB_COUNT, KNOB_RATIO } knob_type;
+typedef enum { KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL } knob_type;
+
+/* Sizes are checked in doubles: every bound below is exact in one. */
+#define MIB (1024.0 * 1024.0)
+#define SIZE_MAX_ACCEPTED (256.0 * 1024 * 1024 * MIB) /* 256 TiB */
 
 typedef struct knob {
   const char *env;      /* environment variable */
@@ -40,6 +45,21 @@ static const knob knobs[] = {
   { "CUEMM_MAX_PENDING_DEALLOCS_RATIO", "max_pending_ratio", KNOB_RATIO,
     offsetof(cuemm_config, max_pending_ratio), 0.2, 0.0, 1.0, 1,
     "a decimal fraction of device memory greater than 0 and at most 1, such as 0.2" },
+  { "CUEMM_POOL", "pool", KNOB_POOL,
+    offsetof(cuemm_config, pool), CUEMM_POOL_NONE, CUEMM_POOL_NONE, CUEMM_POOL_VMM, 0,
+    "\"none\" or \"vmm\"" },
+  { "CUEMM_POOL_RESERVE", "pool_reserve", KNOB_SIZE,
+    offsetof(cuemm_config, pool_reserve), 0, 0, SIZE_MAX_ACCEPTED, 0,
+    "a size in bytes up to 256TiB, such as 80GiB, 512M or 1073741824 (0: the device's memory)" },
+  { "CUEMM_POOL_CHUNK", "pool_chunk", KNOB_SIZE,
+    offsetof(cuemm_config, pool_chunk), 32 * MIB, 0, SIZE_MAX_ACCEPTED, 1,
+    "a size in bytes greater than 0, a multiple of the device's allocation granularity (2MiB), such as 32MiB" },
+  { "CUEMM_POOL_RELEASE_THRESHOLD", "pool_release_threshold", KNOB_SIZE,
+    offsetof(cuemm_config, pool_release_threshold), 1024 * MIB, 0, SIZE_MAX_ACCEPTED, 0,
+    "a size in bytes up to 256TiB, such as 1GiB, 256M or 0" },
+  { "CUEMM_POOL_LIMIT", "pool_limit", KNOB_SIZE,
+    offsetof(cuemm_config, pool_limit), 0, 0, SIZE_MAX_ACCEPTED, 0,
+    "a size in bytes up to 256TiB, such as 16GiB (0: no limit)" },
 };
 
 #define NKNOBS (sizeof knobs / sizeof knobs[0])
@@ -47,8 +67,10 @@ static const knob knobs[] = {
 static void set_field(cuemm_config *cfg, const knob *k, double v)
 {
   char *base = (char *)cfg + k->offset;
-  if (k->type == KNOB_COUNT)
+  if (k->type == KNOB_COUNT || k->type == KNOB_SIZE)
     *(size_t *)(void *)base = (size_t)v;
+  else if (k->type == KNOB_POOL)
+    *(cuemm_pool_kind *)(void *)base = (cuemm_pool_kind)(int)v;
   else
     *(double *)(void *)base = v;
 }
@@ -56,9 +78,36 @@ static void set_field(cuemm_config *cfg, const knob *k, double v)
 static double get_field(const cuemm_config *cfg, const knob *k)
 {
   const char *base = (const char *)cfg + k->offset;
-  if (k->type == KNOB_COUNT)
+  if (k->type == KNOB_COUNT || k->type == KNOB_SIZE)
     return (double)*(const size_t *)(const void *)base;
+  if (k->type == KNOB_POOL)
+    return (double)*(const cuemm_pool_kind *)(const void *)base;
   return *(const double *)(const void *)base;
+}
+
+/* "4GiB", "512M", "4096": a whole number with an optional binary suffix. */
+static int parse_size(const char *text, double *out)
+{
+  static const struct { const char *suffix; unsigned shift; } units[] = {
+    { "", 0 }, { "K", 10 }, { "KiB", 10 }, { "M", 20 }, { "MiB", 20 },
+    { "G", 30 }, { "GiB", 30 }, { "T", 40 }, { "TiB", 40 },
+  };
+  if (*text < '0' || *text > '9')
+    return -1;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno)
+    return -1;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcmp(end, units[i].suffix) != 0)
+      continue;
+    if (units[i].shift && v > (ULLONG_MAX >> units[i].shift))
+      return -1;
+    *out = (double)(v << units[i].shift);
+    return 0;
+  }
+  return -1;
 }
 
 static int in_range(const knob *k, double v)
@@ -74,6 +123,17 @@ static int parse(const knob *k, const char *text, double *out)
 {
   char *end = NULL;
   errno = 0;
+  if (k->type == KNOB_POOL) {
+    if (strcmp(text, "none") == 0)
+      *out = CUEMM_POOL_NONE;
+    else if (strcmp(text, "vmm") == 0)
+      *out = CUEMM_POOL_VMM;
+    else
+      return -1;
+    return 0;
+  }
+  if (k->type == KNOB_SIZE)
+    return parse_size(text, out) == 0 && in_range(k, *out) ? 0 : -1;
   if (k->type == KNOB_COUNT) {
     /* strtoull would accept "-1" (wrapping) and leading blanks: refuse both. */
     if (*text < '0' || *text > '9')

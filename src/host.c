@@ -74,7 +74,7 @@ CUEMM_EXTERN CUresult cuemm_host_pin(cuemm_manager *m, void *p, size_t size, uns
     r = m->drv->MemHostRegister(p, size, flags);
     if (r != CUDA_SUCCESS)
       cuemm__driver_error(r, "cuMemHostRegister(%p, %zu bytes, flags 0x%x)", p, size, flags);
-    else if (cuemm__owned_add(&m->owned, (uintptr_t)p, size, CUEMM__KIND_PINNED) != 0) {
+    else if (cuemm__owned_add(&m->owned, (uintptr_t)p, size, CUEMM__KIND_PINNED, 0) != 0) {
       m->drv->MemHostUnregister(p);
       r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_host_pin: no host memory left to record the range");
     } else {

@@ -25,6 +25,7 @@
 
 #include "error.h"
 #include "manager.h"
+#include "pool.h"
 
 _Static_assert(sizeof(cuemm_ipc_handle) == CUEMM_IPC_HANDLE_SIZE, "handle is 128 bytes");
 _Static_assert(offsetof(cuemm_ipc_handle, version) == 4, "layout: version");
@@ -121,6 +122,12 @@ CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const voi
 static CUresult describe_locked(cuemm_manager *m, CUdeviceptr p, size_t size, cuemm_ipc_handle *h, CUdeviceptr *base)
 {
   const cuemm__driver_table *d = m->drv;
+  if (m->pool && cuemm__pool_contains(m->pool, p))
+    return cuemm__error(CUDA_ERROR_NOT_SUPPORTED,
+                        "cuemm_ipc_export: 0x%llx is pool memory (CUEMM_POOL=vmm), made with cuMemCreate, which "
+                        "legacy CUDA IPC cannot export; to share a buffer with another process, allocate it through "
+                        "a manager without the pool (CUEMM_POOL=none, or cuemm_config.pool = CUEMM_POOL_NONE)",
+                        (unsigned long long)p);
   size_t range = 0;
   CUresult r = d->MemGetAddressRange(base, &range, p);
   if (r != CUDA_SUCCESS)

@@ -8,6 +8,14 @@
  * order -- unless a defer scope is open.  Releasing in batches matters
  * because cuMemFree waits for all queued GPU work: one free per kernel
  * launch would serialize the pipeline.
+ *
+ * With a pool (pool.c), device requests up to the pool's capacity are
+ * sub-allocated from it under the same lock, without a driver call unless it
+ * must grow; a pool block's descriptor rides along in the owned table and
+ * then in the pending queue, so neither the free nor the flush looks it up.
+ * A freed pool block leaves the owned table at once (the queue holds it), and
+ * a flush that holds pool blocks synchronizes the context once before
+ * returning them, which is what cuMemFree would have waited for.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -70,6 +78,7 @@ static const char *kind_name(cuemm__kind kind)
   case CUEMM__KIND_DEVICE: return "device memory (cuemm_alloc)";
   case CUEMM__KIND_HOST: return "pinned host memory (cuemm_host_alloc)";
   case CUEMM__KIND_PINNED: return "a pinned host range (cuemm_host_pin)";
+  case CUEMM__KIND_POOL: return "device memory (cuemm_alloc, from the pool)";
   }
   return "unknown memory";
 }
@@ -103,6 +112,8 @@ static CUresult kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, si
   case CUEMM__KIND_PINNED:
     r = m->drv->MemHostUnregister((void *)p);
     return r == CUDA_SUCCESS ? r : cuemm__driver_error(r, "cuMemHostUnregister(%p, %zu bytes)", (void *)p, size);
+  case CUEMM__KIND_POOL:
+    break; /* returned by the flush, or with the whole pool */
   }
   return cuemm__error(CUDA_ERROR_INVALID_VALUE, "internal: unknown allocation kind %d", (int)kind);
 }
@@ -130,9 +141,35 @@ static CUresult flush_locked(cuemm_manager *m, int force)
   CUresult r = cuemm__ctx_enter(m, &g);
   if (r != CUDA_SUCCESS)
     return r;
+  /* One synchronization makes every queued pool block idle: work queued
+   * before the frees is done.  (cuMemFree waits by itself.)  When forced
+   * (destruction), a failure is reported but the blocks go back anyway:
+   * the pool is about to go. */
+  CUresult sync_r = CUDA_SUCCESS;
+  size_t returned = 0;
+  if (m->pool_pending) {
+    cuemm__pool_note_low(m->pool);
+    sync_r = m->drv->CtxSynchronize();
+    if (sync_r != CUDA_SUCCESS) {
+      cuemm__driver_error(sync_r, "cuCtxSynchronize before returning %zu freed pool blocks", m->pool_pending);
+      if (!force) {
+        cuemm__ctx_leave(m, &g, sync_r);
+        m->st.free_failures++;
+        cuemm__error_append("; %zu frees stay queued for the next flush", m->pending.count);
+        return sync_r;
+      }
+    }
+  }
   size_t released = 0;
   const cuemm__pending_entry *e;
   while ((e = cuemm__pending_front(&m->pending)) != NULL) {
+    if (e->kind == CUEMM__KIND_POOL) {
+      cuemm__pool_give(m->pool, e->aux);
+      cuemm__pending_pop(&m->pending);
+      m->pool_pending--;
+      returned++;
+      continue;
+    }
     r = kind_release(m, e->kind, e->ptr, e->size);
     if (r != CUDA_SUCCESS) {
       m->st.free_failures++;
@@ -145,12 +182,14 @@ static CUresult flush_locked(cuemm_manager *m, int force)
     m->st.driver_frees++;
     released++;
   }
-  r = cuemm__ctx_leave(m, &g, r);
-  if (released)
-    m->st.flushes++;
   if (r != CUDA_SUCCESS)
     cuemm__error_append("; %zu frees stay queued for the next flush", m->pending.count);
-  return r;
+  else if (returned && cuemm__pool_release_due(m->pool))
+    r = cuemm__pool_release(m->pool, m->pool->threshold);
+  r = cuemm__ctx_leave(m, &g, r);
+  if (released || returned)
+    m->st.flushes++;
+  return r != CUDA_SUCCESS ? r : sync_r;
 }
 
 CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m)
@@ -164,6 +203,91 @@ CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m)
 
 /* ---- allocation ----------------------------------------------------------- */
 
+static void account_alloc(cuemm_manager *m, size_t size)
+{
+  m->st.allocs++;
+  m->st.live_bytes += size;
+  m->st.live_count++;
+  if (m->st.live_bytes > m->st.peak_bytes)
+    m->st.peak_bytes = m->st.live_bytes;
+  if (m->st.live_count > m->st.peak_count)
+    m->st.peak_count = m->st.live_count;
+}
+
+/* Restores the caller's context after a block was taken; if that fails the
+ * block goes back, so the failed call changes nothing. */
+static CUresult leave_after_take(cuemm_manager *m, cuemm__ctx_guard *g, const uint32_t *blk)
+{
+  CUresult r = cuemm__ctx_leave(m, g, CUDA_SUCCESS);
+  if (r != CUDA_SUCCESS)
+    cuemm__pool_give(m->pool, *blk);
+  return r;
+}
+
+/* The pool had no free block for `size`: grow it; out of memory, flush the
+ * pending frees, trim and try once more.  Lock held. */
+static CUresult pool_alloc_slow(cuemm_manager *m, size_t size, uintptr_t *p, uint32_t *blk)
+{
+  cuemm__ctx_guard g;
+  CUresult r = cuemm__ctx_enter(m, &g);
+  if (r != CUDA_SUCCESS)
+    return r;
+  r = cuemm__pool_grow(m->pool, size);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    m->st.oom_retries++;
+    char why[512];
+    snprintf(why, sizeof why, "%s", cuemm_last_error());
+    size_t count = m->pending.count, bytes = m->pending.bytes;
+    CUresult fr = flush_locked(m, 0);
+    (void)fr; /* a failed flush leaves its frees queued; the retry decides */
+    if (cuemm__pool_take(m->pool, size, p, blk) == 0)
+      return leave_after_take(m, &g, blk);
+    cuemm__pool_release(m->pool, 0);
+    r = cuemm__pool_grow(m->pool, size);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      char state[160];
+      cuemm__pool_describe(m->pool, state, sizeof state);
+      if (m->pending.defer_depth)
+        cuemm__error(r, "cuemm_alloc: out of pool memory for %zu bytes (%s) after trimming and retrying; a defer "
+                     "scope is open, so %zu pending frees (%zu bytes) were held back; %s", size, state,
+                     m->pending.count, m->pending.bytes, why);
+      else
+        cuemm__error(r, "cuemm_alloc: out of pool memory for %zu bytes (%s) after flushing %zu pending frees "
+                     "(%zu bytes), trimming and retrying; %s", size, state, count, bytes, why);
+    }
+  }
+  if (r == CUDA_SUCCESS && cuemm__pool_take(m->pool, size, p, blk) != 0)
+    r = cuemm__error(CUDA_ERROR_UNKNOWN, "internal: the pool grew but has no block of %zu bytes", size);
+  else if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY)
+    cuemm__error_append("; cuemm_alloc(%zu bytes) failed and the pool is as it was", size);
+  if (r == CUDA_SUCCESS)
+    return leave_after_take(m, &g, blk);
+  return cuemm__ctx_leave(m, &g, r);
+}
+
+static CUresult pool_alloc(cuemm_manager *m, size_t size, uintptr_t *out)
+{
+  uintptr_t p;
+  uint32_t blk;
+  CUresult r;
+  pthread_mutex_lock(&m->lock);
+  if (cuemm__pool_take(m->pool, size, &p, &blk) != 0 && (r = pool_alloc_slow(m, size, &p, &blk)) != CUDA_SUCCESS)
+    goto failed;
+  if (cuemm__owned_add(&m->owned, p, size, CUEMM__KIND_POOL, blk) != 0) {
+    cuemm__pool_give(m->pool, blk);
+    r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: no host memory left to record the allocation");
+    goto failed;
+  }
+  account_alloc(m, size);
+  pthread_mutex_unlock(&m->lock);
+  *out = p;
+  return CUDA_SUCCESS;
+failed:
+  m->st.alloc_failures++;
+  pthread_mutex_unlock(&m->lock);
+  return r;
+}
+
 CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out)
 {
   const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_alloc" : "cuemm_host_alloc";
@@ -174,8 +298,12 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
     pthread_mutex_unlock(&m->lock);
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: size is 0 (%s refuses zero-byte allocations)", fn, call);
   }
+  if (kind == CUEMM__KIND_DEVICE && m->pool && size <= cuemm__pool_capacity(m->pool))
+    return pool_alloc(m, size, out);
 
   pthread_mutex_lock(&m->lock);
+  if (kind == CUEMM__KIND_DEVICE && m->pool)
+    m->fallback_allocs++;
   CUresult r;
   uintptr_t p = 0;
   if (kind == CUEMM__KIND_DEVICE && size > m->st.total_bytes) {
@@ -194,9 +322,11 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
     m->st.oom_retries++;
     CUresult fr = flush_locked(m, 0);
     (void)fr; /* a failed flush leaves its frees queued; the retry decides */
+    if (m->pool)
+      cuemm__pool_release(m->pool, 0); /* the pool's free memory is the driver's again */
     r = kind_alloc(m, kind, size, flags, &p);
   }
-  if (r == CUDA_SUCCESS && cuemm__owned_add(&m->owned, p, size, kind) != 0) {
+  if (r == CUDA_SUCCESS && cuemm__owned_add(&m->owned, p, size, kind, 0) != 0) {
     kind_release(m, kind, p, size);
     r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: no host memory left to record the allocation", fn);
     cuemm__ctx_leave(m, &g, r);
@@ -215,15 +345,10 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
    * memory stays owned (the caller's p is set) so that nothing is lost. */
   r = cuemm__ctx_leave(m, &g, r);
 
-  m->st.allocs++;
-  if (kind == CUEMM__KIND_DEVICE) {
-    m->st.live_bytes += size;
-    m->st.live_count++;
-    if (m->st.live_bytes > m->st.peak_bytes)
-      m->st.peak_bytes = m->st.live_bytes;
-    if (m->st.live_count > m->st.peak_count)
-      m->st.peak_count = m->st.live_count;
-  } else {
+  if (kind == CUEMM__KIND_DEVICE)
+    account_alloc(m, size);
+  else {
+    m->st.allocs++;
     m->st.host_live_bytes += size;
     m->st.host_live_count++;
   }
@@ -254,10 +379,16 @@ CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
 /* Moves a live allocation into the pending queue.  Lock held. */
 static CUresult queue_locked(cuemm_manager *m, cuemm__owned_entry *e)
 {
-  if (cuemm__pending_push(&m->pending, e->key, e->size, (cuemm__kind)e->kind) != 0)
+  if (cuemm__pending_push(&m->pending, e->key, e->size, (cuemm__kind)e->kind, e->aux) != 0)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory left to queue the free of 0x%" PRIxPTR, e->key);
   e->pending = 1;
-  if (e->kind == CUEMM__KIND_DEVICE) {
+  if (e->kind == CUEMM__KIND_POOL) {
+    /* The queue holds the block from now on: its entry leaves the table. */
+    m->pool_pending++;
+    m->st.live_bytes -= e->size;
+    m->st.live_count--;
+    cuemm__owned_remove(&m->owned, e);
+  } else if (e->kind == CUEMM__KIND_DEVICE) {
     m->st.live_bytes -= e->size;
     m->st.live_count--;
   } else {
@@ -273,11 +404,14 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
   pthread_mutex_lock(&m->lock);
   CUresult r;
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
-  if (!e)
+  if (!e && m->pool && cuemm__pending_holds(&m->pending, p))
+    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: double free of 0x%" PRIxPTR ": it is already freed and "
+                     "waiting in the pending queue", fn, p);
+  else if (!e)
     r = cuemm__error(CUDA_ERROR_INVALID_VALUE,
                      "%s: 0x%" PRIxPTR " is not the start of an allocation of this manager "
                      "(allocated elsewhere, an interior pointer, or freed and released already)", fn, p);
-  else if (e->kind != (uint8_t)kind)
+  else if (e->kind != (uint8_t)kind && !(e->kind == CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE))
     r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%" PRIxPTR " is %s, not %s", fn, p,
                      kind_name((cuemm__kind)e->kind), kind_name(kind));
   else if (e->pending)
@@ -371,6 +505,78 @@ CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s)
 CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m)
 {
   return m ? m->ctx : NULL;
+}
+
+/* ---- the pool ---------------------------------------------------------------- */
+
+#define CHECK_POOL(m, fn)                                                      \
+  do {                                                                         \
+    CHECK_MANAGER(m, fn);                                                      \
+    if (!(m)->pool)                                                            \
+      return cuemm__error(CUDA_ERROR_INVALID_VALUE, fn ": this manager has no pool (create it with " \
+                          "CUEMM_POOL=vmm or cuemm_config.pool = CUEMM_POOL_VMM)");             \
+  } while (0)
+
+CUEMM_EXTERN CUresult cuemm_pool_get_stats(cuemm_manager *m, cuemm_pool_stats *s)
+{
+  CHECK_MANAGER(m, "cuemm_pool_get_stats");
+  if (!s)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_pool_get_stats: s is NULL");
+  pthread_mutex_lock(&m->lock);
+  if (m->pool) {
+    cuemm__pool_get_stats(m->pool, s);
+    s->fallback_allocs = m->fallback_allocs;
+  } else
+    memset(s, 0, sizeof *s);
+  pthread_mutex_unlock(&m->lock);
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m)
+{
+  CHECK_POOL(m, "cuemm_pool_trim");
+  pthread_mutex_lock(&m->lock);
+  CUresult r = flush_locked(m, 0);
+  if (r == CUDA_SUCCESS) {
+    cuemm__ctx_guard g;
+    if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
+      r = cuemm__pool_release(m->pool, 0);
+      r = cuemm__ctx_leave(m, &g, r);
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+  return r;
+}
+
+CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer)
+{
+  CHECK_POOL(m, "cuemm_pool_grant_access");
+  int count = 0;
+  CUresult r = m->drv->DeviceGetCount(&count);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuDeviceGetCount");
+  if (peer < 0 || peer >= count)
+    return cuemm__error(CUDA_ERROR_INVALID_DEVICE, "cuemm_pool_grant_access: device %d does not exist (%d devices)",
+                        (int)peer, count);
+  if (peer == m->dev)
+    return CUDA_SUCCESS;
+  if (m->drv->DeviceCanAccessPeer) {
+    int can = 0;
+    r = m->drv->DeviceCanAccessPeer(&can, peer, m->dev);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuDeviceCanAccessPeer(device %d, device %d)", (int)peer, (int)m->dev);
+    if (!can)
+      return cuemm__error(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "cuemm_pool_grant_access: device %d cannot access "
+                          "the memory of device %d (cuDeviceCanAccessPeer says no)", (int)peer, (int)m->dev);
+  }
+  pthread_mutex_lock(&m->lock);
+  cuemm__ctx_guard g;
+  if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
+    r = cuemm__pool_grant(m->pool, peer);
+    r = cuemm__ctx_leave(m, &g, r);
+  }
+  pthread_mutex_unlock(&m->lock);
+  return r;
 }
 
 /* ---- reset ------------------------------------------------------------------ */
@@ -477,10 +683,33 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
   }
   m->st.max_pending_count = cfg->max_pending_count;
   m->st.max_pending_bytes = (size_t)(cfg->max_pending_ratio * (double)m->st.total_bytes);
+  if (cfg->pool == CUEMM_POOL_VMM) {
+    cuemm__ctx_guard g;
+    if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
+      r = cuemm__pool_create(&m->pool, d, m->dev, cfg, m->st.total_bytes);
+      r = cuemm__ctx_leave(m, &g, r);
+    }
+    if (r != CUDA_SUCCESS) {
+      if (m->pool) /* created, but the caller's context could not be restored */
+        cuemm__pool_destroy(m->pool, 1);
+      free(m);
+      return r;
+    }
+  }
   pthread_mutex_init(&m->lock, NULL);
   cuemm__owned_init(&m->owned);
   cuemm__pending_init(&m->pending, m->st.max_pending_count, m->st.max_pending_bytes);
   if ((r = cuemm__registry_add(m)) != CUDA_SUCCESS) {
+    if (m->pool) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+      cuemm__ctx_guard g;
+      int entered = cuemm__ctx_enter(m, &g) == CUDA_SUCCESS;
+      cuemm__pool_destroy(m->pool, entered);
+      if (entered)
+        cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+      cuemm__error(r, "%s", msg);
+    }
     pthread_mutex_destroy(&m->lock);
     free(m);
     return r;
@@ -511,6 +740,8 @@ static void destroy_one(cuemm__owned_entry *e, void *arg)
     return; /* still queued: the forced flush failed on it, nothing more to try */
   w->outstanding++;
   w->outstanding_bytes += e->size;
+  if (e->kind == CUEMM__KIND_POOL)
+    return; /* goes with the pool */
   CUresult r = kind_release(w->m, (cuemm__kind)e->kind, e->key, e->size);
   if (r != CUDA_SUCCESS)
     note_failure(w, r);
@@ -518,6 +749,8 @@ static void destroy_one(cuemm__owned_entry *e, void *arg)
 
 static void free_manager(cuemm_manager *m)
 {
+  if (m->pool) /* destroy gave it back already; abandon drops it without driver calls */
+    cuemm__pool_destroy(m->pool, 0);
   cuemm__owned_fini(&m->owned);
   cuemm__pending_fini(&m->pending);
   pthread_mutex_unlock(&m->lock);
@@ -555,9 +788,22 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
     cuemm__owned_entry *o = cuemm__owned_find(&m->owned, e->ptr);
     if (o)
       cuemm__owned_remove(&m->owned, o);
+    if (e->kind == CUEMM__KIND_POOL)
+      m->pool_pending--;
     cuemm__pending_pop(&m->pending);
   }
   cuemm__owned_each(&m->owned, destroy_one, &w);
+  if (m->pool) {
+    /* Live blocks may still be in use by queued work: finish it before
+     * unmapping. */
+    CUresult sr = m->drv->CtxSynchronize();
+    if (sr != CUDA_SUCCESS)
+      note_failure(&w, cuemm__driver_error(sr, "cuCtxSynchronize before unmapping the pool"));
+    sr = cuemm__pool_destroy(m->pool, 1);
+    if (sr != CUDA_SUCCESS)
+      note_failure(&w, sr);
+    m->pool = NULL;
+  }
   r = cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   free_manager(m);
 
@@ -586,7 +832,7 @@ CUEMM_EXTERN CUresult cuemm_abandon(cuemm_manager *m)
   pthread_mutex_lock(&m->lock);
   cuemm__registry_remove(m);
   cuemm__ipc_forget_all(m);
-  size_t live = m->owned.used - m->pending.count, pending = m->pending.count;
+  size_t live = m->st.live_count + m->st.host_live_count + m->st.pinned_count, pending = m->pending.count;
   free_manager(m);
   cuemm__error(CUDA_SUCCESS, "cuemm_abandon: dropped %zu live allocations and %zu pending frees without a driver call",
                live, pending);

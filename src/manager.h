@@ -16,6 +16,7 @@
 #include "driver.h"
 #include "owned.h"
 #include "pending.h"
+#include "pool.h"
 
 struct cuemm_manager {
   const cuemm__driver_table *drv;
@@ -28,6 +29,9 @@ struct cuemm_manager {
   cuemm__owned owned;
   cuemm__pending pending;
   cuemm_stats st;             /* pending_* and defer_depth read from `pending` */
+  cuemm__pool *pool;          /* NULL without a pool */
+  size_t pool_pending;        /* pool blocks in `pending` */
+  uint64_t fallback_allocs;   /* requests too large for the pool */
 };
 
 /* Makes m's context current for the calling thread if it is not, remembering

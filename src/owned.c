@@ -64,7 +64,7 @@ static int rehash(cuemm__owned *t, size_t cap)
   return 0;
 }
 
-int cuemm__owned_add(cuemm__owned *t, uintptr_t key, size_t size, cuemm__kind kind)
+int cuemm__owned_add(cuemm__owned *t, uintptr_t key, size_t size, cuemm__kind kind, uint32_t aux)
 {
   /* Keep probing short: at most 3/4 of the slots filled, deleted included. */
   if ((t->filled + 1) * 4 > t->cap * 3) {
@@ -79,7 +79,7 @@ int cuemm__owned_add(cuemm__owned *t, uintptr_t key, size_t size, cuemm__kind ki
     i = (i + 1) & (t->cap - 1);
   if (t->slots[i].key == EMPTY)
     t->filled++;
-  t->slots[i] = (cuemm__owned_entry){ .key = key, .size = size, .kind = (uint8_t)kind };
+  t->slots[i] = (cuemm__owned_entry){ .key = key, .size = size, .kind = (uint8_t)kind, .aux = aux };
   t->used++;
   return 0;
 }

@@ -20,6 +20,7 @@ typedef struct cuemm__owned_entry {
   size_t size;
   uint8_t kind;         /* cuemm__kind */
   uint8_t pending;      /* freed by the program, queued for release */
+  uint32_t aux;         /* the kind's own word (a pool block's descriptor) */
 } cuemm__owned_entry;
 
 typedef struct cuemm__owned {
@@ -37,7 +38,7 @@ cuemm__owned_entry *cuemm__owned_find(cuemm__owned *t, uintptr_t key);
 
 /* Adds an entry (the key must not be present).  Returns -1 when memory for
  * the table ran out, leaving it unchanged. */
-int cuemm__owned_add(cuemm__owned *t, uintptr_t key, size_t size, cuemm__kind kind);
+int cuemm__owned_add(cuemm__owned *t, uintptr_t key, size_t size, cuemm__kind kind, uint32_t aux);
 
 /* Removes an entry found with cuemm__owned_find. */
 void cuemm__owned_remove(cuemm__owned *t, cuemm__owned_entry *e);

@@ -15,12 +15,14 @@ typedef enum cuemm__kind {
   CUEMM__KIND_DEVICE = 1,   /* cuMemAlloc */
   CUEMM__KIND_HOST = 2,     /* cuMemHostAlloc */
   CUEMM__KIND_PINNED = 3,   /* cuMemHostRegister: never queued, unpinned at once */
+  CUEMM__KIND_POOL = 4,     /* a block of the manager's pool */
 } cuemm__kind;
 
 typedef struct cuemm__pending_entry {
   uintptr_t ptr;
   size_t size;
   cuemm__kind kind;
+  uint32_t aux;             /* the kind's own word, given back at release */
 } cuemm__pending_entry;
 
 typedef struct cuemm__pending {
@@ -36,7 +38,10 @@ void cuemm__pending_fini(cuemm__pending *q);
 
 /* Appends at the tail.  Returns 0, or -1 when memory for the queue ran out
  * (the queue is unchanged then). */
-int cuemm__pending_push(cuemm__pending *q, uintptr_t ptr, size_t size, cuemm__kind kind);
+int cuemm__pending_push(cuemm__pending *q, uintptr_t ptr, size_t size, cuemm__kind kind, uint32_t aux);
+
+/* Whether an entry of `ptr` is queued (a walk: for error messages only). */
+int cuemm__pending_holds(const cuemm__pending *q, uintptr_t ptr);
 
 /* After a push: whether the thresholds ask for a flush (strictly more than
  * max_count entries or max_bytes bytes).  Deferral is not considered here. */

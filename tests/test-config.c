@@ -1,6 +1,7 @@
 /* test-config.c: defaults, the CUEMM_* environment variables, validation of
  * values a program sets, and what creation does with an invalid one.
  */
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "testutil.h"
@@ -8,20 +9,15 @@
 #define COUNT "CUEMM_MAX_PENDING_DEALLOCS_COUNT"
 #define RATIO "CUEMM_MAX_PENDING_DEALLOCS_RATIO"
 
+static const char *pool_vars[] = { "CUEMM_POOL", "CUEMM_POOL_RESERVE", "CUEMM_POOL_CHUNK",
+                                   "CUEMM_POOL_RELEASE_THRESHOLD", "CUEMM_POOL_LIMIT" };
+
 static void clear_env(void)
 {
   unsetenv(COUNT);
   unsetenv(RATIO);
-}
-
-static void valid(const char *var, const char *value, size_t want_count, double want_ratio)
-{
-  clear_env();
-  setenv(var, value, 1);
-  cuemm_config c;
-  CUresult r = cuemm_config_init(&c);
-  ok(r == CUDA_SUCCESS && c.max_pending_count == want_count && c.max_pending_ratio == want_ratio,
-     "%s=\"%s\" accepted (count %zu, ratio %g)", var, value, c.max_pending_count, c.max_pending_ratio);
+  for (size_t i = 0; i < sizeof pool_vars / sizeof pool_vars[0]; i++)
+    unsetenv(pool_vars[i]);
 }
 
 static void invalid(const char *var, const char *value)
@@ -37,6 +33,68 @@ static void invalid(const char *var, const char *value)
   is(cuemm_create(&m, NULL, NULL), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
   ok(m == NULL, "and creates nothing");
   is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a config carrying the error is refused too");
+}
+
+/* A size knob: the value parsed into the field at `offset`. */
+static void valid_size(const char *var, const char *value, size_t offset, size_t want)
+{
+  clear_env();
+  setenv(var, value, 1);
+  cuemm_config c;
+  CUresult r = cuemm_config_init(&c);
+  size_t got = *(size_t *)(void *)((char *)&c + offset);
+  ok(r == CUDA_SUCCESS && got == want, "%s=\"%s\" accepted as %zu (got %zu)", var, value, want, got);
+}
+
+static void pool_knobs(void)
+{
+  cuemm_config c;
+  clear_env();
+  cuemm_config_init(&c);
+  is(c.pool, CUEMM_POOL_NONE, "the pool is off by default");
+  is(c.pool_chunk, (size_t)32 << 20, "default chunk 32 MiB");
+  is(c.pool_reserve, 0, "default reservation: the device's memory");
+  is(c.pool_release_threshold, (size_t)1 << 30, "default release threshold 1 GiB");
+  is(c.pool_limit, 0, "no limit by default");
+  setenv("CUEMM_POOL", "vmm", 1);
+  is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_POOL=vmm");
+  is(c.pool, CUEMM_POOL_VMM, "turns the pool on");
+  setenv("CUEMM_POOL", "none", 1);
+  cuemm_config_init(&c);
+  is(c.pool, CUEMM_POOL_NONE, "CUEMM_POOL=none turns it off");
+  valid_size("CUEMM_POOL_RESERVE", "4GiB", offsetof(cuemm_config, pool_reserve), (size_t)4 << 30);
+  valid_size("CUEMM_POOL_RESERVE", "512M", offsetof(cuemm_config, pool_reserve), (size_t)512 << 20);
+  valid_size("CUEMM_POOL_CHUNK", "2097152", offsetof(cuemm_config, pool_chunk), (size_t)2 << 20);
+  valid_size("CUEMM_POOL_CHUNK", "64MiB", offsetof(cuemm_config, pool_chunk), (size_t)64 << 20);
+  valid_size("CUEMM_POOL_RELEASE_THRESHOLD", "0", offsetof(cuemm_config, pool_release_threshold), 0);
+  valid_size("CUEMM_POOL_LIMIT", "16G", offsetof(cuemm_config, pool_limit), (size_t)16 << 30);
+  valid_size("CUEMM_POOL_LIMIT", "1TiB", offsetof(cuemm_config, pool_limit), (size_t)1 << 40);
+  invalid("CUEMM_POOL", "VMM");
+  invalid("CUEMM_POOL", "yes");
+  invalid("CUEMM_POOL_RESERVE", "4GB");
+  invalid("CUEMM_POOL_RESERVE", "-1");
+  invalid("CUEMM_POOL_RESERVE", "1.5G");
+  invalid("CUEMM_POOL_RESERVE", "4 GiB");
+  invalid("CUEMM_POOL_RESERVE", "300TiB");
+  invalid("CUEMM_POOL_CHUNK", "0");
+  invalid("CUEMM_POOL_LIMIT", "lots");
+  like(cuemm_last_error(), "CUEMM_POOL_LIMIT=\"lots\" is invalid: expected a size in bytes", "message says sizes are expected");
+  clear_env();
+  cuemm_config_init(&c);
+  c.pool = (cuemm_pool_kind)7;
+  cuemm_manager *m = NULL;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "an unknown pool kind is refused");
+  like(cuemm_last_error(), "cuemm_config.pool ", "naming the field");
+}
+
+static void valid(const char *var, const char *value, size_t want_count, double want_ratio)
+{
+  clear_env();
+  setenv(var, value, 1);
+  cuemm_config c;
+  CUresult r = cuemm_config_init(&c);
+  ok(r == CUDA_SUCCESS && c.max_pending_count == want_count && c.max_pending_ratio == want_ratio,
+     "%s=\"%s\" accepted (count %zu, ratio %g)", var, value, c.max_pending_count, c.max_pending_ratio);
 }
 
 int main(void)
@@ -106,6 +164,8 @@ int main(void)
   is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "count beyond range refused");
   like(cuemm_last_error(), "max_pending_count", "message names the field");
 
+  pool_knobs();
+  clear_env();
   test_release_primary(0);
   return tap_done();
 }

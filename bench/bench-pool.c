@@ -1,0 +1,278 @@
+/* bench-pool.c: what the growable pool costs, against the driver in the
+ * same run.
+ *
+ * 1. Alloc+free pair by size, 256 B .. 16 MiB, steady state, one thread:
+ *    cuemm with CUEMM_POOL=vmm (its deferred frees included: each sample
+ *    times a whole cycle of max_pending_count + 1 pairs, the last of which
+ *    flushes with one cuCtxSynchronize, and divides) against
+ *    cuMemAllocAsync+cuMemFreeAsync on the device's default memory pool
+ *    with its release threshold set to the maximum.  Medians.
+ * 2. Growth: a fresh pool growing by N bytes (one request of N) against one
+ *    cuMemAlloc of N bytes, N = 64 MiB .. 8 GiB; and the cost of growing
+ *    1 GiB one unit at a time for several units (CUEMM_POOL_CHUNK), which
+ *    is the measurement that sets the default chunk.
+ * 3. The pipeline: 200 x (allocate 1 MiB, queue ~0.3 ms of GPU work, free)
+ *    with the pool against the work alone.  Median of several runs.
+ *
+ * Usage: bench-pool [--quick]   (--quick: small sizes and few samples, for
+ * a smoke run on the simulated driver)
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda.h>
+#include <cuemm.h>
+
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    CUresult r_ = (call);                                                      \
+    if (r_ != CUDA_SUCCESS) {                                                  \
+      fprintf(stderr, "bench-pool: %s failed (%d): %s\n", #call, (int)r_,      \
+              cuemm_last_error());                                             \
+      exit(1);                                                                 \
+    }                                                                          \
+  } while (0)
+
+#define MiB ((size_t)1 << 20)
+
+static double now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static CUcontext ctx;
+
+static cuemm_manager *pool_manager(size_t chunk, size_t reserve)
+{
+  cuemm_config c;
+  CHECK(cuemm_config_init(&c));
+  c.pool = CUEMM_POOL_VMM;
+  if (chunk)
+    c.pool_chunk = chunk;
+  c.pool_reserve = reserve;
+  c.pool_release_threshold = (size_t)1 << 46;
+  cuemm_manager *m;
+  CHECK(cuemm_create(&m, ctx, &c));
+  return m;
+}
+
+/* The driver's stream-ordered pool, release threshold at the maximum; NULL
+ * stream when the driver (or simcuda) lacks the memory-pool calls. */
+static int async_setup(CUdevice dev)
+{
+  typedef CUresult (*get_pool_fn)(CUmemoryPool *, CUdevice);
+  typedef CUresult (*set_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
+  get_pool_fn get_pool = (get_pool_fn)dlsym(RTLD_DEFAULT, "cuDeviceGetDefaultMemPool");
+  set_attr_fn set_attr = (set_attr_fn)dlsym(RTLD_DEFAULT, "cuMemPoolSetAttribute");
+  if (!get_pool || !set_attr)
+    return 0;
+  CUmemoryPool pool;
+  if (get_pool(&pool, dev) != CUDA_SUCCESS)
+    return 0;
+  cuuint64_t max = ~(cuuint64_t)0;
+  return set_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max) == CUDA_SUCCESS;
+}
+
+static void pairs(CUdevice dev, int quick)
+{
+  cuemm_manager *m = pool_manager(0, 0);
+  cuemm_stats st;
+  CHECK(cuemm_get_stats(m, &st));
+  int cycle = (int)st.max_pending_count + 1;
+  int async = async_setup(dev);
+  CUstream s;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  printf("\n## alloc+free pair, steady state, median ns per pair (pool: whole cycles of %d pairs, flush included)\n",
+         cycle);
+  printf("%10s %16s %16s %14s %9s\n", "size", "AllocAsync+Free", "pool cycle/pair", "pool 1 pair", "speedup");
+  enum { MAXS = 2000 };
+  static double drv[MAXS], cyc[MAXS], one[MAXS * 16];
+  for (size_t size = 256; size <= 16 * MiB; size *= 4) {
+    int samples = quick ? 20 : 1000;
+    double d = 0;
+    if (async) {
+      for (int i = 0; i < 50; i++) { /* warm the driver's pool */
+        CUdeviceptr p;
+        CHECK(cuMemAllocAsync(&p, size, s));
+        CHECK(cuMemFreeAsync(p, s));
+      }
+      for (int i = 0; i < samples; i++) {
+        CUdeviceptr p;
+        double t0 = now_ns();
+        CHECK(cuMemAllocAsync(&p, size, s));
+        CHECK(cuMemFreeAsync(p, s));
+        drv[i] = now_ns() - t0;
+      }
+      CHECK(cuStreamSynchronize(s));
+      d = median(drv, samples);
+    }
+    for (int i = 0; i < 5 * cycle; i++) { /* warm: the pool has grown */
+      CUdeviceptr p;
+      CHECK(cuemm_alloc(m, &p, size));
+      CHECK(cuemm_free(m, p));
+    }
+    /* Cycles are timed whole (no clock read inside), single pairs apart. */
+    for (int i = 0; i < samples; i++) {
+      double t0 = now_ns();
+      for (int k = 0; k < cycle; k++) {
+        CUdeviceptr p;
+        CHECK(cuemm_alloc(m, &p, size));
+        CHECK(cuemm_free(m, p));
+      }
+      cyc[i] = (now_ns() - t0) / cycle;
+    }
+    int nones = 0;
+    for (int i = 0; i < samples && nones < MAXS * 16; i++)
+      for (int k = 0; k < cycle; k++) {
+        CUdeviceptr p;
+        double t1 = now_ns();
+        CHECK(cuemm_alloc(m, &p, size));
+        CHECK(cuemm_free(m, p));
+        one[nones++] = now_ns() - t1;
+      }
+    double c = median(cyc, samples), o = median(one, nones);
+    if (async)
+      printf("%10zu %16.0f %16.1f %14.1f %8.1fx\n", size, d, c, o, d / c);
+    else
+      printf("%10zu %16s %16.1f %14.1f %9s\n", size, "n/a", c, o, "n/a");
+  }
+  cuemm_pool_stats ps;
+  CHECK(cuemm_pool_get_stats(m, &ps));
+  printf("# pool after the pairs: %zu bytes mapped in %zu chunks, %llu growth steps\n", ps.mapped_bytes, ps.chunks,
+         (unsigned long long)ps.grow_steps);
+  CHECK(cuStreamDestroy(s));
+  CHECK(cuemm_destroy(m));
+}
+
+static void growth(int quick)
+{
+  printf("\n## growth by N bytes: one request of N on a fresh pool vs one cuMemAlloc of N; median us\n");
+  printf("%12s %12s %12s %8s\n", "N", "cuMemAlloc", "pool grow", "ratio");
+  int runs = quick ? 3 : 7;
+  size_t top = quick ? 256 * MiB : 8192 * MiB;
+  for (size_t n = 64 * MiB; n <= top; n *= 4) {
+    double a[16], g[16];
+    for (int r = 0; r < runs; r++) {
+      CUdeviceptr p;
+      double t0 = now_ns();
+      CHECK(cuMemAlloc(&p, n));
+      a[r] = (now_ns() - t0) / 1e3;
+      CHECK(cuMemFree(p));
+      cuemm_manager *m = pool_manager(0, 2 * n);
+      t0 = now_ns();
+      CHECK(cuemm_alloc(m, &p, n));
+      g[r] = (now_ns() - t0) / 1e3;
+      CHECK(cuemm_destroy(m));
+    }
+    double ma = median(a, runs), mg = median(g, runs);
+    printf("%12zu %12.1f %12.1f %7.2fx\n", n, ma, mg, mg / ma);
+  }
+
+  size_t total = quick ? 128 * MiB : 1024 * MiB;
+  printf("\n## growing %zu MiB one unit at a time (requests of one unit each): per step and per GiB\n", total / MiB);
+  printf("%10s %8s %12s %12s\n", "unit", "steps", "us/step", "ms/GiB");
+  static const size_t units[] = { 2 * MiB, 8 * MiB, 32 * MiB, 128 * MiB };
+  for (size_t k = 0; k < sizeof units / sizeof units[0]; k++) {
+    size_t unit = units[k], steps = total / unit;
+    if (steps == 0)
+      continue;
+    cuemm_manager *m = pool_manager(unit, 2 * total);
+    CUdeviceptr *p = malloc(steps * sizeof *p);
+    double t0 = now_ns();
+    for (size_t i = 0; i < steps; i++)
+      CHECK(cuemm_alloc(m, &p[i], unit));
+    double t = (now_ns() - t0) / 1e3;
+    printf("%10zu %8zu %12.1f %12.2f\n", unit, steps, t / (double)steps, t / 1e3 * (double)((size_t)1 << 30) / (double)total);
+    free(p);
+    CHECK(cuemm_destroy(m));
+  }
+}
+
+static double pipeline(cuemm_manager *m, int with_pool, CUdeviceptr work, size_t words, CUstream s, int iters)
+{
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuemm_flush(m));
+  double t0 = now_ns();
+  for (int i = 0; i < iters; i++) {
+    CUdeviceptr p = 0;
+    if (with_pool)
+      CHECK(cuemm_alloc(m, &p, MiB));
+    CHECK(cuMemsetD32Async(work, (unsigned)i, words, s));
+    if (p) {
+      CHECK(cuMemsetD8Async(p, 1, MiB, s));
+      CHECK(cuemm_free(m, p));
+    }
+  }
+  CHECK(cuStreamSynchronize(s));
+  double t = now_ns() - t0;
+  CHECK(cuemm_flush(m));
+  return t / 1e6;
+}
+
+static void pipelines(int quick)
+{
+  size_t work_bytes = quick ? 8 * MiB : (size_t)1 << 30;
+  int iters = 200, runs = quick ? 3 : 7;
+  cuemm_manager *m = pool_manager(0, 0);
+  CUstream s;
+  CUdeviceptr work;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK(cuMemAlloc(&work, work_bytes));
+  double t0 = now_ns();
+  for (int i = 0; i < 20; i++)
+    CHECK(cuMemsetD32Async(work, i, work_bytes / 4, s));
+  CHECK(cuStreamSynchronize(s));
+  double step_ms = (now_ns() - t0) / 20 / 1e6;
+  printf("\n## pipeline: %d x (allocate 1 MiB, queue %.3f ms of GPU work, free); median of %d runs, ms\n", iters,
+         step_ms, runs);
+  pipeline(m, 1, work, work_bytes / 4, s, 20); /* warm */
+  double v[2][16];
+  for (int r = 0; r < runs; r++)
+    for (int k = 0; k < 2; k++)
+      v[k][r] = pipeline(m, k, work, work_bytes / 4, s, iters);
+  double alone = median(v[0], runs), pooled = median(v[1], runs);
+  printf("%-20s %9.2f ms\n", "work alone", alone);
+  printf("%-20s %9.2f ms  %+6.2f%% vs work alone\n", "cuemm pool", pooled, 100.0 * (pooled - alone) / alone);
+  CHECK(cuMemFree(work));
+  CHECK(cuStreamDestroy(s));
+  CHECK(cuemm_destroy(m));
+}
+
+int main(int argc, char **argv)
+{
+  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  CUdevice dev;
+  char name[128];
+  cuemm_driver_info info;
+  CHECK(cuemm_driver_load());
+  CHECK(cuemm_driver_get_info(&info));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDeviceGetName(name, sizeof name, dev));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  printf("# bench-pool: cuemm %s, %s, driver %d (%s)%s\n", cuemm_version_string(), name, info.version, info.path,
+         quick ? ", quick mode" : "");
+  pairs(dev, quick);
+  growth(quick);
+  pipelines(quick);
+  CHECK(cuCtxSetCurrent(NULL));
+  CHECK(cuDevicePrimaryCtxRelease(dev));
+  return 0;
+}

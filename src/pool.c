@@ -1,0 +1,460 @@
+/* pool.c: owns the growable pool on CUDA virtual memory: the address
+ * reservation, the physical chunks mapped into it (their growth, rollback,
+ * release and peer access), and the statistics; sub-allocation inside the
+ * mapped space is suballoc.c's.
+ *
+ * The pool reserves one range of virtual addresses at creation and maps
+ * physical memory into it only when a request does not fit.  A growth step
+ * is one chunk: one cuMemCreate of as many units (CUEMM_POOL_CHUNK) as the
+ * request needs beyond the free space that already ends where the chunk
+ * goes, one cuMemMap and one cuMemSetAccess naming every device with access.
+ * So growing by N bytes costs about what one cuMemAlloc of N bytes costs,
+ * rather than N/unit times the ~50 us a small mapping costs (cuMemSetAccess
+ * dominates), and every chunk keeps exactly one physical handle, which is
+ * what cuMemUnmap needs (it cannot unmap part of a mapping) and what an
+ * export of the chunk would need.  Each chunk's state (created, mapped,
+ * accessible) is recorded as it advances, and a failing step undoes the
+ * earlier ones, so the sub-allocator only ever sees memory that is mapped
+ * and accessible.  Chunks go back to the driver only when wholly free,
+ * highest addresses first; live pointers never move.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "pool.h"
+
+static size_t round_up(size_t v, size_t a)
+{
+  return (v + a - 1) / a * a;
+}
+
+static CUmemAllocationProp chunk_prop(CUdevice dev)
+{
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = (int)dev;
+  /* Exportable chunks (POSIX file descriptors) would be requested here. */
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  return prop;
+}
+
+/* ---- creation ---------------------------------------------------------------- */
+
+CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUdevice dev,
+                            const cuemm_config *cfg, size_t total)
+{
+  *out = NULL;
+  if (!d->MemAddressReserve || !d->MemAddressFree || !d->MemCreate || !d->MemRelease || !d->MemMap ||
+      !d->MemUnmap || !d->MemSetAccess || !d->MemGetAllocationGranularity)
+    return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "CUEMM_POOL=vmm: the CUDA driver %s lacks the virtual memory "
+                        "management entry points (cuMemCreate and friends); unset CUEMM_POOL", d->path);
+  int vmm = 0;
+  CUresult r = d->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device %d)", (int)dev);
+  if (!vmm)
+    return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "CUEMM_POOL=vmm: device %d does not support virtual memory "
+                        "management; unset CUEMM_POOL", (int)dev);
+  CUmemAllocationProp prop = chunk_prop(dev);
+  size_t gran = 0;
+  r = d->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuMemGetAllocationGranularity(device %d)", (int)dev);
+  size_t unit = cfg->pool_chunk;
+  if (gran == 0 || unit % gran != 0)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "CUEMM_POOL_CHUNK (cuemm_config.pool_chunk) = %zu bytes is not a "
+                        "multiple of device %d's allocation granularity, %zu bytes", unit, (int)dev, gran);
+  size_t reserved = round_up(cfg->pool_reserve ? cfg->pool_reserve : total, unit);
+  size_t limit = cfg->pool_limit ? cfg->pool_limit / unit * unit : reserved;
+  if (limit == 0)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "CUEMM_POOL_LIMIT (cuemm_config.pool_limit) = %zu bytes is "
+                        "smaller than one chunk (CUEMM_POOL_CHUNK, %zu bytes)", cfg->pool_limit, unit);
+  if (limit > reserved)
+    limit = reserved;
+  if (reserved / unit > UINT32_MAX)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "CUEMM_POOL_RESERVE / CUEMM_POOL_CHUNK = %zu units: too many; "
+                        "use larger chunks", reserved / unit);
+
+  cuemm__pool *p = calloc(1, sizeof *p);
+  if (p)
+    p->units = calloc(reserved / unit, sizeof *p->units);
+  if (!p || !p->units || cuemm__sa_init(&p->sa, reserved) != 0) {
+    if (p)
+      free(p->units);
+    free(p);
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the pool's bookkeeping");
+  }
+  p->drv = d;
+  p->dev = dev;
+  p->reserved = reserved;
+  p->unit = unit;
+  p->granularity = gran;
+  p->threshold = cfg->pool_release_threshold;
+  p->limit = limit;
+  p->nunits = reserved / unit;
+  p->access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p->access[0].location.id = (int)dev;
+  p->access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  p->naccess = 1;
+  r = d->MemAddressReserve(&p->base, reserved, 0, 0, 0);
+  if (r != CUDA_SUCCESS) {
+    cuemm__driver_error(r, "cuMemAddressReserve(%zu bytes) for the pool (CUEMM_POOL_RESERVE)", reserved);
+    cuemm__sa_fini(&p->sa);
+    free(p->units);
+    free(p);
+    return r;
+  }
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+/* ---- chunks ------------------------------------------------------------------ */
+
+static CUdeviceptr unit_addr(const cuemm__pool *p, size_t u)
+{
+  return p->base + (CUdeviceptr)(u * p->unit);
+}
+
+static void chunk_mark(cuemm__pool *p, size_t head, size_t n, uint8_t state)
+{
+  for (size_t u = head; u < head + n; u++)
+    p->units[u].head = (uint32_t)head;
+  p->units[head].units = (uint32_t)n;
+  p->units[head].state = state;
+}
+
+/* Undoes a growth step at unit `head` that reached `state`.  When undoing
+ * itself fails, the chunk stays where it is, recorded, out of the
+ * sub-allocator's reach, for destruction to try again. */
+static void rollback(cuemm__pool *p, size_t head, size_t n)
+{
+  const cuemm__driver_table *d = p->drv;
+  cuemm__pool_unit *h = &p->units[head];
+  size_t bytes = n * p->unit;
+  if (h->state >= CUEMM__CHUNK_MAPPED) {
+    if (d->MemUnmap(unit_addr(p, head), bytes) != CUDA_SUCCESS) {
+      cuemm__error_append("; undoing it, cuMemUnmap failed too: the chunk (%zu bytes) stays mapped, unused, "
+                          "until the manager is destroyed", bytes);
+      cuemm__sa_quarantine(&p->sa, head * p->unit, bytes);
+      p->mapped += bytes;
+      p->chunks++;
+      return;
+    }
+    h->state = CUEMM__CHUNK_CREATED;
+  }
+  if (h->has_handle && d->MemRelease(h->handle) != CUDA_SUCCESS)
+    cuemm__error_append("; undoing it, cuMemRelease failed too: %zu bytes are lost to the driver", bytes);
+  h->has_handle = 0;
+  h->state = CUEMM__CHUNK_EMPTY;
+  h->units = 0;
+}
+
+/* Creates, maps and opens one chunk of n units at unit `head` (a hole). */
+static CUresult map_chunk(cuemm__pool *p, size_t head, size_t n)
+{
+  const cuemm__driver_table *d = p->drv;
+  size_t bytes = n * p->unit;
+  CUdeviceptr at = unit_addr(p, head);
+  CUmemAllocationProp prop = chunk_prop(p->dev);
+  cuemm__pool_unit *h = &p->units[head];
+  CUmemGenericAllocationHandle handle;
+  CUresult r = d->MemCreate(&handle, bytes, &prop, 0);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuMemCreate(%zu bytes on device %d) growing the pool", bytes, (int)p->dev);
+  chunk_mark(p, head, n, CUEMM__CHUNK_CREATED);
+  h->handle = handle;
+  h->has_handle = 1;
+  r = d->MemMap(at, bytes, 0, handle, 0);
+  if (r != CUDA_SUCCESS) {
+    cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) growing the pool", (unsigned long long)at, bytes);
+    rollback(p, head, n);
+    return r;
+  }
+  h->state = CUEMM__CHUNK_MAPPED;
+  r = d->MemSetAccess(at, bytes, p->access, p->naccess);
+  if (r != CUDA_SUCCESS) {
+    cuemm__driver_error(r, "cuMemSetAccess(0x%llx, %zu bytes, %u devices) growing the pool",
+                        (unsigned long long)at, bytes, p->naccess);
+    rollback(p, head, n);
+    return r;
+  }
+  h->state = CUEMM__CHUNK_ACCESSIBLE;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
+{
+  size_t need = round_up(size, CUEMM__SA_ALIGN);
+  const cuemm__sa *sa = &p->sa;
+  size_t best_off = SIZE_MAX, best_bytes = 0;
+  int capped = 0;
+  for (uint32_t i = sa->holes; i != CUEMM__SA_NIL; i = sa->b[i].lnext) {
+    const cuemm__sa_block *h = &sa->b[i];
+    size_t before = h->prev != CUEMM__SA_NIL && sa->b[h->prev].state == CUEMM__SA_FREE ? sa->b[h->prev].size : 0;
+    size_t after = h->next != CUEMM__SA_NIL && sa->b[h->next].state == CUEMM__SA_FREE ? sa->b[h->next].size : 0;
+    size_t bytes = round_up(need > before ? need - before : p->unit, p->unit);
+    if (bytes > h->size) {
+      if (before + h->size + after < need)
+        continue;
+      bytes = h->size; /* fill the whole hole: free space on both sides joins */
+    }
+    if (p->mapped + bytes > p->limit) {
+      capped = 1;
+      continue;
+    }
+    if (h->off < best_off) {
+      best_off = h->off;
+      best_bytes = bytes;
+    }
+  }
+  if (best_off == SIZE_MAX) {
+    p->grow_failures++;
+    char what[160];
+    cuemm__pool_describe(p, what, sizeof what);
+    if (capped)
+      return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "the pool cannot grow by the %zu bytes a request needs without "
+                          "passing its limit (CUEMM_POOL_LIMIT, %zu bytes): %s", need, p->limit, what);
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "the pool's reservation (CUEMM_POOL_RESERVE, %zu bytes) has no "
+                        "unmapped range where %zu bytes fit: %s", p->reserved, need, what);
+  }
+  if (cuemm__sa_reserve(&p->sa, 2) != 0) {
+    p->grow_failures++;
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for the pool's bookkeeping");
+  }
+  size_t head = best_off / p->unit, n = best_bytes / p->unit;
+  CUresult r = map_chunk(p, head, n);
+  if (r != CUDA_SUCCESS) {
+    p->grow_failures++;
+    return r;
+  }
+  cuemm__sa_fill(&p->sa, best_off, best_bytes);
+  p->mapped += best_bytes;
+  p->chunks++;
+  p->chunks_mapped++;
+  p->grow_steps++;
+  return CUDA_SUCCESS;
+}
+
+/* ---- release ----------------------------------------------------------------- */
+
+/* Releases the chunk at unit `head`, which lies in free space. */
+static CUresult release_chunk(cuemm__pool *p, size_t head)
+{
+  const cuemm__driver_table *d = p->drv;
+  cuemm__pool_unit *h = &p->units[head];
+  size_t bytes = (size_t)h->units * p->unit;
+  CUdeviceptr at = unit_addr(p, head);
+  if (cuemm__sa_reserve(&p->sa, 2) != 0)
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for the pool's bookkeeping");
+  /* Releasing the handle first is allowed (the memory lives until it is also
+   * unmapped) and leaves the chunk usable if the unmap then fails. */
+  if (h->has_handle) {
+    CUresult r = d->MemRelease(h->handle);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) releasing pool memory",
+                                 (unsigned long long)at, bytes);
+    h->has_handle = 0;
+  }
+  CUresult r = d->MemUnmap(at, bytes);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) releasing pool memory; the chunk stays mapped "
+                               "and in use by the pool", (unsigned long long)at, bytes);
+  cuemm__sa_drain(&p->sa, head * p->unit, bytes);
+  h->state = CUEMM__CHUNK_EMPTY;
+  h->units = 0;
+  p->mapped -= bytes;
+  p->chunks--;
+  p->chunks_released++;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
+{
+  /* Collect the wholly free chunks in address order, then release from the
+   * top.  Releasing one never merges it with another candidate's block in a
+   * way that matters: candidates are found by unit, not by block. */
+  size_t n = 0, cap = 0;
+  uint32_t *cand = NULL;
+  const cuemm__sa *sa = &p->sa;
+  for (uint32_t i = 0; i != CUEMM__SA_NIL; i = sa->b[i].next) {
+    const cuemm__sa_block *b = &sa->b[i];
+    if (b->state != CUEMM__SA_FREE)
+      continue;
+    size_t u = round_up(b->off, p->unit) / p->unit, end = b->off + b->size;
+    while ((u + 1) * p->unit <= end) {
+      size_t head = p->units[u].head;
+      size_t next = head + p->units[head].units;
+      if (next <= u)
+        next = u + 1; /* free space is always in a chunk; never loop on a torn record */
+      if (head == u && next * p->unit <= end) {
+        if (n == cap) {
+          size_t c = cap ? cap * 2 : 16;
+          uint32_t *g = realloc(cand, c * sizeof *g);
+          if (!g) {
+            free(cand);
+            return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory to release pool memory");
+          }
+          cand = g;
+          cap = c;
+        }
+        cand[n++] = (uint32_t)u;
+      }
+      u = next;
+    }
+  }
+  CUresult r = CUDA_SUCCESS;
+  size_t released = 0;
+  for (size_t k = n; k-- > 0;) {
+    size_t bytes = (size_t)p->units[cand[k]].units * p->unit;
+    if (p->sa.free_bytes < keep + bytes)
+      continue;
+    if ((r = release_chunk(p, cand[k])) != CUDA_SUCCESS)
+      break;
+    released++;
+  }
+  free(cand);
+  if (released)
+    p->releases++;
+  p->release_floor = p->sa.free_bytes;
+  return r;
+}
+
+int cuemm__pool_release_due(const cuemm__pool *p)
+{
+  size_t f = p->sa.free_bytes;
+  return f > p->threshold && f >= p->release_floor + p->unit;
+}
+
+/* ---- peers ------------------------------------------------------------------- */
+
+/* Calls cuMemSetAccess with `desc` on every run of adjacent accessible
+ * chunks, stopping at the first failure; *done counts the runs set. */
+static CUresult access_runs(cuemm__pool *p, const CUmemAccessDesc *desc, unsigned count, size_t max_runs,
+                            size_t *done)
+{
+  *done = 0;
+  size_t u = 0;
+  while (u < p->nunits && *done < max_runs) {
+    if (p->units[u].state != CUEMM__CHUNK_ACCESSIBLE || p->units[u].head != u) {
+      u += p->units[u].head == u && p->units[u].units ? p->units[u].units : 1;
+      continue;
+    }
+    size_t start = u;
+    while (u < p->nunits && p->units[u].head == u && p->units[u].state == CUEMM__CHUNK_ACCESSIBLE)
+      u += p->units[u].units;
+    CUresult r = p->drv->MemSetAccess(unit_addr(p, start), (u - start) * p->unit, desc, count);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuMemSetAccess(0x%llx, %zu bytes, %u devices) granting pool access",
+                                 (unsigned long long)unit_addr(p, start), (u - start) * p->unit, count);
+    ++*done;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuemm__pool_grant(cuemm__pool *p, CUdevice peer)
+{
+  for (unsigned k = 0; k < p->naccess; k++)
+    if (p->access[k].location.id == (int)peer)
+      return CUDA_SUCCESS;
+  if (p->naccess == CUEMM__POOL_MAX_DEVICES)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_pool_grant_access: %d devices have access already",
+                        CUEMM__POOL_MAX_DEVICES);
+  p->access[p->naccess] = p->access[0];
+  p->access[p->naccess].location.id = (int)peer;
+  size_t done;
+  CUresult r = access_runs(p, p->access, p->naccess + 1, SIZE_MAX, &done);
+  if (r != CUDA_SUCCESS) {
+    /* Take back what the runs already set gave the peer. */
+    CUmemAccessDesc none = p->access[p->naccess];
+    none.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    size_t undone;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+    access_runs(p, &none, 1, done, &undone);
+    return cuemm__error(r, "%s", msg);
+  }
+  p->naccess++;
+  return CUDA_SUCCESS;
+}
+
+/* ---- information ----------------------------------------------------------- */
+
+void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s)
+{
+  memset(s, 0, sizeof *s);
+  s->enabled = 1;
+  s->base = p->base;
+  s->reserved_bytes = p->reserved;
+  s->chunk_bytes = p->unit;
+  s->granularity = p->granularity;
+  s->release_threshold = p->threshold;
+  s->limit_bytes = p->limit;
+  s->mapped_bytes = p->mapped;
+  s->used_bytes = p->sa.used_bytes;
+  s->free_bytes = p->sa.free_bytes;
+  s->largest_free_block = cuemm__sa_largest_free(&p->sa);
+  s->used_blocks = p->sa.used_count;
+  s->free_blocks = p->sa.free_count;
+  s->chunks = p->chunks;
+  s->chunks_mapped = p->chunks_mapped;
+  s->chunks_released = p->chunks_released;
+  s->grow_steps = p->grow_steps;
+  s->grow_failures = p->grow_failures;
+  s->releases = p->releases;
+  s->peers = p->naccess - 1;
+  s->fragmentation = s->free_bytes ? 1.0 - (double)s->largest_free_block / (double)s->free_bytes : 0.0;
+}
+
+void cuemm__pool_describe(const cuemm__pool *p, char *buf, size_t n)
+{
+  snprintf(buf, n, "%zu bytes mapped, %zu used, largest free block %zu bytes", p->mapped, p->sa.used_bytes,
+           cuemm__sa_largest_free(&p->sa));
+}
+
+/* ---- destruction ------------------------------------------------------------- */
+
+CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
+{
+  CUresult first = CUDA_SUCCESS;
+  char msg[512] = "";
+  const cuemm__driver_table *d = p->drv;
+  for (size_t u = 0; use_driver && u < p->nunits; u++) {
+    cuemm__pool_unit *h = &p->units[u];
+    if (h->head != u || h->state == CUEMM__CHUNK_EMPTY)
+      continue;
+    size_t bytes = (size_t)h->units * p->unit;
+    CUresult r = CUDA_SUCCESS;
+    if (h->state >= CUEMM__CHUNK_MAPPED && (r = d->MemUnmap(unit_addr(p, u), bytes)) != CUDA_SUCCESS)
+      cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) destroying the pool", (unsigned long long)unit_addr(p, u),
+                          bytes);
+    else if (h->has_handle && (r = d->MemRelease(h->handle)) != CUDA_SUCCESS)
+      cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) destroying the pool",
+                          (unsigned long long)unit_addr(p, u), bytes);
+    if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
+      first = r;
+      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+    }
+  }
+  if (use_driver) {
+    CUresult r = d->MemAddressFree(p->base, p->reserved);
+    if (r != CUDA_SUCCESS) {
+      cuemm__driver_error(r, "cuMemAddressFree(0x%llx, %zu bytes) destroying the pool", (unsigned long long)p->base,
+                          p->reserved);
+      if (first == CUDA_SUCCESS) {
+        first = r;
+        snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+      }
+    }
+  }
+  cuemm__sa_fini(&p->sa);
+  free(p->units);
+  free(p);
+  if (first != CUDA_SUCCESS)
+    cuemm__error(first, "%s", msg);
+  return first;
+}

@@ -1,0 +1,131 @@
+/* pool.h: the growable pool on CUDA virtual memory, internal interface.
+ *
+ * The manager owns at most one pool and calls it with its lock held.  The
+ * fast calls (take, give) never reach the driver; the others run with the
+ * manager's context current.  Blocks are named by their sub-allocator
+ * descriptor index, which the manager keeps beside the pointer (in its
+ * owned table while live, in the pending queue once freed), so a free never
+ * searches for its block.
+ */
+#ifndef CUEMM_POOL_H
+#define CUEMM_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuemm.h"
+#include "driver.h"
+#include "suballoc.h"
+
+#define CUEMM__POOL_MAX_DEVICES 64
+
+typedef enum cuemm__chunk_state {
+  CUEMM__CHUNK_EMPTY = 0,       /* nothing there */
+  CUEMM__CHUNK_CREATED = 1,     /* physical handle, not mapped */
+  CUEMM__CHUNK_MAPPED = 2,      /* mapped, no access set */
+  CUEMM__CHUNK_ACCESSIBLE = 3,  /* mapped and accessible: its space is the sub-allocator's */
+} cuemm__chunk_state;
+
+/* One entry per unit (cfg->pool_chunk bytes) of the reservation.  A chunk is
+ * one physical handle covering `units` consecutive units from its head. */
+typedef struct cuemm__pool_unit {
+  CUmemGenericAllocationHandle handle;  /* at the head; valid while has_handle */
+  uint32_t head;                        /* the unit where this unit's chunk starts */
+  uint32_t units;                       /* at the head: the chunk's length in units */
+  uint8_t state;                        /* cuemm__chunk_state, at the head */
+  uint8_t has_handle;                   /* cuMemRelease not yet called */
+} cuemm__pool_unit;
+
+typedef struct cuemm__pool {
+  const cuemm__driver_table *drv;
+  CUdevice dev;
+  CUdeviceptr base;
+  size_t reserved;        /* bytes of virtual address space */
+  size_t unit;            /* growth unit: cfg->pool_chunk */
+  size_t granularity;     /* the driver's minimum granularity */
+  size_t threshold;       /* free bytes kept mapped */
+  size_t limit;           /* cap on mapped bytes (== reserved when none) */
+  size_t mapped;
+  size_t chunks;
+  size_t release_floor;   /* free bytes at their low point since the last release attempt */
+  cuemm__pool_unit *units;
+  size_t nunits;
+  cuemm__sa sa;
+  CUmemAccessDesc access[CUEMM__POOL_MAX_DEVICES];
+  unsigned naccess;       /* [0] is the owning device */
+  uint64_t chunks_mapped, chunks_released, grow_steps, grow_failures, releases;
+} cuemm__pool;
+
+/* Reserves the address range and prepares the pool; maps nothing yet.
+ * `total` is the device's memory (the default reservation).  The manager's
+ * context is current.  The message names the knob or the driver call. */
+CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *drv, CUdevice dev,
+                            const cuemm_config *cfg, size_t total);
+
+/* Unmaps and releases every chunk and frees the reservation (when
+ * `use_driver`; the caller has synchronized), then the host bookkeeping.
+ * Returns the first driver failure, with its message; the pool is gone in
+ * any case. */
+CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver);
+
+/* Whether an address lies in the pool's reservation. */
+static inline int cuemm__pool_contains(const cuemm__pool *p, CUdeviceptr a)
+{
+  return a >= p->base && a - p->base < p->reserved;
+}
+
+/* The largest request the pool serves; larger ones go to cuMemAlloc. */
+static inline size_t cuemm__pool_capacity(const cuemm__pool *p) { return p->limit; }
+
+/* Takes a block of at least `size` bytes (256-byte aligned) from mapped free
+ * space.  Returns 0, or -1 when no free block is large enough. */
+static inline int cuemm__pool_take(cuemm__pool *p, size_t size, uintptr_t *ptr, uint32_t *blk)
+{
+  uint32_t i = cuemm__sa_alloc(&p->sa, (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1));
+  if (i == CUEMM__SA_NIL)
+    return -1;
+  *ptr = (uintptr_t)p->base + p->sa.b[i].off;
+  *blk = i;
+  return 0;
+}
+
+/* Returns a block.  The caller guarantees no GPU work still uses it. */
+static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk) { cuemm__sa_free(&p->sa, blk); }
+
+/* Maps a new chunk, at the lowest place where it lets a request of `size`
+ * bytes fit (extending free space below it when there is some), with one
+ * cuMemCreate, one cuMemMap and one cuMemSetAccess for every device with
+ * access.  A failed step is rolled back.  CUDA_ERROR_OUT_OF_MEMORY when the
+ * limit or the reservation leaves no room, or the driver's error. */
+CUresult cuemm__pool_grow(cuemm__pool *p, size_t size);
+
+/* Unmaps and releases wholly free chunks, highest address first, as long as
+ * at least `keep` free bytes stay mapped.  Every free block is idle (blocks
+ * come back only after a synchronization), so no synchronization is needed
+ * here.  Stops at the first driver failure (the chunk stays mapped and
+ * usable) and returns it. */
+CUresult cuemm__pool_release(cuemm__pool *p, size_t keep);
+
+/* Called by a flush before it returns blocks: between flushes free space
+ * only shrinks (or grows by growth), so this sees its low point. */
+static inline void cuemm__pool_note_low(cuemm__pool *p)
+{
+  if (p->sa.free_bytes < p->release_floor)
+    p->release_floor = p->sa.free_bytes;
+}
+
+/* Whether an automatic release is due after blocks came back: more than the
+ * threshold is free, and at least a unit more than at the low point since
+ * the last attempt (otherwise no chunk can have become wholly free that was
+ * not already, and the walk is skipped). */
+int cuemm__pool_release_due(const cuemm__pool *p);
+
+/* Gives `peer` read-write access to every chunk mapped now and to come. */
+CUresult cuemm__pool_grant(cuemm__pool *p, CUdevice peer);
+
+void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s);
+
+/* "N bytes mapped, N used, largest free block N" for messages. */
+void cuemm__pool_describe(const cuemm__pool *p, char *buf, size_t n);
+
+#endif

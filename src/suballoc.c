@@ -1,0 +1,372 @@
+/* suballoc.c: the pool's sub-allocator (see suballoc.h).
+ *
+ * Segregated free lists with bitmaps, in the manner of TLSF: a free block
+ * sits in the bin of its size; small sizes (below 16 KiB) have a bin per
+ * 256-byte size class, so a request there is an exact fit popped from a
+ * list; larger sizes have sixteen bins per power of two.  A request looks
+ * first at the head of its own bin, then at the first non-empty bin whose
+ * every block is large enough (one bitmap scan), then, before giving up, at
+ * the rest of its own bin, so it fails only when no free block fits.
+ * Whatever a chosen block has beyond the request is split off and stays
+ * free; a freed block merges with free neighbours at once, so free space
+ * never stays cut into pieces that no longer match anything.
+ *
+ * Blocks are descriptors in one array linked in address order; the array
+ * grows by doubling and freed descriptors are reused, so steady traffic
+ * allocates no host memory.  Unmapped space is kept as HOLE blocks in the
+ * same order, which lets growth and release reuse the same splitting and
+ * merging.
+ */
+#include "suballoc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NIL CUEMM__SA_NIL
+
+/* ---- bins ----------------------------------------------------------------- */
+
+static unsigned bin_of(size_t size)
+{
+  size_t u = size / CUEMM__SA_ALIGN;
+  if (u < 64)
+    return (unsigned)u;
+  unsigned fl = 63u - (unsigned)__builtin_clzll((unsigned long long)u);
+  unsigned sl = (unsigned)(u >> (fl - 4)) & 15u;
+  unsigned bin = 64 + (fl - 6) * 16 + sl;
+  return bin < CUEMM__SA_NBINS ? bin : CUEMM__SA_NBINS - 1;
+}
+
+/* The first bin whose every block holds `size`. */
+static unsigned bin_above(size_t size)
+{
+  size_t u = size / CUEMM__SA_ALIGN;
+  if (u < 64)
+    return (unsigned)u;
+  unsigned fl = 63u - (unsigned)__builtin_clzll((unsigned long long)u);
+  size_t step = (size_t)1 << (fl - 4);
+  if ((u & (step - 1)) == 0)
+    return bin_of(size);
+  return bin_of((u + step) * CUEMM__SA_ALIGN) ;
+}
+
+static unsigned first_nonempty(const cuemm__sa *s, unsigned from)
+{
+  unsigned w = from / 64;
+  if (w >= CUEMM__SA_NBINS / 64)
+    return CUEMM__SA_NBINS;
+  uint64_t bits = s->bitmap[w] & (~(uint64_t)0 << (from % 64));
+  while (!bits) {
+    if (++w == CUEMM__SA_NBINS / 64)
+      return CUEMM__SA_NBINS;
+    bits = s->bitmap[w];
+  }
+  return w * 64 + (unsigned)__builtin_ctzll(bits);
+}
+
+/* ---- lists ---------------------------------------------------------------- */
+
+static void list_add(cuemm__sa *s, uint32_t i)
+{
+  cuemm__sa_block *b = &s->b[i];
+  uint32_t *head;
+  if (b->state == CUEMM__SA_FREE) {
+    b->bin = (uint16_t)bin_of(b->size);
+    head = &s->heads[b->bin];
+    s->bitmap[b->bin / 64] |= (uint64_t)1 << (b->bin % 64);
+    s->free_count++;
+  } else {
+    head = &s->holes;
+    s->hole_count++;
+  }
+  b->lprev = NIL;
+  b->lnext = *head;
+  if (*head != NIL)
+    s->b[*head].lprev = i;
+  *head = i;
+}
+
+static void list_del(cuemm__sa *s, uint32_t i)
+{
+  cuemm__sa_block *b = &s->b[i];
+  uint32_t *head = b->state == CUEMM__SA_FREE ? &s->heads[b->bin] : &s->holes;
+  if (b->lprev != NIL)
+    s->b[b->lprev].lnext = b->lnext;
+  else
+    *head = b->lnext;
+  if (b->lnext != NIL)
+    s->b[b->lnext].lprev = b->lprev;
+  if (b->state == CUEMM__SA_FREE) {
+    if (*head == NIL)
+      s->bitmap[b->bin / 64] &= ~((uint64_t)1 << (b->bin % 64));
+    s->free_count--;
+  } else
+    s->hole_count--;
+}
+
+/* ---- descriptors ---------------------------------------------------------- */
+
+int cuemm__sa_reserve(cuemm__sa *s, uint32_t n)
+{
+  if (s->nspare >= n)
+    return 0;
+  uint32_t cap = s->cap ? s->cap * 2 : 64;
+  while (cap - s->cap + s->nspare < n)
+    cap *= 2;
+  cuemm__sa_block *b = realloc(s->b, (size_t)cap * sizeof *b);
+  if (!b)
+    return -1;
+  s->b = b;
+  for (uint32_t i = cap; i-- > s->cap;) {
+    memset(&b[i], 0, sizeof b[i]);
+    b[i].lnext = s->spare;
+    s->spare = i;
+    s->nspare++;
+  }
+  s->cap = cap;
+  return 0;
+}
+
+static uint32_t desc_new(cuemm__sa *s)
+{
+  if (s->spare == NIL && cuemm__sa_reserve(s, 1) != 0)
+    return NIL;
+  uint32_t i = s->spare;
+  s->spare = s->b[i].lnext;
+  s->nspare--;
+  return i;
+}
+
+static void desc_put(cuemm__sa *s, uint32_t i)
+{
+  s->b[i].state = CUEMM__SA_SPARE;
+  s->b[i].lnext = s->spare;
+  s->spare = i;
+  s->nspare++;
+}
+
+/* Cuts block i (unlinked) at `at` bytes from its start; the upper part gets
+ * a new descriptor with the same state, unlinked, and is returned (NIL when
+ * no descriptor could be had: nothing changes then). */
+static uint32_t split(cuemm__sa *s, uint32_t i, size_t at)
+{
+  uint32_t j = desc_new(s);
+  if (j == NIL)
+    return NIL;
+  cuemm__sa_block *a = &s->b[i], *c = &s->b[j];
+  c->off = a->off + at;
+  c->size = a->size - at;
+  c->state = a->state;
+  c->prev = i;
+  c->next = a->next;
+  if (a->next != NIL)
+    s->b[a->next].prev = j;
+  a->next = j;
+  a->size = at;
+  return j;
+}
+
+/* Block i (unlinked, final state set) absorbs neighbours of the same state;
+ * returns the surviving index (the lowest), unlinked. */
+static uint32_t merge(cuemm__sa *s, uint32_t i)
+{
+  uint8_t st = s->b[i].state;
+  uint32_t n = s->b[i].next;
+  if (n != NIL && s->b[n].state == st) {
+    list_del(s, n);
+    s->b[i].size += s->b[n].size;
+    s->b[i].next = s->b[n].next;
+    if (s->b[n].next != NIL)
+      s->b[s->b[n].next].prev = i;
+    desc_put(s, n);
+  }
+  uint32_t p = s->b[i].prev;
+  if (p != NIL && s->b[p].state == st) {
+    list_del(s, p);
+    s->b[p].size += s->b[i].size;
+    s->b[p].next = s->b[i].next;
+    if (s->b[i].next != NIL)
+      s->b[s->b[i].next].prev = p;
+    desc_put(s, i);
+    i = p;
+  }
+  return i;
+}
+
+/* ---- the interface ---------------------------------------------------------- */
+
+int cuemm__sa_init(cuemm__sa *s, size_t span)
+{
+  memset(s, 0, sizeof *s);
+  s->spare = s->holes = NIL;
+  for (unsigned k = 0; k < CUEMM__SA_NBINS; k++)
+    s->heads[k] = NIL;
+  if (cuemm__sa_reserve(s, 1) != 0)
+    return -1;
+  uint32_t i = desc_new(s); /* descriptor 0: the stack hands out the lowest first */
+  s->b[i] = (cuemm__sa_block){ .off = 0, .size = span, .prev = NIL, .next = NIL, .state = CUEMM__SA_HOLE };
+  list_add(s, i);
+  s->span = span;
+  s->hole_bytes = span;
+  return 0;
+}
+
+void cuemm__sa_fini(cuemm__sa *s)
+{
+  free(s->b);
+  memset(s, 0, sizeof *s);
+}
+
+uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
+{
+  unsigned own = bin_of(size);
+  uint32_t i = s->heads[own];
+  if (i == NIL || s->b[i].size < size) {
+    unsigned k = first_nonempty(s, bin_above(size));
+    if (k < CUEMM__SA_NBINS)
+      i = s->heads[k];
+    else {
+      /* Only a block of the request's own bin may still fit. */
+      for (i = i == NIL ? NIL : s->b[i].lnext; i != NIL && s->b[i].size < size; i = s->b[i].lnext)
+        ;
+      if (i == NIL)
+        return NIL;
+    }
+  }
+  list_del(s, i);
+  if (s->b[i].size > size) {
+    uint32_t rest = split(s, i, size);
+    if (rest != NIL)
+      list_add(s, rest);
+  }
+  s->b[i].state = CUEMM__SA_USED;
+  s->free_bytes -= s->b[i].size;
+  s->used_bytes += s->b[i].size;
+  s->used_count++;
+  return i;
+}
+
+void cuemm__sa_free(cuemm__sa *s, uint32_t i)
+{
+  s->b[i].state = CUEMM__SA_FREE;
+  s->used_bytes -= s->b[i].size;
+  s->free_bytes += s->b[i].size;
+  s->used_count--;
+  list_add(s, merge(s, i));
+}
+
+/* Gives the part [off, off + size) of the linked block containing it the
+ * state `to`, then merges it.  2 spare descriptors must be at hand. */
+static void recolor(cuemm__sa *s, size_t off, size_t size, uint8_t to)
+{
+  uint32_t i = cuemm__sa_find(s, off);
+  list_del(s, i);
+  if (s->b[i].off < off) {
+    uint32_t j = split(s, i, off - s->b[i].off);
+    list_add(s, i);
+    i = j;
+  }
+  if (s->b[i].size > size)
+    list_add(s, split(s, i, size));
+  s->b[i].state = to;
+  if (to == CUEMM__SA_USED)
+    s->used_count++;
+  else
+    list_add(s, merge(s, i));
+}
+
+void cuemm__sa_fill(cuemm__sa *s, size_t off, size_t size)
+{
+  recolor(s, off, size, CUEMM__SA_FREE);
+  s->hole_bytes -= size;
+  s->free_bytes += size;
+}
+
+void cuemm__sa_drain(cuemm__sa *s, size_t off, size_t size)
+{
+  recolor(s, off, size, CUEMM__SA_HOLE);
+  s->free_bytes -= size;
+  s->hole_bytes += size;
+}
+
+void cuemm__sa_quarantine(cuemm__sa *s, size_t off, size_t size)
+{
+  recolor(s, off, size, CUEMM__SA_USED);
+  s->hole_bytes -= size;
+  s->used_bytes += size;
+}
+
+uint32_t cuemm__sa_find(const cuemm__sa *s, size_t off)
+{
+  uint32_t i = 0;
+  while (i != NIL && off >= s->b[i].off + s->b[i].size)
+    i = s->b[i].next;
+  return i;
+}
+
+size_t cuemm__sa_largest_free(const cuemm__sa *s)
+{
+  size_t best = 0;
+  for (unsigned w = CUEMM__SA_NBINS / 64; w-- > 0;) {
+    if (!s->bitmap[w])
+      continue;
+    unsigned k = w * 64 + 63u - (unsigned)__builtin_clzll(s->bitmap[w]);
+    for (uint32_t i = s->heads[k]; i != NIL; i = s->b[i].lnext)
+      if (s->b[i].size > best)
+        best = s->b[i].size;
+    return best;
+  }
+  return 0;
+}
+
+const char *cuemm__sa_check(const cuemm__sa *s)
+{
+  size_t off = 0, fb = 0, ub = 0, hb = 0, fc = 0, uc = 0, hc = 0;
+  uint32_t prev = NIL;
+  for (uint32_t i = 0; i != NIL; prev = i, i = s->b[i].next) {
+    const cuemm__sa_block *b = &s->b[i];
+    if (b->off != off)
+      return "blocks do not tile the span";
+    if (b->prev != prev)
+      return "a prev link is wrong";
+    if (b->size == 0 || b->size % CUEMM__SA_ALIGN || b->off % CUEMM__SA_ALIGN)
+      return "a block is empty or not aligned";
+    if (prev != NIL && b->state != CUEMM__SA_USED && s->b[prev].state == b->state)
+      return "two adjacent free blocks or holes were not merged";
+    if (b->state == CUEMM__SA_FREE) {
+      fb += b->size, fc++;
+      if (b->bin != bin_of(b->size))
+        return "a free block is in the wrong bin";
+    } else if (b->state == CUEMM__SA_USED)
+      ub += b->size, uc++;
+    else if (b->state == CUEMM__SA_HOLE)
+      hb += b->size, hc++;
+    else
+      return "a spare descriptor is linked in address order";
+    off += b->size;
+  }
+  if (off != s->span)
+    return "blocks do not cover the span";
+  if (fb != s->free_bytes || ub != s->used_bytes || hb != s->hole_bytes)
+    return "byte counters disagree with the blocks";
+  if (fc != s->free_count || uc != s->used_count || hc != s->hole_count)
+    return "block counters disagree with the blocks";
+  size_t listed = 0;
+  for (unsigned k = 0; k < CUEMM__SA_NBINS; k++) {
+    int bit = (s->bitmap[k / 64] >> (k % 64)) & 1;
+    if (bit != (s->heads[k] != NIL))
+      return "a bitmap bit disagrees with its bin";
+    for (uint32_t i = s->heads[k]; i != NIL; i = s->b[i].lnext, listed++)
+      if (s->b[i].state != CUEMM__SA_FREE || s->b[i].bin != k)
+        return "a bin holds a block that is not free or not of its size";
+  }
+  if (listed != fc)
+    return "bins do not hold every free block";
+  listed = 0;
+  for (uint32_t i = s->holes; i != NIL; i = s->b[i].lnext, listed++)
+    if (s->b[i].state != CUEMM__SA_HOLE)
+      return "the hole list holds a block that is not a hole";
+  if (listed != hc)
+    return "the hole list does not hold every hole";
+  return NULL;
+}

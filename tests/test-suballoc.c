@@ -1,0 +1,141 @@
+/* test-suballoc.c: the pool's sub-allocator on its own, against a shadow
+ * model: tens of thousands of random allocations, frees, fills (mapping) and
+ * drains (release), with every invariant checked after each step.  Built
+ * from src/suballoc.c directly: no driver involved.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "suballoc.h"
+#include "tap.h"
+
+#define SPAN ((size_t)1 << 30)
+#define UNIT ((size_t)4 << 20)
+#define MAXLIVE 512
+
+typedef struct live { uint32_t blk; size_t off, size; } live;
+
+static uint64_t rng = 0x9E3779B97F4A7C15u;
+static uint64_t next_rand(void)
+{
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+/* Sizes from 256 B to 8 MiB, log-uniform. */
+static size_t random_size(void)
+{
+  unsigned bits = 8 + (unsigned)(next_rand() % 16);
+  size_t size = ((size_t)1 << bits) + (next_rand() % ((size_t)1 << bits));
+  return (size + 255) & ~(size_t)255;
+}
+
+int main(void)
+{
+  cuemm__sa s;
+  ok(cuemm__sa_init(&s, SPAN) == 0, "init");
+  ok(cuemm__sa_check(&s) == NULL, "a fresh span is one hole");
+  is(s.hole_bytes, SPAN, "all of it a hole");
+  is(cuemm__sa_alloc(&s, 256), CUEMM__SA_NIL, "nothing to allocate before a fill");
+
+  /* Fill the middle of the hole, then its neighbours: they merge. */
+  ok(cuemm__sa_reserve(&s, 2) == 0, "reserve descriptors");
+  cuemm__sa_fill(&s, UNIT, UNIT);
+  ok(cuemm__sa_check(&s) == NULL, "fill inside a hole: %s", cuemm__sa_check(&s) ? cuemm__sa_check(&s) : "ok");
+  is(s.free_count, 1, "one free block");
+  is(s.hole_count, 2, "two holes around it");
+  cuemm__sa_reserve(&s, 2);
+  cuemm__sa_fill(&s, 0, UNIT);
+  cuemm__sa_reserve(&s, 2);
+  cuemm__sa_fill(&s, 2 * UNIT, UNIT);
+  ok(cuemm__sa_check(&s) == NULL, "adjacent fills");
+  is(s.free_count, 1, "merged into one free block");
+  is(cuemm__sa_largest_free(&s), 3 * UNIT, "of three units");
+
+  uint32_t a = cuemm__sa_alloc(&s, 256), b = cuemm__sa_alloc(&s, 512), c = cuemm__sa_alloc(&s, 256);
+  ok(a != CUEMM__SA_NIL && b != CUEMM__SA_NIL && c != CUEMM__SA_NIL, "three small blocks");
+  is(s.b[a].off, 0, "first at 0");
+  is(s.b[b].off, 256, "second after it");
+  is(s.b[c].off, 768, "third after that");
+  cuemm__sa_free(&s, b);
+  uint32_t d = cuemm__sa_alloc(&s, 512);
+  is(s.b[d].off, 256, "an exact-size hole is reused first");
+  cuemm__sa_free(&s, a);
+  cuemm__sa_free(&s, c);
+  cuemm__sa_free(&s, d);
+  ok(cuemm__sa_check(&s) == NULL, "frees merge");
+  is(s.free_count, 1, "back to one free block");
+  is(cuemm__sa_alloc(&s, 3 * UNIT + 256), CUEMM__SA_NIL, "a request larger than all free space fails");
+
+  /* Random traffic against a shadow list. */
+  live L[MAXLIVE];
+  size_t n = 0, fails = 0, fills = 3, drains = 0;
+  const char *bad = NULL;
+  int overlap = 0;
+  for (int step = 0; step < 40000 && !bad && !overlap; step++) {
+    unsigned op = (unsigned)(next_rand() % 100);
+    if (op < 50 && n < MAXLIVE) {
+      size_t size = random_size();
+      uint32_t i = cuemm__sa_alloc(&s, size);
+      if (i == CUEMM__SA_NIL) {
+        fails++;
+        if (cuemm__sa_largest_free(&s) >= size)
+          bad = "an allocation failed although a free block was large enough";
+        /* Map more: the first hole, one unit or the request rounded up. */
+        for (uint32_t h = s.holes; h != CUEMM__SA_NIL; h = s.b[h].lnext) {
+          size_t want = (size + UNIT - 1) / UNIT * UNIT;
+          if (s.b[h].size >= want) {
+            cuemm__sa_reserve(&s, 2);
+            cuemm__sa_fill(&s, s.b[h].off, want);
+            fills++;
+            break;
+          }
+        }
+        continue;
+      }
+      if (s.b[i].size < size || s.b[i].state != CUEMM__SA_USED)
+        bad = "a block is smaller than asked or not marked used";
+      for (size_t k = 0; k < n; k++)
+        if (s.b[i].off < L[k].off + L[k].size && L[k].off < s.b[i].off + s.b[i].size)
+          overlap = 1;
+      L[n++] = (live){ i, s.b[i].off, s.b[i].size };
+    } else if (op < 95 && n > 0) {
+      size_t k = (size_t)(next_rand() % n);
+      if (s.b[L[k].blk].off != L[k].off || s.b[L[k].blk].size != L[k].size)
+        bad = "a live block moved or changed size";
+      cuemm__sa_free(&s, L[k].blk);
+      L[k] = L[--n];
+    } else {
+      /* Release a wholly free unit, as the pool does. */
+      for (uint32_t i = 0; i != CUEMM__SA_NIL; i = s.b[i].next) {
+        if (s.b[i].state != CUEMM__SA_FREE)
+          continue;
+        size_t lo = (s.b[i].off + UNIT - 1) / UNIT * UNIT;
+        if (lo + UNIT <= s.b[i].off + s.b[i].size) {
+          cuemm__sa_reserve(&s, 2);
+          cuemm__sa_drain(&s, lo, UNIT);
+          drains++;
+          break;
+        }
+      }
+    }
+    if (!bad)
+      bad = cuemm__sa_check(&s);
+  }
+  ok(bad == NULL, "40000 random steps keep every invariant%s%s", bad ? ": " : "", bad ? bad : "");
+  ok(!overlap, "no two live blocks overlap");
+  ok(fills > 3 && drains > 0 && fails > 0, "the run mapped (%zu), released (%zu) and ran out (%zu)", fills, drains, fails);
+  size_t used = 0;
+  for (size_t k = 0; k < n; k++)
+    used += L[k].size;
+  is(s.used_bytes, used, "used bytes are the live blocks' sizes");
+  while (n > 0)
+    cuemm__sa_free(&s, L[--n].blk);
+  ok(cuemm__sa_check(&s) == NULL, "all freed");
+  is(s.used_bytes, 0, "nothing used");
+  is(s.free_bytes + s.hole_bytes, SPAN, "free and holes tile the span");
+  cuemm__sa_fini(&s);
+  return tap_done();
+}
