@@ -474,7 +474,9 @@ typedef struct cuemm_ipc_handle {
  * live allocation of this manager (another manager's or cuMemAlloc's memory,
  * host memory, an allocation already freed, pending release or not); for
  * size running past the allocation's end.  CUDA_ERROR_NOT_SUPPORTED when the
- * driver has no legacy IPC; driver errors of cuIpcGetMemHandle as reported.
+ * driver has no legacy IPC, or for a pool block (CUEMM_POOL=vmm: legacy IPC
+ * cannot export cuMemCreate memory; allocate what is to be shared through a
+ * manager without the pool); driver errors of cuIpcGetMemHandle as reported.
  * *h is written only on success. */
 CUEMM_EXTERN CUresult cuemm_ipc_export(cuemm_manager *m, CUdeviceptr p, size_t size, cuemm_ipc_handle *h);
 
