@@ -161,6 +161,58 @@ static void pairs(CUdevice dev, int quick)
   CHECK(cuemm_destroy(m));
 }
 
+/* Where a cycle's time goes: the flush's idle cuCtxSynchronize, and the
+ * pair with the count threshold raised so that sync is amortized over many
+ * frees; a CPU malloc+free pair for scale.  Medians. */
+static void flush_cost(int quick)
+{
+  int samples = quick ? 20 : 2000;
+  static double v[2000];
+  for (int i = 0; i < samples; i++) {
+    double t0 = now_ns();
+    CHECK(cuCtxSynchronize());
+    v[i] = now_ns() - t0;
+  }
+  double sync = median(v, samples);
+  for (int i = 0; i < samples; i++) {
+    double t0 = now_ns();
+    for (int k = 0; k < 100; k++) {
+      void *volatile q = malloc(256 + k);
+      free(q);
+    }
+    v[i] = (now_ns() - t0) / 100;
+  }
+  double cpu = median(v, samples);
+  cuemm_config c;
+  CHECK(cuemm_config_init(&c));
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_release_threshold = (size_t)1 << 46;
+  c.max_pending_count = 1000;
+  cuemm_manager *m;
+  CHECK(cuemm_create(&m, ctx, &c));
+  int cycle = 1001, n = quick ? 5 : 200;
+  for (int k = 0; k < cycle; k++) { /* warm */
+    CUdeviceptr p;
+    CHECK(cuemm_alloc(m, &p, 4096));
+    CHECK(cuemm_free(m, p));
+  }
+  for (int i = 0; i < n; i++) {
+    double t0 = now_ns();
+    for (int k = 0; k < cycle; k++) {
+      CUdeviceptr p;
+      CHECK(cuemm_alloc(m, &p, 4096));
+      CHECK(cuemm_free(m, p));
+    }
+    v[i] = (now_ns() - t0) / cycle;
+  }
+  double big = median(v, n);
+  CHECK(cuemm_destroy(m));
+  printf("\n## where a cycle's time goes, medians\n");
+  printf("idle cuCtxSynchronize                      %8.1f ns\n", sync);
+  printf("pool pair, 4 KiB, max_pending_count 1000  %8.1f ns (cycles of %d pairs, flush included)\n", big, cycle);
+  printf("CPU malloc+free pair, 256 B               %8.1f ns\n", cpu);
+}
+
 static void growth(int quick)
 {
   printf("\n## growth by N bytes: one request of N on a fresh pool vs one cuMemAlloc of N; median us\n");
@@ -270,6 +322,7 @@ int main(int argc, char **argv)
   printf("# bench-pool: cuemm %s, %s, driver %d (%s)%s\n", cuemm_version_string(), name, info.version, info.path,
          quick ? ", quick mode" : "");
   pairs(dev, quick);
+  flush_cost(quick);
   growth(quick);
   pipelines(quick);
   CHECK(cuCtxSetCurrent(NULL));
