@@ -25,13 +25,13 @@
 # of `python3 -m numba.runtests`.  Exit status: 0 when no test passing under
 # the default manager fails, errors or is skipped under cuemm.
 #
-# The GPU run, from the repository root of a checkout whose .gpu/ holds the
-# dist tarball and .gpu/pyextra/sitecustomize.py and whose .whl/ holds the
-# filecheck wheel:
+# On a machine without autotools: unpack the dist tarball (make dist), build,
+# and run it there; with TARBALL the tarball, PYEXTRA a folder holding the
+# sitecustomize.py and WHEELS one holding the filecheck wheel:
 #
-#   t=$(mktemp -d) && tar -xzf .gpu/cuemm-*.tar.gz -C $t && cp -r .whl .gpu/pyextra $t/ &&
-#   cd $t/cuemm-* && ./configure -q && make -j16 >/dev/null &&
-#   scripts/numba-compare.sh "$t/pyextra:$t/.whl" $OUT
+#   t=$(mktemp -d) && tar -xzf TARBALL -C $t && cd $t/cuemm-* &&
+#   ./configure -q && make -j16 >/dev/null &&
+#   scripts/numba-compare.sh "PYEXTRA:WHEELS" OUTDIR
 set -u
 extra=${1:?usage: scripts/numba-compare.sh EXTRA_PYTHONPATH [OUTDIR]}
 out=${2:-numba-compare-out}
