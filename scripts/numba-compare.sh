@@ -60,13 +60,17 @@ unwheel() {
 old_ifs=$IFS; IFS=:
 for e in $extra; do
   IFS=$old_ifs
-  case $e in
-  *.whl) unwheel "$e" ;;
-  *) test -n "$e" || continue
-     e=$(cd "$e" 2>/dev/null && pwd) || { echo "numba-compare: no folder $e" >&2; exit 1; }
-     add "$e"
-     for w in "$e"/*.whl; do test -f "$w" && unwheel "$w"; done ;;
-  esac
+  test -n "$e" || continue
+  if test -f "$e"; then
+    case $e in
+    *.whl) unwheel "$e" ;;
+    *) echo "numba-compare: $e is neither a folder nor a wheel" >&2; exit 1 ;;
+    esac
+  else
+    e=$(cd "$e" 2>/dev/null && pwd) || { echo "numba-compare: no folder $e" >&2; exit 1; }
+    add "$e"
+    for w in "$e"/*.whl; do test -f "$w" && unwheel "$w"; done
+  fi
 done
 IFS=$old_ifs
 base_pp=$path${PYTHONPATH:+:$PYTHONPATH}
