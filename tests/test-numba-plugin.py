@@ -1,0 +1,264 @@
+"""test-numba-plugin.py: the Numba plugin (python/cuemm_numba.py) imports, has
+the whole EMM interface (version 1), and its ctypes bindings work against
+libcuemm on the suite's driver (simcuda unless CUEMM_TEST_DRIVER=system).
+Prints TAP.  Numba is not needed; where it is importable, the plugin is also
+checked against Numba's own BaseCUDAMemoryManager."""
+
+import ctypes
+import gc
+import inspect
+import os
+import subprocess
+import sys
+import traceback
+
+build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
+sys.path.insert(0, os.path.join(build, "python"))
+
+# The interface Numba defines for EMM plugins, version 1
+# (numba.cuda.BaseCUDAMemoryManager): method -> parameters after self.
+EMM_V1 = {
+    "memalloc": ["size"],
+    "memhostalloc": ["size", "mapped", "portable", "wc"],
+    "mempin": ["owner", "pointer", "size", "mapped"],
+    "initialize": [],
+    "get_ipc_handle": ["memory"],
+    "get_memory_info": [],
+    "reset": [],
+    "defer_cleanup": [],
+}
+
+_n = 0
+_failed = 0
+
+
+def ok(cond, name, diag=None):
+    global _n, _failed
+    _n += 1
+    if not cond:
+        _failed += 1
+    print("%sok %d - %s" % ("" if cond else "not ", _n, name))
+    if not cond and diag:
+        for line in str(diag).splitlines():
+            print("#   " + line)
+    sys.stdout.flush()
+    return cond
+
+
+def skip(name, why):
+    global _n
+    _n += 1
+    print("ok %d - %s # SKIP %s" % (_n, name, why))
+
+
+def raises(fn, exc):
+    try:
+        fn()
+    except exc as e:
+        return e
+    except Exception as e:  # the wrong kind
+        return AssertionError("raised %r, not %s" % (e, exc.__name__))
+    return None
+
+
+def params(fn):
+    return [p.name for p in inspect.signature(fn).parameters.values()][1:]
+
+
+# ---- import and interface --------------------------------------------------
+
+try:
+    import cuemm_numba as cn
+except Exception:
+    print("1..1")
+    ok(False, "cuemm_numba imports", traceback.format_exc())
+    sys.exit(1)
+ok(True, "cuemm_numba imports from %s" % os.path.dirname(cn.__file__))
+
+cls = getattr(cn, "_numba_memory_manager", None)
+ok(cls is cn.CuemmMemoryManager, "_numba_memory_manager is the plugin class")
+for name, want in sorted(EMM_V1.items()):
+    fn = getattr(cls, name, None)
+    ok(callable(fn) and params(fn) == want,
+       "%s(%s)" % (name, ", ".join(want)),
+       "has %s" % (params(fn) if callable(fn) else fn))
+ok(isinstance(inspect.getattr_static(cls, "interface_version"), property),
+   "interface_version is a property")
+ok(not cn.LIBDIR.startswith("@"), "the build wrote libdir into the module (%s)" % cn.LIBDIR)
+
+# Numba calls cls(context=None) in set_memory_manager to read the version:
+# that must not load anything.
+dummy = cls(context=None)
+ok(dummy.interface_version == 1, "interface_version is 1, read without a context")
+ok(isinstance(raises(lambda: cls(), RuntimeError), RuntimeError),
+   "constructing without context= raises RuntimeError, as Numba's base does")
+
+try:
+    from numba.cuda.cudadrv import driver as nbdrv
+except Exception as e:
+    nbdrv = None
+    why = "Numba not importable (%s)" % type(e).__name__
+    skip("subclass of Numba's BaseCUDAMemoryManager", why)
+    skip("no abstract method left unimplemented", why)
+    skip("signatures match Numba's BaseCUDAMemoryManager", why)
+    ok(isinstance(raises(lambda: dummy.initialize(), RuntimeError), RuntimeError),
+       "without Numba, initialize raises RuntimeError saying so")
+else:
+    base = nbdrv.BaseCUDAMemoryManager
+    ok(issubclass(cls, base), "subclass of Numba's BaseCUDAMemoryManager")
+    ok(not getattr(cls, "__abstractmethods__", None),
+       "no abstract method left unimplemented", getattr(cls, "__abstractmethods__", None))
+    bad = [n for n in EMM_V1 if params(getattr(base, n)) != params(getattr(cls, n))]
+    ok(not bad, "signatures match Numba's BaseCUDAMemoryManager", bad)
+    skip("without Numba, initialize raises RuntimeError saying so", "Numba is importable")
+
+# as_address reads every binding's pointers.
+
+
+class WithPtr(object):
+    def __init__(self, v):
+        self._cell = ctypes.c_void_p(v)
+
+    def getPtr(self):
+        return ctypes.addressof(self._cell)
+
+
+ok([cn.as_address(x) for x in (None, 0x1000, ctypes.c_void_p(0x2000), ctypes.c_void_p(),
+                               ctypes.c_uint64(5).value, WithPtr(0x3000))]
+   == [0, 0x1000, 0x2000, 0, 5, 0x3000],
+   "as_address reads int, c_void_p and getPtr() handles")
+
+# ---- finding the library ----------------------------------------------------
+
+env = dict(os.environ, CUEMM_LIBRARY="/nonexistent/libcuemm.so.0", PYTHONPATH=os.path.join(build, "python"))
+r = subprocess.run([sys.executable, "-c", "import cuemm_numba as c; c.load_library()"],
+                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+ok(r.returncode != 0 and "/nonexistent/libcuemm.so.0 (CUEMM_LIBRARY)" in r.stdout
+   and "cannot load libcuemm" in r.stdout,
+   "a CUEMM_LIBRARY that does not load: a message naming it", r.stdout)
+
+lib = os.path.join(build, ".libs", "libcuemm.so.0")
+no_bindings = os.environ.get("CUEMM_PLUGIN_SKIP", "")
+if not no_bindings and not os.path.exists(lib):
+    no_bindings = "no shared library built (%s)" % lib
+if no_bindings:
+    print("# bindings not exercised: " + no_bindings)
+    print("1..%d" % _n)
+    sys.exit(1 if _failed else 0)
+
+os.environ["CUEMM_LIBRARY"] = lib
+cn.load_library()
+ok(cn.library_path() == lib, "CUEMM_LIBRARY is the library loaded")
+version = cn.load_library().cuemm_version_string().decode()
+ok(version.count(".") == 2, "cuemm_version_string through ctypes: %s" % version)
+
+# ---- a context made with the driver, as Numba makes one ---------------------
+
+cn._check(cn.load_library().cuemm_driver_load(), "cuemm_driver_load")
+cuda = cn._driver()
+dev = ctypes.c_int()
+ctx = ctypes.c_void_p()
+ok(cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0 and
+   cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and ctx.value,
+   "a primary context from the driver")
+cur = ctypes.c_void_p()
+cuda.cuCtxSetCurrent(None)
+
+m = cn.Manager.for_context(ctx)
+cuda.cuemm_cuCtxGetCurrent(ctypes.byref(cur))
+ok(m.context == ctx.value, "Manager.for_context: a manager of that context, none current")
+ok(not cur.value, "the thread's current context is left as it was (none)")
+ok(cn.Manager.for_context(ctx.value) is m, "the same context gives the same manager")
+cuda.cuCtxSetCurrent(ctx)
+ok(cn.Manager.current() is m, "cuemm_get on the current context finds it too")
+cuda.cuCtxSetCurrent(None)
+
+s0 = m.stats()
+p = m.alloc(1 << 20)
+s = m.stats()
+ok(p != 0 and s["live_count"] == s0["live_count"] + 1 and s["live_bytes"] == s0["live_bytes"] + (1 << 20),
+   "alloc: 1 MiB live", s)
+m.free(p)
+s = m.stats()
+ok(s["pending_count"] == s0["pending_count"] + 1 and s["live_count"] == s0["live_count"],
+   "free: queued, not released", s)
+m.flush()
+ok(m.stats()["pending_count"] == 0, "flush releases the queue")
+
+with m.defer_cleanup():
+    ptrs = [m.alloc(4096) for _ in range(20)]
+    for q in ptrs:
+        m.free(q)
+    s = m.stats()
+ok(s["pending_count"] == 20 and s["defer_depth"] == 1,
+   "inside a defer scope: 20 frees held, depth 1", s)
+ok(m.stats()["defer_depth"] == 0, "the scope is closed on leaving the block")
+try:
+    with m.defer_cleanup():
+        raise KeyError("inside")
+except KeyError:
+    pass
+ok(m.stats()["defer_depth"] == 0, "the scope is closed when the block raises")
+e = raises(m.defer_end, cn.CuemmError)
+ok(isinstance(e, cn.CuemmError) and e.result == 1, "closing a scope not open: CUDA_ERROR_INVALID_VALUE", e)
+m.flush()
+
+hp = m.host_alloc(8192, cn.CU_MEMHOSTALLOC_DEVICEMAP | cn.CU_MEMHOSTALLOC_PORTABLE)
+dp = m.host_device_pointer(hp)
+ok(hp and dp and m.stats()["host_live_count"] == 1, "mapped host allocation with a device address")
+m.host_free(hp)
+ok(m.stats()["host_live_count"] == 0, "host free accepted")
+buf = ctypes.create_string_buffer(1 << 16)
+m.pin(ctypes.addressof(buf), len(buf), cn.CU_MEMHOSTREGISTER_DEVICEMAP)
+ok(m.stats()["pinned_count"] == 1 and m.host_device_pointer(ctypes.addressof(buf)),
+   "pin a host buffer, mapped")
+e = raises(lambda: m.pin(ctypes.addressof(buf), len(buf)), cn.CuemmError)
+ok(isinstance(e, cn.CuemmError) and e.result == 712,
+   "pinning it again: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", e)
+m.unpin(ctypes.addressof(buf))
+ok(m.stats()["pinned_count"] == 0, "unpin is immediate")
+
+free, total = m.memory_info()
+ok(0 < free <= total and total == m.stats()["total_bytes"], "memory_info: free %d of %d" % (free, total))
+
+e = raises(lambda: m.free(0x1234), cn.CuemmError)
+ok(isinstance(e, cn.CuemmError) and e.result == 1 and "0x1234" in e.msg and len(e.msg) > 20,
+   "free of a pointer never allocated: CUDA_ERROR_INVALID_VALUE with cuemm's message", e)
+e = raises(lambda: m.alloc(total + (1 << 30)), cn.CuemmError)
+ok(isinstance(e, cn.CuemmError) and e.result == 2,
+   "allocating more than the device holds: CUDA_ERROR_OUT_OF_MEMORY", e)
+if nbdrv is not None:
+    ok(isinstance(e, nbdrv.CudaAPIError), "the error is Numba's CudaAPIError")
+
+# A reset frees everything; finalizers from before it do nothing.
+p = m.alloc(4096)
+fin = m._finalizer(m.free, p)
+epoch = m.epoch
+m.reset()
+s = m.stats()
+ok(m.epoch == epoch + 1 and s["live_count"] == 0 and s["pending_count"] == 0, "reset frees everything", s)
+frees = s["frees"]
+fin()
+ok(m.stats()["frees"] == frees, "a finalizer from before the reset does nothing")
+p = m.alloc(4096)
+fin = m._finalizer(m.free, p)
+fin()
+ok(m.stats()["pending_count"] == 1, "a finalizer from this epoch frees through cuemm")
+m.flush()
+
+# IPC export: a slice carries its offset.
+p = m.alloc(1 << 16)
+if cn.has_ipc():
+    h = m.ipc_export(p + 256, 1024)
+    ok(h.magic == b"cuem" and h.offset == 256 and h.size == 1024 and any(bytes(h.driver)),
+       "ipc_export of a slice: offset 256, 1024 bytes, the driver's handle")
+else:
+    e = raises(lambda: m.ipc_export(p, 1024), cn.CuemmError)
+    ok(isinstance(e, cn.CuemmError) and e.result == 801 and "cuemm_ipc_export" in e.msg,
+       "this libcuemm has no IPC export: CUDA_ERROR_NOT_SUPPORTED saying so", e)
+m.free(p)
+m.flush()
+
+gc.collect()
+print("1..%d" % _n)
+sys.exit(1 if _failed else 0)
