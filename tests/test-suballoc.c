@@ -92,7 +92,7 @@ int main(void)
     cuemm__sa_free(&c2, y);
 
     /* Cut the whole unit into 4 KiB blocks, return them all: all cached. */
-    uint32_t *blk = malloc(UNIT / 4096 * sizeof *blk);
+    uint32_t *blk = malloc((UNIT / 4096 + 1) * sizeof *blk); /* room for the failing call's NIL */
     size_t nb = 0;
     while ((blk[nb] = cuemm__sa_alloc(&c2, 4096)) != CUEMM__SA_NIL)
       nb++;
