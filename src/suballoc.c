@@ -112,7 +112,6 @@ static void list_del(cuemm__sa *s, uint32_t i)
   } else if (b->state == CUEMM__SA_CACHED) {
     s->ncached[b->bin]--;
     s->cached_bytes -= b->size;
-    s->cached_count--;
     s->free_count--;
   } else
     s->hole_count--;
@@ -270,27 +269,9 @@ static uint32_t take_free(cuemm__sa *s, size_t size)
   return i;
 }
 
-uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
+uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size)
 {
-  uint32_t i;
-  if (size < CUEMM__SA_SMALL && (i = s->cache[size / CUEMM__SA_ALIGN]) != NIL) {
-    /* The fast path: pop the class's cache. */
-    cuemm__sa_block *b = &s->b[i];
-    uint32_t n = b->lnext;
-    s->cache[b->bin] = n;
-    if (n != NIL)
-      s->b[n].lprev = NIL;
-    s->ncached[b->bin]--;
-    s->cached_bytes -= size;
-    s->cached_count--;
-    s->free_count--;
-    b->state = CUEMM__SA_USED;
-    s->free_bytes -= size;
-    s->used_bytes += size;
-    s->used_count++;
-    return i;
-  }
-  i = take_free(s, size);
+  uint32_t i = take_free(s, size);
   if (i == NIL) {
     if (s->cached_bytes < size)
       return NIL;
@@ -305,38 +286,15 @@ uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
   return i;
 }
 
-void cuemm__sa_free(cuemm__sa *s, uint32_t i)
+void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i)
 {
-  cuemm__sa_block *b = &s->b[i];
-  size_t size = b->size;
-  s->used_bytes -= size;
-  s->free_bytes += size;
-  s->used_count--;
-  if (size < CUEMM__SA_SMALL) {
-    unsigned k = (unsigned)(size / CUEMM__SA_ALIGN);
-    if ((size_t)s->ncached[k] * size < s->cache_limit) {
-      uint32_t h = s->cache[k];
-      b->state = CUEMM__SA_CACHED;
-      b->bin = (uint16_t)k;
-      b->lprev = NIL;
-      b->lnext = h;
-      if (h != NIL)
-        s->b[h].lprev = i;
-      s->cache[k] = i;
-      s->ncached[k]++;
-      s->cached_bytes += size;
-      s->cached_count++;
-      s->free_count++;
-      return;
-    }
-  }
-  b->state = CUEMM__SA_FREE;
+  s->b[i].state = CUEMM__SA_FREE;
   list_add(s, merge(s, i));
 }
 
 void cuemm__sa_coalesce(cuemm__sa *s)
 {
-  for (unsigned k = 1; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN && s->cached_count; k++) {
+  for (unsigned k = 1; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN && s->cached_bytes; k++) {
     uint32_t i;
     while ((i = s->cache[k]) != NIL) {
       list_del(s, i);
@@ -452,7 +410,7 @@ const char *cuemm__sa_check(const cuemm__sa *s)
     return "byte counters disagree with the blocks";
   if (fc != s->free_count || uc != s->used_count || hc != s->hole_count)
     return "block counters disagree with the blocks";
-  if (cb != s->cached_bytes || cc != s->cached_count)
+  if (cb != s->cached_bytes)
     return "cache counters disagree with the blocks";
   size_t listed = 0;
   for (unsigned k = 0; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN; k++) {

@@ -55,7 +55,7 @@ typedef struct cuemm__sa {
   size_t span;
   size_t free_bytes, used_bytes, hole_bytes;   /* free_* count CACHED blocks too */
   size_t free_count, used_count, hole_count;
-  size_t cached_bytes, cached_count;
+  size_t cached_bytes;    /* ncached[] counts the cached blocks */
 } cuemm__sa;
 
 /* One hole covering [0, span).  Returns 0, or -1 when host memory ran out. */
@@ -73,12 +73,68 @@ int cuemm__sa_reserve(cuemm__sa *s, uint32_t n);
  * only a block of the request's own bin fits, which is searched, or when
  * the caches must be coalesced.  Never fails for lack of host memory:
  * without a spare descriptor the whole block is handed out. */
-uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size);
+static inline uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size);
 
 /* Returns a USED block: a small one goes to its class's cache as it is
  * (while the cache holds less than cache_limit bytes), any other merges
  * with free neighbours. */
-void cuemm__sa_free(cuemm__sa *s, uint32_t i);
+static inline void cuemm__sa_free(cuemm__sa *s, uint32_t i);
+
+/* cuemm__sa_alloc past the caches. */
+uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size);
+
+/* cuemm__sa_free of a block that is not cached: merges it.  Its counters
+ * are already moved. */
+void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i);
+
+static inline uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
+{
+  uint32_t i;
+  if (size >= CUEMM__SA_SMALL || (i = s->cache[size / CUEMM__SA_ALIGN]) == CUEMM__SA_NIL)
+    return cuemm__sa_alloc_slow(s, size);
+  cuemm__sa_block *b = &s->b[i];
+  uint32_t n = b->lnext;
+  s->cache[b->bin] = n;
+  if (n != CUEMM__SA_NIL)
+    s->b[n].lprev = CUEMM__SA_NIL;
+  s->ncached[b->bin]--;
+  s->cached_bytes -= size;
+  s->free_count--;
+  s->free_bytes -= size;
+  b->state = CUEMM__SA_USED;
+  s->used_bytes += size;
+  s->used_count++;
+  return i;
+}
+
+static inline void cuemm__sa_free(cuemm__sa *s, uint32_t i)
+{
+  cuemm__sa_block *b = &s->b[i];
+  size_t size = b->size;
+  s->used_bytes -= size;
+  s->free_bytes += size;
+  s->used_count--;
+  if (size >= CUEMM__SA_SMALL) {
+    cuemm__sa_free_merge(s, i);
+    return;
+  }
+  unsigned k = (unsigned)(size / CUEMM__SA_ALIGN);
+  if ((size_t)s->ncached[k] * size >= s->cache_limit) {
+    cuemm__sa_free_merge(s, i);
+    return;
+  }
+  uint32_t h = s->cache[k];
+  b->state = CUEMM__SA_CACHED;
+  b->bin = (uint16_t)k;
+  b->lprev = CUEMM__SA_NIL;
+  b->lnext = h;
+  if (h != CUEMM__SA_NIL)
+    s->b[h].lprev = i;
+  s->cache[k] = i;
+  s->ncached[k]++;
+  s->cached_bytes += size;
+  s->free_count++;
+}
 
 /* Empties the caches, merging every cached block with its free and cached
  * neighbours.  O(cached blocks). */
