@@ -280,9 +280,10 @@ typedef struct cuemm_pool_stats {
   size_t mapped_bytes;         /* physical memory mapped now */
   size_t used_bytes;           /* in blocks handed out (live or pending free) */
   size_t free_bytes;           /* mapped_bytes - used_bytes */
-  size_t largest_free_block;   /* the largest request served without growing */
+  size_t largest_free_block;   /* the largest free block as it stands: served without growing (merging
+                                * cached small blocks may serve more) */
   size_t used_blocks;
-  size_t free_blocks;
+  size_t free_blocks;          /* free blocks, small ones cached unmerged included */
   size_t chunks;               /* physical chunks mapped now */
   uint64_t chunks_mapped;      /* chunks mapped since creation */
   uint64_t chunks_released;    /* chunks unmapped and released since creation */

@@ -265,16 +265,16 @@ static CUresult pool_alloc_slow(cuemm_manager *m, size_t size, uintptr_t *p, uin
   return cuemm__ctx_leave(m, &g, r);
 }
 
-static CUresult pool_alloc(cuemm_manager *m, size_t size, uintptr_t *out)
+static CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t size, uintptr_t *out)
 {
   uintptr_t p;
   uint32_t blk;
   CUresult r;
   pthread_mutex_lock(&m->lock);
-  if (cuemm__pool_take(m->pool, size, &p, &blk) != 0 && (r = pool_alloc_slow(m, size, &p, &blk)) != CUDA_SUCCESS)
+  if (cuemm__pool_take(pool, size, &p, &blk) != 0 && (r = pool_alloc_slow(m, size, &p, &blk)) != CUDA_SUCCESS)
     goto failed;
   if (cuemm__owned_add(&m->owned, p, size, CUEMM__KIND_POOL, blk) != 0) {
-    cuemm__pool_give(m->pool, blk);
+    cuemm__pool_give(pool, blk);
     r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: no host memory left to record the allocation");
     goto failed;
   }
@@ -290,6 +290,10 @@ failed:
 
 CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out)
 {
+  /* The pool's requests first: 0 < size <= capacity in one comparison. */
+  cuemm__pool *pool = m->pool;
+  if (kind == CUEMM__KIND_DEVICE && pool && size - 1 < cuemm__pool_capacity(pool))
+    return pool_alloc(m, pool, size, out);
   const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_alloc" : "cuemm_host_alloc";
   const char *call = kind == CUEMM__KIND_DEVICE ? "cuMemAlloc" : "cuMemHostAlloc";
   if (size == 0) {
@@ -298,8 +302,6 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
     pthread_mutex_unlock(&m->lock);
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: size is 0 (%s refuses zero-byte allocations)", fn, call);
   }
-  if (kind == CUEMM__KIND_DEVICE && m->pool && size <= cuemm__pool_capacity(m->pool))
-    return pool_alloc(m, size, out);
 
   pthread_mutex_lock(&m->lock);
   if (kind == CUEMM__KIND_DEVICE && m->pool)
@@ -400,10 +402,25 @@ static CUresult queue_locked(cuemm_manager *m, cuemm__owned_entry *e)
 
 CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
 {
-  const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_free" : "cuemm_host_free";
   pthread_mutex_lock(&m->lock);
   CUresult r;
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
+  if (e && e->kind == CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE) {
+    /* The common case, queue_locked's pool branch inlined: a pool entry is
+     * never marked pending, since it leaves the table when queued. */
+    size_t size = e->size;
+    if (cuemm__pending_push(&m->pending, p, size, CUEMM__KIND_POOL, e->aux) == 0) {
+      cuemm__owned_remove(&m->owned, e);
+      m->pool_pending++;
+      m->st.live_bytes -= size;
+      m->st.live_count--;
+      m->st.frees++;
+      r = cuemm__pending_over(&m->pending) ? flush_locked(m, 0) : CUDA_SUCCESS;
+      pthread_mutex_unlock(&m->lock);
+      return r;
+    }
+  }
+  const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_free" : "cuemm_host_free";
   if (!e && m->pool && cuemm__pending_holds(&m->pending, p))
     r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: double free of 0x%" PRIxPTR ": it is already freed and "
                      "waiting in the pending queue", fn, p);

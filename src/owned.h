@@ -4,8 +4,9 @@
  * of which kind, how big, and is it already waiting in the pending queue?
  * That is how a foreign pointer or a double free is refused before anything
  * changes.  Open addressing with linear probing: one probe on the common
- * path, no allocation per entry.  Not thread-safe: the manager's lock guards
- * it.
+ * path, no allocation per entry.  Removal shifts the entries after it back
+ * (no tombstones), so steady traffic never rehashes.  Not thread-safe: the
+ * manager's lock guards it.
  */
 #ifndef CUEMM_OWNED_H
 #define CUEMM_OWNED_H
@@ -16,7 +17,7 @@
 #include "pending.h"
 
 typedef struct cuemm__owned_entry {
-  uintptr_t key;        /* start address; 0 empty, 1 deleted */
+  uintptr_t key;        /* start address; 0 empty */
   size_t size;
   uint8_t kind;         /* cuemm__kind */
   uint8_t pending;      /* freed by the program, queued for release */
@@ -25,25 +26,59 @@ typedef struct cuemm__owned_entry {
 
 typedef struct cuemm__owned {
   cuemm__owned_entry *slots;
-  size_t cap;            /* power of two */
+  size_t cap;            /* power of two (or 0) */
   size_t used;           /* live entries */
-  size_t filled;         /* live + deleted (what probing walks over) */
 } cuemm__owned;
 
 void cuemm__owned_init(cuemm__owned *t);
 void cuemm__owned_fini(cuemm__owned *t);
 
+/* Device addresses share their low bits: a multiplicative hash spreads them. */
+static inline size_t cuemm__owned_slot(uintptr_t key, size_t cap)
+{
+  uint64_t h = (uint64_t)key * UINT64_C(0x9E3779B97F4A7C15);
+  return (size_t)(h >> 32) & (cap - 1);
+}
+
 /* The entry for `key`, or NULL. */
-cuemm__owned_entry *cuemm__owned_find(cuemm__owned *t, uintptr_t key);
+static inline cuemm__owned_entry *cuemm__owned_find(cuemm__owned *t, uintptr_t key)
+{
+  if (t->cap == 0 || key == 0)
+    return NULL;
+  for (size_t i = cuemm__owned_slot(key, t->cap);; i = (i + 1) & (t->cap - 1)) {
+    cuemm__owned_entry *e = &t->slots[i];
+    if (e->key == key)
+      return e;
+    if (e->key == 0)
+      return NULL;
+  }
+}
+
+/* Grows the table so that one more entry fits.  Returns -1 when memory ran
+ * out, leaving it unchanged. */
+int cuemm__owned_grow(cuemm__owned *t);
 
 /* Adds an entry (the key must not be present).  Returns -1 when memory for
  * the table ran out, leaving it unchanged. */
-int cuemm__owned_add(cuemm__owned *t, uintptr_t key, size_t size, cuemm__kind kind, uint32_t aux);
+static inline int cuemm__owned_add(cuemm__owned *t, uintptr_t key, size_t size, cuemm__kind kind, uint32_t aux)
+{
+  /* Keep probing short: at most 3/4 of the slots filled. */
+  if ((t->used + 1) * 4 > t->cap * 3 && cuemm__owned_grow(t) != 0)
+    return -1;
+  size_t i = cuemm__owned_slot(key, t->cap);
+  while (t->slots[i].key != 0)
+    i = (i + 1) & (t->cap - 1);
+  t->slots[i] = (cuemm__owned_entry){ .key = key, .size = size, .kind = (uint8_t)kind, .aux = aux };
+  t->used++;
+  return 0;
+}
 
-/* Removes an entry found with cuemm__owned_find. */
+/* Removes an entry found with cuemm__owned_find; entries after it in its
+ * probe run may move (pointers to them go stale). */
 void cuemm__owned_remove(cuemm__owned *t, cuemm__owned_entry *e);
 
-/* Calls fn on every entry (fn must not add or remove). */
+/* Calls fn on every entry once.  fn must not add entries; it may remove the
+ * entry it was given (and no other). */
 void cuemm__owned_each(cuemm__owned *t, void (*fn)(cuemm__owned_entry *, void *), void *arg);
 
 #endif

@@ -21,7 +21,7 @@ void cuemm__pending_fini(cuemm__pending *q)
   memset(q, 0, sizeof *q);
 }
 
-static int reserve(cuemm__pending *q, size_t need)
+int cuemm__pending_reserve(cuemm__pending *q, size_t need)
 {
   if (need <= q->cap)
     return 0;
@@ -40,32 +40,10 @@ static int reserve(cuemm__pending *q, size_t need)
   return 0;
 }
 
-int cuemm__pending_push(cuemm__pending *q, uintptr_t ptr, size_t size, cuemm__kind kind, uint32_t aux)
-{
-  if (reserve(q, q->count + 1) != 0)
-    return -1;
-  q->ring[(q->head + q->count) & (q->cap - 1)] = (cuemm__pending_entry){ ptr, size, kind, aux };
-  q->count++;
-  q->bytes += size;
-  return 0;
-}
-
-int cuemm__pending_over(const cuemm__pending *q)
-{
-  return q->count > q->max_count || q->bytes > q->max_bytes;
-}
-
 int cuemm__pending_holds(const cuemm__pending *q, uintptr_t ptr)
 {
   for (size_t i = 0; i < q->count; i++)
     if (q->ring[(q->head + i) & (q->cap - 1)].ptr == ptr)
       return 1;
   return 0;
-}
-
-void cuemm__pending_pop(cuemm__pending *q)
-{
-  q->bytes -= q->ring[q->head].size;
-  q->head = (q->head + 1) & (q->cap - 1);
-  q->count--;
 }

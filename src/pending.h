@@ -36,16 +36,31 @@ typedef struct cuemm__pending {
 void cuemm__pending_init(cuemm__pending *q, size_t max_count, size_t max_bytes);
 void cuemm__pending_fini(cuemm__pending *q);
 
+/* Makes room for `need` entries.  Returns 0, or -1 when memory ran out. */
+int cuemm__pending_reserve(cuemm__pending *q, size_t need);
+
 /* Appends at the tail.  Returns 0, or -1 when memory for the queue ran out
  * (the queue is unchanged then). */
-int cuemm__pending_push(cuemm__pending *q, uintptr_t ptr, size_t size, cuemm__kind kind, uint32_t aux);
+static inline int cuemm__pending_push(cuemm__pending *q, uintptr_t ptr, size_t size, cuemm__kind kind,
+                                      uint32_t aux)
+{
+  if (q->count == q->cap && cuemm__pending_reserve(q, q->count + 1) != 0)
+    return -1;
+  q->ring[(q->head + q->count) & (q->cap - 1)] = (cuemm__pending_entry){ ptr, size, kind, aux };
+  q->count++;
+  q->bytes += size;
+  return 0;
+}
 
 /* Whether an entry of `ptr` is queued (a walk: for error messages only). */
 int cuemm__pending_holds(const cuemm__pending *q, uintptr_t ptr);
 
 /* After a push: whether the thresholds ask for a flush (strictly more than
  * max_count entries or max_bytes bytes).  Deferral is not considered here. */
-int cuemm__pending_over(const cuemm__pending *q);
+static inline int cuemm__pending_over(const cuemm__pending *q)
+{
+  return q->count > q->max_count || q->bytes > q->max_bytes;
+}
 
 /* Whether a flush may run now (no defer scope open). */
 static inline int cuemm__pending_may_flush(const cuemm__pending *q) { return q->defer_depth == 0; }
@@ -57,6 +72,11 @@ static inline const cuemm__pending_entry *cuemm__pending_front(const cuemm__pend
 }
 
 /* Removes the oldest entry (the queue must not be empty). */
-void cuemm__pending_pop(cuemm__pending *q);
+static inline void cuemm__pending_pop(cuemm__pending *q)
+{
+  q->bytes -= q->ring[q->head].size;
+  q->head = (q->head + 1) & (q->cap - 1);
+  q->count--;
+}
 
 #endif

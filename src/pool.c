@@ -275,9 +275,11 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
 
 CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
 {
-  /* Collect the wholly free chunks in address order, then release from the
-   * top.  Releasing one never merges it with another candidate's block in a
+  /* A cached block keeps its chunk from looking wholly free: merge them
+   * all first.  Then collect the wholly free chunks in address order and
+   * release from the top.  Releasing one never merges it with another candidate's block in a
    * way that matters: candidates are found by unit, not by block. */
+  cuemm__sa_coalesce(&p->sa);
   size_t n = 0, cap = 0;
   uint32_t *cand = NULL;
   const cuemm__sa *sa = &p->sa;

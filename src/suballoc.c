@@ -2,14 +2,22 @@
  *
  * Segregated free lists with bitmaps, in the manner of TLSF: a free block
  * sits in the bin of its size; small sizes (below 16 KiB) have a bin per
- * 256-byte size class, so a request there is an exact fit popped from a
- * list; larger sizes have sixteen bins per power of two.  A request looks
- * first at the head of its own bin, then at the first non-empty bin whose
- * every block is large enough (one bitmap scan), then, before giving up, at
- * the rest of its own bin, so it fails only when no free block fits.
- * Whatever a chosen block has beyond the request is split off and stays
- * free; a freed block merges with free neighbours at once, so free space
- * never stays cut into pieces that no longer match anything.
+ * 256-byte size class; larger sizes have sixteen bins per power of two.  A
+ * request looks first at the head of its own bin, then at the first
+ * non-empty bin whose every block is large enough (one bitmap scan), then,
+ * before giving up, at the rest of its own bin.  Whatever a chosen block has
+ * beyond the request is split off and stays free, and a freed large block
+ * merges with free neighbours at once.
+ *
+ * Small blocks are different: a freed one goes, whole and unmerged, to a
+ * cache per size class (deferred coalescing), and a small request pops its
+ * class's cache before anything else, so steady small traffic neither splits
+ * nor merges.  The caches are coalesced lazily, all at once: when a request
+ * finds no free block large enough (before the pool grows), and before the
+ * pool releases memory (a chunk goes back only when wholly free, which a
+ * cached block inside it hides).  A class whose cache holds cache_limit bytes
+ * takes no more: further frees of its size merge at once.  Cached blocks
+ * count as free in every counter.
  *
  * Blocks are descriptors in one array linked in address order; the array
  * grows by doubling and freed descriptors are reused, so steady traffic
@@ -89,7 +97,8 @@ static void list_add(cuemm__sa *s, uint32_t i)
 static void list_del(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
-  uint32_t *head = b->state == CUEMM__SA_FREE ? &s->heads[b->bin] : &s->holes;
+  uint32_t *head = b->state == CUEMM__SA_FREE ? &s->heads[b->bin]
+                   : b->state == CUEMM__SA_CACHED ? &s->cache[b->bin] : &s->holes;
   if (b->lprev != NIL)
     s->b[b->lprev].lnext = b->lnext;
   else
@@ -99,6 +108,10 @@ static void list_del(cuemm__sa *s, uint32_t i)
   if (b->state == CUEMM__SA_FREE) {
     if (*head == NIL)
       s->bitmap[b->bin / 64] &= ~((uint64_t)1 << (b->bin % 64));
+    s->free_count--;
+  } else if (b->state == CUEMM__SA_CACHED) {
+    s->ncached[b->bin]--;
+    s->cached_bytes -= b->size;
     s->free_count--;
   } else
     s->hole_count--;
@@ -166,13 +179,22 @@ static uint32_t split(cuemm__sa *s, uint32_t i, size_t at)
   return j;
 }
 
-/* Block i (unlinked, final state set) absorbs neighbours of the same state;
- * returns the surviving index (the lowest), unlinked. */
+/* Whether a block of state `st` absorbs a neighbour of state `nb`: a free
+ * block takes cached neighbours too. */
+static int mergeable(uint8_t st, uint8_t nb)
+{
+  return nb == st || (st == CUEMM__SA_FREE && nb == CUEMM__SA_CACHED);
+}
+
+/* Block i (unlinked, final state set) absorbs neighbours of the same state,
+ * and a free block every cached block in an unbroken run beside it as well
+ * as the free block beyond; returns the surviving index (the lowest),
+ * unlinked. */
 static uint32_t merge(cuemm__sa *s, uint32_t i)
 {
   uint8_t st = s->b[i].state;
-  uint32_t n = s->b[i].next;
-  if (n != NIL && s->b[n].state == st) {
+  uint32_t n;
+  while ((n = s->b[i].next) != NIL && mergeable(st, s->b[n].state)) {
     list_del(s, n);
     s->b[i].size += s->b[n].size;
     s->b[i].next = s->b[n].next;
@@ -180,14 +202,15 @@ static uint32_t merge(cuemm__sa *s, uint32_t i)
       s->b[s->b[n].next].prev = i;
     desc_put(s, n);
   }
-  uint32_t p = s->b[i].prev;
-  if (p != NIL && s->b[p].state == st) {
+  uint32_t p;
+  while ((p = s->b[i].prev) != NIL && mergeable(st, s->b[p].state)) {
     list_del(s, p);
     s->b[p].size += s->b[i].size;
     s->b[p].next = s->b[i].next;
     if (s->b[i].next != NIL)
       s->b[s->b[i].next].prev = p;
     desc_put(s, i);
+    s->b[p].state = st;
     i = p;
   }
   return i;
@@ -201,6 +224,9 @@ int cuemm__sa_init(cuemm__sa *s, size_t span)
   s->spare = s->holes = NIL;
   for (unsigned k = 0; k < CUEMM__SA_NBINS; k++)
     s->heads[k] = NIL;
+  for (unsigned k = 0; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN; k++)
+    s->cache[k] = NIL;
+  s->cache_limit = CUEMM__SA_CACHE_LIMIT;
   if (cuemm__sa_reserve(s, 1) != 0)
     return -1;
   uint32_t i = desc_new(s); /* descriptor 0: the stack hands out the lowest first */
@@ -217,7 +243,8 @@ void cuemm__sa_fini(cuemm__sa *s)
   memset(s, 0, sizeof *s);
 }
 
-uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
+/* Takes a FREE block of at least `size` bytes from the bins, or NIL. */
+static uint32_t take_free(cuemm__sa *s, size_t size)
 {
   unsigned own = bin_of(size);
   uint32_t i = s->heads[own];
@@ -239,6 +266,19 @@ uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
     if (rest != NIL)
       list_add(s, rest);
   }
+  return i;
+}
+
+uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size)
+{
+  uint32_t i = take_free(s, size);
+  if (i == NIL) {
+    if (s->cached_bytes < size)
+      return NIL;
+    cuemm__sa_coalesce(s);
+    if ((i = take_free(s, size)) == NIL)
+      return NIL;
+  }
   s->b[i].state = CUEMM__SA_USED;
   s->free_bytes -= s->b[i].size;
   s->used_bytes += s->b[i].size;
@@ -246,13 +286,22 @@ uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
   return i;
 }
 
-void cuemm__sa_free(cuemm__sa *s, uint32_t i)
+void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i)
 {
   s->b[i].state = CUEMM__SA_FREE;
-  s->used_bytes -= s->b[i].size;
-  s->free_bytes += s->b[i].size;
-  s->used_count--;
   list_add(s, merge(s, i));
+}
+
+void cuemm__sa_coalesce(cuemm__sa *s)
+{
+  for (unsigned k = 1; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN && s->cached_bytes; k++) {
+    uint32_t i;
+    while ((i = s->cache[k]) != NIL) {
+      list_del(s, i);
+      s->b[i].state = CUEMM__SA_FREE;
+      list_add(s, merge(s, i));
+    }
+  }
 }
 
 /* Gives the part [off, off + size) of the linked block containing it the
@@ -307,6 +356,11 @@ uint32_t cuemm__sa_find(const cuemm__sa *s, size_t off)
 size_t cuemm__sa_largest_free(const cuemm__sa *s)
 {
   size_t best = 0;
+  for (unsigned k = CUEMM__SA_SMALL / CUEMM__SA_ALIGN; k-- > 0;)
+    if (s->cache[k] != NIL) {
+      best = (size_t)k * CUEMM__SA_ALIGN;
+      break;
+    }
   for (unsigned w = CUEMM__SA_NBINS / 64; w-- > 0;) {
     if (!s->bitmap[w])
       continue;
@@ -314,14 +368,14 @@ size_t cuemm__sa_largest_free(const cuemm__sa *s)
     for (uint32_t i = s->heads[k]; i != NIL; i = s->b[i].lnext)
       if (s->b[i].size > best)
         best = s->b[i].size;
-    return best;
+    break;
   }
-  return 0;
+  return best;
 }
 
 const char *cuemm__sa_check(const cuemm__sa *s)
 {
-  size_t off = 0, fb = 0, ub = 0, hb = 0, fc = 0, uc = 0, hc = 0;
+  size_t off = 0, fb = 0, ub = 0, hb = 0, fc = 0, uc = 0, hc = 0, cb = 0, cc = 0;
   uint32_t prev = NIL;
   for (uint32_t i = 0; i != NIL; prev = i, i = s->b[i].next) {
     const cuemm__sa_block *b = &s->b[i];
@@ -331,12 +385,17 @@ const char *cuemm__sa_check(const cuemm__sa *s)
       return "a prev link is wrong";
     if (b->size == 0 || b->size % CUEMM__SA_ALIGN || b->off % CUEMM__SA_ALIGN)
       return "a block is empty or not aligned";
-    if (prev != NIL && b->state != CUEMM__SA_USED && s->b[prev].state == b->state)
+    if (prev != NIL && (b->state == CUEMM__SA_FREE || b->state == CUEMM__SA_HOLE) &&
+        s->b[prev].state == b->state)
       return "two adjacent free blocks or holes were not merged";
     if (b->state == CUEMM__SA_FREE) {
       fb += b->size, fc++;
       if (b->bin != bin_of(b->size))
         return "a free block is in the wrong bin";
+    } else if (b->state == CUEMM__SA_CACHED) {
+      fb += b->size, fc++, cb += b->size, cc++;
+      if (b->size >= CUEMM__SA_SMALL || b->bin != b->size / CUEMM__SA_ALIGN)
+        return "a cached block is not of its size class";
     } else if (b->state == CUEMM__SA_USED)
       ub += b->size, uc++;
     else if (b->state == CUEMM__SA_HOLE)
@@ -351,7 +410,21 @@ const char *cuemm__sa_check(const cuemm__sa *s)
     return "byte counters disagree with the blocks";
   if (fc != s->free_count || uc != s->used_count || hc != s->hole_count)
     return "block counters disagree with the blocks";
+  if (cb != s->cached_bytes)
+    return "cache counters disagree with the blocks";
   size_t listed = 0;
+  for (unsigned k = 0; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN; k++) {
+    size_t in_class = 0;
+    for (uint32_t i = s->cache[k], p = NIL; i != NIL; p = i, i = s->b[i].lnext, in_class++)
+      if (s->b[i].state != CUEMM__SA_CACHED || s->b[i].bin != k || s->b[i].lprev != p)
+        return "a cache holds a block that is not cached, not of its class, or badly linked";
+    if (in_class != s->ncached[k])
+      return "a cache's count disagrees with its list";
+    listed += in_class;
+  }
+  if (listed != cc)
+    return "the caches do not hold every cached block";
+  listed = 0;
   for (unsigned k = 0; k < CUEMM__SA_NBINS; k++) {
     int bit = (s->bitmap[k / 64] >> (k % 64)) & 1;
     if (bit != (s->heads[k] != NIL))
@@ -360,7 +433,7 @@ const char *cuemm__sa_check(const cuemm__sa *s)
       if (s->b[i].state != CUEMM__SA_FREE || s->b[i].bin != k)
         return "a bin holds a block that is not free or not of its size";
   }
-  if (listed != fc)
+  if (listed != fc - cc)
     return "bins do not hold every free block";
   listed = 0;
   for (uint32_t i = s->holes; i != NIL; i = s->b[i].lnext, listed++)

@@ -105,7 +105,8 @@ static void basics(void)
     skip(1, SIM_REASON);
   s = pstats(m);
   is(s.used_bytes, 0, "all blocks back");
-  is(s.free_blocks, 1, "merged into one free block");
+  is(s.free_blocks, 12, "the eleven small blocks are cached, the rest is one free block");
+  is(s.free_bytes, s.mapped_bytes, "cached blocks count as free");
 
   /* Bad frees. */
   CUdeviceptr q;

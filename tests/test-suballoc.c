@@ -24,6 +24,15 @@ static uint64_t next_rand(void)
   return rng;
 }
 
+/* The number of cached blocks. */
+static size_t cached(const cuemm__sa *s)
+{
+  size_t n = 0;
+  for (size_t k = 0; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN; k++)
+    n += s->ncached[k];
+  return n;
+}
+
 /* Sizes from 256 B to 8 MiB, log-uniform. */
 static size_t random_size(void)
 {
@@ -65,9 +74,91 @@ int main(void)
   cuemm__sa_free(&s, a);
   cuemm__sa_free(&s, c);
   cuemm__sa_free(&s, d);
-  ok(cuemm__sa_check(&s) == NULL, "frees merge");
+  ok(cuemm__sa_check(&s) == NULL, "small frees are cached");
+  is(cached(&s), 3, "three cached blocks");
+  is(s.free_count, 4, "cached blocks count as free");
+  is(s.free_bytes, 3 * UNIT, "and so do their bytes");
+  cuemm__sa_coalesce(&s);
+  ok(cuemm__sa_check(&s) == NULL, "coalescing merges them");
   is(s.free_count, 1, "back to one free block");
   is(cuemm__sa_alloc(&s, 3 * UNIT + 256), CUEMM__SA_NIL, "a request larger than all free space fails");
+
+  /* The small-block caches, on a span of their own. */
+  {
+    cuemm__sa c2;
+    cuemm__sa_init(&c2, SPAN);
+    cuemm__sa_reserve(&c2, 2);
+    cuemm__sa_fill(&c2, UNIT, UNIT);
+    uint32_t x = cuemm__sa_alloc(&c2, 4096);
+    size_t x_off = c2.b[x].off;
+    cuemm__sa_free(&c2, x);
+    is(c2.b[x].state, CUEMM__SA_CACHED, "a freed 4 KiB block is cached");
+    is(cached(&c2), 1, "one cached block");
+    uint32_t nspare = c2.nspare, bins = (uint32_t)(c2.free_count - cached(&c2));
+    uint32_t y = cuemm__sa_alloc(&c2, 4096);
+    ok(y == x && c2.b[y].off == x_off, "the next 4 KiB request gets it back");
+    ok(c2.nspare == nspare && c2.free_count == bins, "without a split: no descriptor taken, the free block untouched");
+    cuemm__sa_free(&c2, y);
+
+    /* Cut the whole unit into 4 KiB blocks, return them all: all cached. */
+    uint32_t *blk = malloc((UNIT / 4096 + 1) * sizeof *blk); /* room for the failing call's NIL */
+    size_t nb = 0;
+    while ((blk[nb] = cuemm__sa_alloc(&c2, 4096)) != CUEMM__SA_NIL)
+      nb++;
+    is(nb, UNIT / 4096, "the unit holds %zu blocks of 4 KiB", UNIT / 4096);
+    for (size_t k = 0; k < nb; k += 2)
+      cuemm__sa_free(&c2, blk[k]);
+    for (size_t k = 1; k < nb; k += 2)
+      cuemm__sa_free(&c2, blk[k]);
+    ok(cuemm__sa_check(&c2) == NULL, "all cached: %s", cuemm__sa_check(&c2) ? cuemm__sa_check(&c2) : "ok");
+    is(cached(&c2), nb, "every block cached, none merged");
+    is(c2.free_bytes, UNIT, "the whole unit free");
+    is(cuemm__sa_largest_free(&c2), 4096, "the largest free block is a cached one");
+    uint32_t big = cuemm__sa_alloc(&c2, UNIT);
+    ok(big != CUEMM__SA_NIL && c2.b[big].off == UNIT, "a request of the whole unit is served by coalescing the caches");
+    is(cached(&c2), 0, "the caches are empty afterwards");
+    ok(cuemm__sa_check(&c2) == NULL, "coalesced state is sound");
+    is(c2.hole_bytes, SPAN - UNIT, "without any fill");
+
+    /* Cache it all again, then release the unit the way a trim does. */
+    cuemm__sa_free(&c2, big);
+    nb = 0;
+    while ((blk[nb] = cuemm__sa_alloc(&c2, 4096)) != CUEMM__SA_NIL)
+      nb++;
+    while (nb > 0)
+      cuemm__sa_free(&c2, blk[--nb]);
+    is(cached(&c2), UNIT / 4096, "all cached again");
+    cuemm__sa_coalesce(&c2);
+    ok(cuemm__sa_check(&c2) == NULL && c2.free_count == 1, "coalescing leaves one free block");
+    cuemm__sa_reserve(&c2, 2);
+    cuemm__sa_drain(&c2, UNIT, UNIT);
+    ok(cuemm__sa_check(&c2) == NULL, "the unit drains");
+    is(c2.hole_bytes, SPAN, "everything is a hole again");
+    is(c2.free_bytes, 0, "nothing free");
+
+    /* A full cache takes no more: further frees merge. */
+    cuemm__sa_reserve(&c2, 2);
+    cuemm__sa_fill(&c2, 0, UNIT);
+    c2.cache_limit = 2 * 4096;
+    uint32_t t[5];
+    for (int k = 0; k < 5; k++)
+      t[k] = cuemm__sa_alloc(&c2, 4096);
+    cuemm__sa_free(&c2, t[0]);
+    cuemm__sa_free(&c2, t[2]);
+    cuemm__sa_free(&c2, t[4]);
+    is(cached(&c2), 2, "a class holds at most cache_limit bytes");
+    ok(cuemm__sa_check(&c2) == NULL, "the third merged with the free rest");
+    is(c2.free_count, 3, "two cached blocks and one free");
+    cuemm__sa_free(&c2, t[1]);
+    ok(cuemm__sa_check(&c2) == NULL && c2.free_count == 2 && cached(&c2) == 0,
+       "a merging free takes the cached blocks beside it");
+    cuemm__sa_free(&c2, t[3]);
+    is(cached(&c2), 1, "with room again, the next is cached");
+    cuemm__sa_coalesce(&c2);
+    ok(cuemm__sa_check(&c2) == NULL && c2.free_count == 1, "coalescing joins all");
+    free(blk);
+    cuemm__sa_fini(&c2);
+  }
 
   /* Random traffic against a shadow list. */
   live L[MAXLIVE];
