@@ -95,7 +95,7 @@ cat "$out/env.txt"
 # message for a plugin that fails to import hides the cause).
 CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba "$py" -c '
 import cuemm_numba
-print("plugin: libcuemm from", cuemm_numba.library_path(), "- IPC export:", cuemm_numba.has_ipc())
+print("plugin: libcuemm from", cuemm_numba.loaded_library(), "- IPC export:", cuemm_numba.has_ipc())
 from numba import cuda
 ctx = cuda.current_context()
 print("Numba uses", type(ctx.memory_manager).__module__, "- memory info", ctx.get_memory_info())

@@ -148,7 +148,7 @@ if no_bindings:
 
 os.environ["CUEMM_LIBRARY"] = lib
 cn.load_library()
-ok(cn.library_path() == lib, "CUEMM_LIBRARY is the library loaded")
+ok(cn.loaded_library() == lib, "CUEMM_LIBRARY is the library loaded")
 version = cn.load_library().cuemm_version_string().decode()
 ok(version.count(".") == 2, "cuemm_version_string through ctypes: %s" % version)
 
