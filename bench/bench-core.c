@@ -18,37 +18,9 @@
 #include <string.h>
 #include <time.h>
 
-#include <cuda.h>
-#include <cuemm.h>
+#define BENCH_NAME "bench-core"
+#include "bench.h"
 
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    CUresult r_ = (call);                                                      \
-    if (r_ != CUDA_SUCCESS) {                                                  \
-      fprintf(stderr, "bench-core: %s failed (%d): %s\n", #call, (int)r_,      \
-              cuemm_last_error());                                             \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
-
-static double now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-  qsort(v, n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void pair_latency(cuemm_manager *m, int quick)
 {
