@@ -191,7 +191,7 @@ static void growth(int quick)
   printf("%12s %12s %12s %8s\n", "N", "cuMemAlloc", "pool grow", "ratio");
   int runs = quick ? 3 : 7;
   size_t top = quick ? 256 * MiB : 8192 * MiB;
-  for (size_t n = 64 * MiB; n <= top; n *= 4) {
+  for (size_t n = 64 * MiB; n <= top; n *= 2) {
     double a[16], g[16];
     for (int r = 0; r < runs; r++) {
       CUdeviceptr p;
