@@ -62,6 +62,20 @@ static int async_setup(CUdevice dev)
   return set_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max) == CUDA_SUCCESS;
 }
 
+/* Pairs of `size` for whole cycles until at least `ns` have passed (and at
+ * least 5 cycles): the pool has grown, and the first size measured is not
+ * charged with the clock ramping up, cold caches and the first flushes. */
+static void warm_pairs(cuemm_manager *m, size_t size, int cycle, double ns)
+{
+  double t0 = now_ns();
+  for (int n = 0; n < 5 || now_ns() - t0 < ns; n++)
+    for (int k = 0; k < cycle; k++) {
+      CUdeviceptr p;
+      CHECK(cuemm_alloc(m, &p, size));
+      CHECK(cuemm_free(m, p));
+    }
+}
+
 static void pairs(CUdevice dev, int quick)
 {
   cuemm_manager *m = pool_manager(0, 0);
@@ -76,6 +90,8 @@ static void pairs(CUdevice dev, int quick)
   printf("%10s %16s %16s %14s %9s\n", "size", "AllocAsync+Free", "pool cycle/pair", "pool 1 pair", "speedup");
   enum { MAXS = 2000 };
   static double drv[MAXS], cyc[MAXS], one[MAXS * 16];
+  double warm_ns = quick ? 2e6 : 50e6;
+  warm_pairs(m, 256, cycle, 4 * warm_ns); /* once, before the first size */
   for (size_t size = 256; size <= 16 * MiB; size *= 4) {
     int samples = quick ? 20 : 1000;
     double d = 0;
@@ -95,11 +111,7 @@ static void pairs(CUdevice dev, int quick)
       CHECK(cuStreamSynchronize(s));
       d = median(drv, samples);
     }
-    for (int i = 0; i < 5 * cycle; i++) { /* warm: the pool has grown */
-      CUdeviceptr p;
-      CHECK(cuemm_alloc(m, &p, size));
-      CHECK(cuemm_free(m, p));
-    }
+    warm_pairs(m, size, cycle, warm_ns);
     /* Cycles are timed whole (no clock read inside), single pairs apart. */
     for (int i = 0; i < samples; i++) {
       double t0 = now_ns();

@@ -19,6 +19,13 @@
  * takes no more: further frees of its size merge at once.  Cached blocks
  * count as free in every counter.
  *
+ * Large blocks are cached the same way, by exact size: a small open-addressing
+ * map from size to a LIFO list, so that steady traffic of any size pops what
+ * it pushed.  Besides the occasions above, the large caches are coalesced
+ * when their bytes would pass max(large_limit, a quarter of the mapped
+ * bytes), which bounds the free space kept in pieces, and when the map runs
+ * out of slots for new sizes (coalescing empties it).
+ *
  * Blocks are descriptors in one array linked in address order; the array
  * grows by doubling and freed descriptors are reused, so steady traffic
  * allocates no host memory.  Unmapped space is kept as HOLE blocks in the
@@ -97,8 +104,10 @@ static void list_add(cuemm__sa *s, uint32_t i)
 static void list_del(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
-  uint32_t *head = b->state == CUEMM__SA_FREE ? &s->heads[b->bin]
-                   : b->state == CUEMM__SA_CACHED ? &s->cache[b->bin] : &s->holes;
+  uint32_t *head = b->state == CUEMM__SA_FREE     ? &s->heads[b->bin]
+                   : b->state != CUEMM__SA_CACHED ? &s->holes
+                   : b->size < CUEMM__SA_SMALL    ? &s->cache[b->bin]
+                                                  : &s->lhead[b->bin];
   if (b->lprev != NIL)
     s->b[b->lprev].lnext = b->lnext;
   else
@@ -110,7 +119,12 @@ static void list_del(cuemm__sa *s, uint32_t i)
       s->bitmap[b->bin / 64] &= ~((uint64_t)1 << (b->bin % 64));
     s->free_count--;
   } else if (b->state == CUEMM__SA_CACHED) {
-    s->ncached[b->bin]--;
+    if (b->size < CUEMM__SA_SMALL)
+      s->ncached[b->bin]--;
+    else {
+      s->lcached_bytes -= b->size;
+      s->lcached_count--;
+    }
     s->cached_bytes -= b->size;
     s->free_count--;
   } else
@@ -226,7 +240,10 @@ int cuemm__sa_init(cuemm__sa *s, size_t span)
     s->heads[k] = NIL;
   for (unsigned k = 0; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN; k++)
     s->cache[k] = NIL;
+  for (unsigned k = 0; k < CUEMM__SA_LSLOTS; k++)
+    s->lhead[k] = NIL;
   s->cache_limit = CUEMM__SA_CACHE_LIMIT;
+  s->large_limit = CUEMM__SA_LARGE_LIMIT;
   if (cuemm__sa_reserve(s, 1) != 0)
     return -1;
   uint32_t i = desc_new(s); /* descriptor 0: the stack hands out the lowest first */
@@ -273,7 +290,9 @@ uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size)
 {
   uint32_t i = take_free(s, size);
   if (i == NIL) {
-    if (s->cached_bytes < size)
+    /* Even when the cached bytes alone are too few: merged with free
+     * neighbours they may be enough, and growth sees only FREE blocks. */
+    if (s->cached_bytes == 0)
       return NIL;
     cuemm__sa_coalesce(s);
     if ((i = take_free(s, size)) == NIL)
@@ -292,8 +311,64 @@ void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i)
   list_add(s, merge(s, i));
 }
 
+/* Empties the large caches and the map. */
+static void coalesce_large(cuemm__sa *s)
+{
+  for (unsigned k = 0; k < CUEMM__SA_LSLOTS && s->lkeys; k++) {
+    if (s->lkey[k] == 0)
+      continue;
+    uint32_t i;
+    while ((i = s->lhead[k]) != NIL) {
+      list_del(s, i);
+      s->b[i].state = CUEMM__SA_FREE;
+      list_add(s, merge(s, i));
+    }
+    s->lkey[k] = 0;
+    s->lkeys--;
+  }
+}
+
+void cuemm__sa_free_large(cuemm__sa *s, uint32_t i)
+{
+  size_t size = s->b[i].size;
+  uint32_t k = cuemm__sa_lslot(s, size);
+  if (k == NIL && s->lkeys >= CUEMM__SA_LKEYS)
+    coalesce_large(s);
+  else if (!cuemm__sa_large_room(s, size)) {
+    coalesce_large(s);
+    k = NIL;
+  }
+  if (k == NIL && !cuemm__sa_large_room(s, size)) {
+    /* Alone past the bound: not worth caching. */
+    cuemm__sa_free_merge(s, i);
+    return;
+  }
+  if (k == NIL) {
+    k = (uint32_t)(((unsigned long long)(size / CUEMM__SA_ALIGN) * 0x9E3779B97F4A7C15ull) >> 57);
+    while (s->lkey[k] != 0)
+      k = (k + 1) & (CUEMM__SA_LSLOTS - 1);
+    s->lkey[k] = size;
+    s->lhead[k] = NIL;
+    s->lkeys++;
+  }
+  cuemm__sa_block *b = &s->b[i];
+  uint32_t h = s->lhead[k];
+  b->state = CUEMM__SA_CACHED;
+  b->bin = (uint16_t)k;
+  b->lprev = NIL;
+  b->lnext = h;
+  if (h != NIL)
+    s->b[h].lprev = i;
+  s->lhead[k] = i;
+  s->lcached_bytes += size;
+  s->lcached_count++;
+  s->cached_bytes += size;
+  s->free_count++;
+}
+
 void cuemm__sa_coalesce(cuemm__sa *s)
 {
+  coalesce_large(s);
   for (unsigned k = 1; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN && s->cached_bytes; k++) {
     uint32_t i;
     while ((i = s->cache[k]) != NIL) {
@@ -361,6 +436,9 @@ size_t cuemm__sa_largest_free(const cuemm__sa *s)
       best = (size_t)k * CUEMM__SA_ALIGN;
       break;
     }
+  for (unsigned k = 0; k < CUEMM__SA_LSLOTS; k++)
+    if (s->lhead[k] != NIL && s->lkey[k] > best)
+      best = s->lkey[k];
   for (unsigned w = CUEMM__SA_NBINS / 64; w-- > 0;) {
     if (!s->bitmap[w])
       continue;
@@ -375,7 +453,7 @@ size_t cuemm__sa_largest_free(const cuemm__sa *s)
 
 const char *cuemm__sa_check(const cuemm__sa *s)
 {
-  size_t off = 0, fb = 0, ub = 0, hb = 0, fc = 0, uc = 0, hc = 0, cb = 0, cc = 0;
+  size_t off = 0, fb = 0, ub = 0, hb = 0, fc = 0, uc = 0, hc = 0, cb = 0, cc = 0, lb = 0, lc = 0;
   uint32_t prev = NIL;
   for (uint32_t i = 0; i != NIL; prev = i, i = s->b[i].next) {
     const cuemm__sa_block *b = &s->b[i];
@@ -394,7 +472,11 @@ const char *cuemm__sa_check(const cuemm__sa *s)
         return "a free block is in the wrong bin";
     } else if (b->state == CUEMM__SA_CACHED) {
       fb += b->size, fc++, cb += b->size, cc++;
-      if (b->size >= CUEMM__SA_SMALL || b->bin != b->size / CUEMM__SA_ALIGN)
+      if (b->size >= CUEMM__SA_SMALL) {
+        lb += b->size, lc++;
+        if (b->bin >= CUEMM__SA_LSLOTS || s->lkey[b->bin] != b->size)
+          return "a cached large block is not in the slot of its size";
+      } else if (b->bin != b->size / CUEMM__SA_ALIGN)
         return "a cached block is not of its size class";
     } else if (b->state == CUEMM__SA_USED)
       ub += b->size, uc++;
@@ -410,7 +492,7 @@ const char *cuemm__sa_check(const cuemm__sa *s)
     return "byte counters disagree with the blocks";
   if (fc != s->free_count || uc != s->used_count || hc != s->hole_count)
     return "block counters disagree with the blocks";
-  if (cb != s->cached_bytes)
+  if (cb != s->cached_bytes || lb != s->lcached_bytes || lc != s->lcached_count)
     return "cache counters disagree with the blocks";
   size_t listed = 0;
   for (unsigned k = 0; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN; k++) {
@@ -422,6 +504,22 @@ const char *cuemm__sa_check(const cuemm__sa *s)
       return "a cache's count disagrees with its list";
     listed += in_class;
   }
+  uint32_t keys = 0;
+  for (unsigned k = 0; k < CUEMM__SA_LSLOTS; k++) {
+    if (s->lkey[k] == 0) {
+      if (s->lhead[k] != NIL)
+        return "an empty map slot has a cache";
+      continue;
+    }
+    keys++;
+    if (s->lkey[k] < CUEMM__SA_SMALL || s->lkey[k] % CUEMM__SA_ALIGN || cuemm__sa_lslot(s, s->lkey[k]) != k)
+      return "a map slot's size is not large, not aligned or not found by a lookup";
+    for (uint32_t i = s->lhead[k], p = NIL; i != NIL; p = i, i = s->b[i].lnext, listed++)
+      if (s->b[i].state != CUEMM__SA_CACHED || s->b[i].bin != k || s->b[i].size != s->lkey[k] || s->b[i].lprev != p)
+        return "a large cache holds a block that is not cached, not of its size, or badly linked";
+  }
+  if (keys != s->lkeys || keys > CUEMM__SA_LKEYS)
+    return "the map's count of sizes is wrong";
   if (listed != cc)
     return "the caches do not hold every cached block";
   listed = 0;

@@ -23,21 +23,29 @@
 #define CUEMM__SA_SMALL ((size_t)64 * CUEMM__SA_ALIGN)
 /* The default bound on the bytes one class's cache holds. */
 #define CUEMM__SA_CACHE_LIMIT ((size_t)32 << 20)
+/* Slots of the map from exact size to the cache of freed large blocks of
+ * that size (open addressing, linear probing; a power of two), and how many
+ * sizes it takes before it is emptied by coalescing. */
+#define CUEMM__SA_LSLOTS 128u
+#define CUEMM__SA_LKEYS 96u
+/* The default fixed part of the bound on cached large bytes: they may reach
+ * this or a quarter of the mapped bytes, whichever is more. */
+#define CUEMM__SA_LARGE_LIMIT ((size_t)256 << 20)
 
 typedef enum cuemm__sa_state {
   CUEMM__SA_SPARE = 0,   /* descriptor not in use */
   CUEMM__SA_FREE = 1,
   CUEMM__SA_USED = 2,
   CUEMM__SA_HOLE = 3,
-  CUEMM__SA_CACHED = 4,  /* free, of an exact size class, kept whole in its class's cache */
+  CUEMM__SA_CACHED = 4,  /* free, kept whole and unmerged in the cache of its size */
 } cuemm__sa_state;
 
 typedef struct cuemm__sa_block {
   size_t off, size;
   uint32_t prev, next;    /* neighbours in address order (NIL at the ends) */
-  uint32_t lprev, lnext;  /* links in its bin (FREE), its class's cache (CACHED), the hole list
+  uint32_t lprev, lnext;  /* links in its bin (FREE), its size's cache (CACHED), the hole list
                            * (HOLE) or the spare stack */
-  uint16_t bin;
+  uint16_t bin;           /* FREE: its bin; CACHED: its class (small) or map slot (large) */
   uint8_t state;
 } cuemm__sa_block;
 
@@ -55,7 +63,14 @@ typedef struct cuemm__sa {
   size_t span;
   size_t free_bytes, used_bytes, hole_bytes;   /* free_* count CACHED blocks too */
   size_t free_count, used_count, hole_count;
-  size_t cached_bytes;    /* ncached[] counts the cached blocks */
+  size_t cached_bytes;    /* all cached bytes; ncached[] counts the small cached blocks */
+  /* Cached large blocks: lkey[k] is a size (0: slot empty), lhead[k] the
+   * LIFO list of cached blocks of that size (possibly empty). */
+  size_t lkey[CUEMM__SA_LSLOTS];
+  uint32_t lhead[CUEMM__SA_LSLOTS];
+  uint32_t lkeys;         /* slots in use */
+  size_t lcached_bytes, lcached_count;
+  size_t large_limit;     /* cached large bytes may reach max(large_limit, mapped / 4) */
 } cuemm__sa;
 
 /* One hole covering [0, span).  Returns 0, or -1 when host memory ran out. */
@@ -68,16 +83,17 @@ int cuemm__sa_reserve(cuemm__sa *s, uint32_t n);
 
 /* Takes a block of at least `size` bytes (a multiple of CUEMM__SA_ALIGN)
  * and returns its index, or NIL when no free block is large enough even
- * after coalescing the caches.  A small request is first popped from its
- * class's cache; otherwise a FREE block is split to size.  O(1) except when
+ * after coalescing the caches.  A request is first popped from the cache
+ * of its exact size; otherwise a FREE block is split to size.  O(1) except when
  * only a block of the request's own bin fits, which is searched, or when
  * the caches must be coalesced.  Never fails for lack of host memory:
  * without a spare descriptor the whole block is handed out. */
 static inline uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size);
 
-/* Returns a USED block: a small one goes to its class's cache as it is
- * (while the cache holds less than cache_limit bytes), any other merges
- * with free neighbours. */
+/* Returns a USED block: it goes to the cache of its size as it is (a
+ * small one while its class holds less than cache_limit bytes; a large one
+ * while the cached large bytes stay within their bound, past which the
+ * large caches are coalesced), or else merges with free neighbours. */
 static inline void cuemm__sa_free(cuemm__sa *s, uint32_t i);
 
 /* cuemm__sa_alloc past the caches. */
@@ -87,17 +103,51 @@ uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size);
  * are already moved. */
 void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i);
 
+/* cuemm__sa_free of a large block past the fast path: a size new to the
+ * map, or cached bytes past their bound.  Its counters are already moved. */
+void cuemm__sa_free_large(cuemm__sa *s, uint32_t i);
+
+/* The map slot of large size `size`, or NIL when it has none. */
+static inline uint32_t cuemm__sa_lslot(const cuemm__sa *s, size_t size)
+{
+  unsigned k = (unsigned)(((unsigned long long)(size / CUEMM__SA_ALIGN) * 0x9E3779B97F4A7C15ull) >> 57);
+  for (;; k = (k + 1) & (CUEMM__SA_LSLOTS - 1)) {
+    if (s->lkey[k] == size)
+      return k;
+    if (s->lkey[k] == 0)
+      return CUEMM__SA_NIL;
+  }
+}
+
+/* Whether `more` cached large bytes stay within their bound. */
+static inline int cuemm__sa_large_room(const cuemm__sa *s, size_t more)
+{
+  size_t after = s->lcached_bytes + more;
+  return after <= s->large_limit || after <= (s->span - s->hole_bytes) / 4;
+}
+
 static inline uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
 {
-  uint32_t i;
-  if (size >= CUEMM__SA_SMALL || (i = s->cache[size / CUEMM__SA_ALIGN]) == CUEMM__SA_NIL)
+  uint32_t i, *head;
+  if (size < CUEMM__SA_SMALL)
+    head = &s->cache[size / CUEMM__SA_ALIGN];
+  else if ((i = cuemm__sa_lslot(s, size)) != CUEMM__SA_NIL)
+    head = &s->lhead[i];
+  else
+    return cuemm__sa_alloc_slow(s, size);
+  if ((i = *head) == CUEMM__SA_NIL)
     return cuemm__sa_alloc_slow(s, size);
   cuemm__sa_block *b = &s->b[i];
   uint32_t n = b->lnext;
-  s->cache[b->bin] = n;
+  *head = n;
   if (n != CUEMM__SA_NIL)
     s->b[n].lprev = CUEMM__SA_NIL;
-  s->ncached[b->bin]--;
+  if (size < CUEMM__SA_SMALL)
+    s->ncached[b->bin]--;
+  else {
+    s->lcached_bytes -= size;
+    s->lcached_count--;
+  }
   s->cached_bytes -= size;
   s->free_count--;
   s->free_bytes -= size;
@@ -114,24 +164,32 @@ static inline void cuemm__sa_free(cuemm__sa *s, uint32_t i)
   s->used_bytes -= size;
   s->free_bytes += size;
   s->used_count--;
-  if (size >= CUEMM__SA_SMALL) {
-    cuemm__sa_free_merge(s, i);
-    return;
+  uint32_t k, *head;
+  if (size < CUEMM__SA_SMALL) {
+    k = (uint32_t)(size / CUEMM__SA_ALIGN);
+    if ((size_t)s->ncached[k] * size >= s->cache_limit) {
+      cuemm__sa_free_merge(s, i);
+      return;
+    }
+    head = &s->cache[k];
+    s->ncached[k]++;
+  } else {
+    if ((k = cuemm__sa_lslot(s, size)) == CUEMM__SA_NIL || !cuemm__sa_large_room(s, size)) {
+      cuemm__sa_free_large(s, i);
+      return;
+    }
+    head = &s->lhead[k];
+    s->lcached_bytes += size;
+    s->lcached_count++;
   }
-  unsigned k = (unsigned)(size / CUEMM__SA_ALIGN);
-  if ((size_t)s->ncached[k] * size >= s->cache_limit) {
-    cuemm__sa_free_merge(s, i);
-    return;
-  }
-  uint32_t h = s->cache[k];
+  uint32_t h = *head;
   b->state = CUEMM__SA_CACHED;
   b->bin = (uint16_t)k;
   b->lprev = CUEMM__SA_NIL;
   b->lnext = h;
   if (h != CUEMM__SA_NIL)
     s->b[h].lprev = i;
-  s->cache[k] = i;
-  s->ncached[k]++;
+  *head = i;
   s->cached_bytes += size;
   s->free_count++;
 }

@@ -27,7 +27,7 @@ static uint64_t next_rand(void)
 /* The number of cached blocks. */
 static size_t cached(const cuemm__sa *s)
 {
-  size_t n = 0;
+  size_t n = s->lcached_count;
   for (size_t k = 0; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN; k++)
     n += s->ncached[k];
   return n;
@@ -158,6 +158,90 @@ int main(void)
     ok(cuemm__sa_check(&c2) == NULL && c2.free_count == 1, "coalescing joins all");
     free(blk);
     cuemm__sa_fini(&c2);
+  }
+
+  /* The large-block caches. */
+  {
+    cuemm__sa c3;
+    const size_t L64 = (size_t)64 << 10;
+    cuemm__sa_init(&c3, SPAN);
+    cuemm__sa_reserve(&c3, 2);
+    cuemm__sa_fill(&c3, 0, UNIT);
+    uint32_t x = cuemm__sa_alloc(&c3, L64);
+    size_t x_off = c3.b[x].off;
+    cuemm__sa_free(&c3, x);
+    is(c3.b[x].state, CUEMM__SA_CACHED, "a freed 64 KiB block is cached");
+    ok(c3.lcached_count == 1 && c3.lcached_bytes == L64, "counted as a cached large block");
+    ok(cuemm__sa_check(&c3) == NULL, "cached large state is sound: %s", cuemm__sa_check(&c3) ? cuemm__sa_check(&c3) : "ok");
+    is(c3.free_bytes, UNIT, "cached bytes count as free");
+    uint32_t nspare = c3.nspare, bins = (uint32_t)(c3.free_count - cached(&c3));
+    uint32_t y = cuemm__sa_alloc(&c3, L64);
+    ok(y == x && c3.b[y].off == x_off, "the next 64 KiB request gets it back");
+    ok(c3.nspare == nspare && c3.free_count == bins, "without a split: no descriptor taken, the free block untouched");
+    uint32_t z = cuemm__sa_alloc(&c3, 2 * L64);
+    cuemm__sa_free(&c3, z);
+    cuemm__sa_free(&c3, y);
+    ok(cuemm__sa_check(&c3) == NULL && cached(&c3) == 2, "two sizes cached side by side");
+    is(cuemm__sa_largest_free(&c3), UNIT - L64 - 2 * L64, "the largest free block is the rest");
+
+    /* Cut the unit into 1 MiB blocks and free them all: cached, so that a
+     * request of the whole unit is served only by coalescing. */
+    c3.large_limit = UNIT;
+    cuemm__sa_coalesce(&c3);
+    uint32_t q[4];
+    for (int k = 0; k < 4; k++)
+      q[k] = cuemm__sa_alloc(&c3, UNIT / 4);
+    ok(q[3] != CUEMM__SA_NIL && c3.free_count == 0, "the unit holds four 1 MiB blocks");
+    for (int k = 0; k < 4; k++)
+      cuemm__sa_free(&c3, q[k]);
+    ok(cuemm__sa_check(&c3) == NULL && cached(&c3) == 4 && c3.free_count == 4, "all four cached, none merged");
+    is(cuemm__sa_largest_free(&c3), UNIT / 4, "the largest free block is a cached one");
+    uint32_t big = cuemm__sa_alloc(&c3, UNIT);
+    ok(big != CUEMM__SA_NIL && c3.b[big].off == 0, "a request of the whole unit is served by coalescing the large caches");
+    ok(cuemm__sa_check(&c3) == NULL && cached(&c3) == 0 && c3.lkeys == 0, "the caches and the map are empty afterwards");
+    is(c3.hole_bytes, SPAN - UNIT, "without any fill");
+    cuemm__sa_free(&c3, big);
+
+    /* The bound: past max(large_limit, mapped / 4) the large caches merge. */
+    c3.large_limit = UNIT / 2;
+    for (int k = 0; k < 4; k++)
+      q[k] = cuemm__sa_alloc(&c3, UNIT / 4);
+    cuemm__sa_free(&c3, q[0]);
+    cuemm__sa_free(&c3, q[1]);
+    ok(cached(&c3) == 2 && c3.lcached_bytes == UNIT / 2, "two 1 MiB blocks cached, at the bound");
+    cuemm__sa_free(&c3, q[2]);
+    ok(cuemm__sa_check(&c3) == NULL, "a free past the bound: %s", cuemm__sa_check(&c3) ? cuemm__sa_check(&c3) : "ok");
+    ok(c3.free_count == 2 && cuemm__sa_largest_free(&c3) == UNIT / 2,
+       "the bound triggers merging: the first two are one free block");
+    ok(cached(&c3) == 1 && c3.b[q[2]].state == CUEMM__SA_CACHED, "with room again, the third is cached");
+    cuemm__sa_free(&c3, q[3]);
+    ok(cached(&c3) == 2 && c3.free_count == 3, "and so is the fourth");
+
+    /* Many sizes: the map never overflows, it is coalesced when full. */
+    c3.large_limit = UNIT;
+    cuemm__sa_coalesce(&c3);
+    uint32_t many[120];
+    size_t nm = 0;
+    for (size_t k = 0; k < 120; k++)
+      if ((many[nm] = cuemm__sa_alloc(&c3, CUEMM__SA_SMALL + k * CUEMM__SA_ALIGN)) != CUEMM__SA_NIL)
+        nm++;
+    is(nm, 120, "120 blocks of 120 sizes");
+    const char *bad3 = NULL;
+    for (size_t k = 0; k < nm && !bad3; k++) {
+      cuemm__sa_free(&c3, many[k]);
+      bad3 = cuemm__sa_check(&c3);
+    }
+    ok(bad3 == NULL, "freeing them keeps every invariant%s%s", bad3 ? ": " : "", bad3 ? bad3 : "");
+    ok(c3.lkeys <= CUEMM__SA_LKEYS && cached(&c3) < 120, "the map was emptied when it ran out of slots");
+
+    /* Trim after caching: coalescing frees everything for release. */
+    cuemm__sa_coalesce(&c3);
+    ok(cuemm__sa_check(&c3) == NULL && c3.free_count == 1 && cached(&c3) == 0, "coalescing leaves one free block");
+    cuemm__sa_reserve(&c3, 2);
+    cuemm__sa_drain(&c3, 0, UNIT);
+    ok(cuemm__sa_check(&c3) == NULL && c3.hole_bytes == SPAN && c3.free_bytes == 0 && c3.hole_count == 1,
+       "the whole unit drains: everything is one hole again");
+    cuemm__sa_fini(&c3);
   }
 
   /* Random traffic against a shadow list. */
