@@ -17,6 +17,11 @@
  * earlier ones, so the sub-allocator only ever sees memory that is mapped
  * and accessible.  Chunks go back to the driver only when wholly free,
  * highest addresses first; live pointers never move.
+ *
+ * With pool_ipc, chunks are created exportable as POSIX file descriptors,
+ * and each carries a serial number never reused by the pool, so that a
+ * handle naming a chunk (ipc.c) can tell, when it is sent, whether that
+ * chunk is still the one it was exported from.
  */
 #include <inttypes.h>
 #include <stdio.h>
