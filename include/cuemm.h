@@ -33,6 +33,8 @@
  *                                     CUEMM_POOL_RELEASE_THRESHOLD and
  *                                     CUEMM_POOL_LIMIT tune it (see
  *                                     cuemm_config)
+ *   CUEMM_POOL_IPC                    1: pool blocks can be shared with other
+ *                                     processes (default 0)
  */
 #ifndef CUEMM_H
 #define CUEMM_H
@@ -138,6 +140,13 @@ typedef struct cuemm_config {
   /* A cap on the pool's mapped bytes (CUEMM_POOL_LIMIT); 0: none (the
    * reservation is the cap).  Default 0. */
   size_t pool_limit;
+  /* 1: the pool's chunks are created exportable as POSIX file descriptors,
+   * so that pool blocks can be shared with other processes (see "Sharing
+   * device memory between processes" below); CUEMM_POOL_IPC, 0 or 1.
+   * Creation then fails with CUDA_ERROR_NOT_SUPPORTED on a device without
+   * CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED.  No
+   * effect without a pool.  Default 0. */
+  int pool_ipc;
 
   /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when
    * an environment variable was invalid, with env_error saying which.
@@ -400,9 +409,30 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m);
 
 /* A process exports a pointer into one of its manager's allocations as a
  * handle; another process opens the handle and gets a device pointer to the
- * same bytes, with no copy.  The handle is plain bytes: send it through a
- * pipe, a socket or a file (write(fd, &h, sizeof h)), and check what arrives
- * with cuemm_ipc_handle_from_bytes.
+ * same bytes, with no copy.  Two kinds of memory are shared two ways:
+ *
+ *   - cuMemAlloc memory (managers without a pool, and requests too large for
+ *     the pool): the handle (CUEMM_IPC_KIND_DEVICE) wraps the driver's legacy
+ *     IPC handle and is plain bytes: send it through a pipe, a socket or a
+ *     file (write(fd, &h, sizeof h)) and check what arrives with
+ *     cuemm_ipc_handle_from_bytes.
+ *   - pool blocks (CUEMM_POOL=vmm with CUEMM_POOL_IPC=1): legacy IPC cannot
+ *     export cuMemCreate memory.  The pool then creates its chunks (its
+ *     physical allocations) exportable as POSIX file descriptors, and the
+ *     handle (CUEMM_IPC_KIND_POOL) describes the chunks the exported range
+ *     overlaps.  File descriptors are not bytes: they travel beside the
+ *     handle over a Unix domain socket, as SCM_RIGHTS ancillary data, with
+ *     cuemm_ipc_send and cuemm_ipc_recv.  cuemm_ipc_open imports them,
+ *     reserves an address range, maps the chunks into it in order and gives
+ *     this process's device read-write access.  Without CUEMM_POOL_IPC,
+ *     exporting a pool block fails with CUDA_ERROR_NOT_SUPPORTED and a
+ *     message that says how to enable it.
+ *
+ * cuemm_ipc_send and cuemm_ipc_recv carry handles of both kinds (a device
+ * handle with no descriptors), so a program may use them for everything.
+ * Create the socket with socketpair(AF_UNIX, ...) before fork, or connect to
+ * a named one; SCM_RIGHTS needs no privilege (unlike pidfd_getfd, which
+ * containers often forbid).
  *
  * Byte layout (CUEMM_IPC_HANDLE_SIZE = 128 bytes, no padding; integers in the
  * host's byte order, since IPC never leaves the machine):
@@ -411,19 +441,38 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m);
  *        0    4 magic        "cuem" (no terminating NUL)
  *        4    2 version      CUEMM_IPC_HANDLE_VERSION (1)
  *        6    2 kind         CUEMM_IPC_KIND_DEVICE (1): cuMemAlloc memory
- *                            shared with the driver's legacy IPC; other
- *                            values are kept for memory that needs another
+ *                            shared with the driver's legacy IPC;
+ *                            CUEMM_IPC_KIND_POOL (2): pool blocks shared as
+ *                            file descriptors of their chunks; other values
+ *                            are kept for memory that needs another
  *                            mechanism (stream-ordered pools)
  *        8    4 source_pid   the exporting process
  *       12    4 checksum     32-bit FNV-1a (offset basis 2166136261, prime
  *                            16777619) of all 128 bytes, the checksum's own
  *                            four bytes counted as zero
- *       16    8 offset       of the exported pointer from the allocation's start
+ *       16    8 offset       of the exported pointer from the allocation's
+ *                            start (pool: from the first chunk's start)
  *       24    8 size         bytes the importer may use from that pointer
- *       32    8 alloc_size   bytes of the whole allocation
+ *       32    8 alloc_size   bytes of the whole allocation (pool: of all the
+ *                            chunks listed, added up)
  *       40   16 device_uuid  cuDeviceGetUuid of the exporting device
  *       56    8 reserved     zero
- *       64   64 driver       cuIpcGetMemHandle of the allocation's start
+ *       64   64 driver       kind 1: cuIpcGetMemHandle of the allocation's
+ *                            start.  kind 2: `pieces`, the chunks the range
+ *                            overlaps:
+ *                              64  4 count    chunks, 1 to
+ *                                             CUEMM_IPC_POOL_MAX_PIECES (6)
+ *                              68  4 reserved zero
+ *                              72  8 serial   the exporter's number of the
+ *                                             first chunk (never reused by
+ *                                             its pool)
+ *                              80 48 bytes    each chunk's size, in address
+ *                                             order (6 x 8 bytes; those past
+ *                                             count are zero)
+ *                            The range starts in the first chunk and ends in
+ *                            the last.  A range overlapping more chunks than
+ *                            fit cannot be exported (a larger CUEMM_POOL_CHUNK
+ *                            makes fewer, larger chunks).
  *
  * Lifetime.  The exporting process owns the memory: it must keep the
  * allocation alive (not free it, not reset or destroy its manager) until
@@ -431,7 +480,13 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m);
  * Freeing an exported allocation is deferred like any other free, and the
  * memory goes back to the driver at the next flush; an importer still using
  * it then has undefined behaviour (the driver's rule for cuMemFree before
- * cuIpcCloseMemHandle).
+ * cuIpcCloseMemHandle).  A pool block follows the same rule: after the
+ * flush that returns it, the exporter's pool hands its bytes out again, and
+ * an importer still mapping them sees (and corrupts) the new owner's data.
+ * The physical memory of a pool chunk, though, stays alive as long as an
+ * importer maps it, even when the exporter's pool has released the chunk
+ * (the driver counts the importer's mapping as a reference), so a late
+ * close never touches memory that the driver gave to someone else.
  * In the importer, a handle's mapping is a view that owns no memory, so
  * closing it is immediate (never queued, defer scopes or not), and
  * cuemm_destroy of an importing manager closes the mappings still open in its
@@ -439,20 +494,35 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m);
  *
  * Devices.  A handle opened on the device it came from maps the memory
  * directly.  Opened on another device, the source device is found by its
- * UUID and must be reachable as a peer (cuDeviceCanAccessPeer); the driver
- * then enables peer access lazily (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS).
+ * UUID and must be reachable as a peer (cuDeviceCanAccessPeer); for a device
+ * handle the driver then enables peer access lazily
+ * (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), a pool handle's mapping is made
+ * accessible to the importing device with cuMemSetAccess.
  * cuemm never falls back to a staged copy through host memory: where the
  * memory cannot be mapped, the open fails and says why.
  *
  * Thread-safety: cuemm_ipc_export holds the manager's lock (the allocation
- * cannot be freed meanwhile); cuemm_ipc_open and cuemm_ipc_close serialize on
- * one process-wide lock; cuemm_ipc_handle_from_bytes touches no shared state.
+ * cannot be freed meanwhile), and so does cuemm_ipc_send while it exports
+ * the file descriptors (not while it writes to the socket); cuemm_ipc_open,
+ * cuemm_ipc_close, cuemm_ipc_recv and cuemm_ipc_discard serialize on one
+ * process-wide lock; cuemm_ipc_handle_from_bytes touches no shared state.
  */
 
 #define CUEMM_IPC_HANDLE_SIZE 128
 #define CUEMM_IPC_HANDLE_VERSION 1
 #define CUEMM_IPC_MAGIC "cuem"
 #define CUEMM_IPC_KIND_DEVICE 1
+#define CUEMM_IPC_KIND_POOL 2
+#define CUEMM_IPC_POOL_MAX_PIECES 6
+
+/* The chunks of a pool handle (kind CUEMM_IPC_KIND_POOL), in place of the
+ * driver's handle. */
+typedef struct cuemm_ipc_pieces {
+  uint32_t count;
+  uint32_t reserved;
+  uint64_t serial;
+  uint64_t bytes[CUEMM_IPC_POOL_MAX_PIECES];
+} cuemm_ipc_pieces;
 
 typedef struct cuemm_ipc_handle {
   char magic[4];
@@ -465,20 +535,25 @@ typedef struct cuemm_ipc_handle {
   uint64_t alloc_size;
   uint8_t device_uuid[16];
   uint8_t reserved[8];
-  CUipcMemHandle driver;
+  union {
+    CUipcMemHandle driver;     /* kind CUEMM_IPC_KIND_DEVICE */
+    cuemm_ipc_pieces pieces;   /* kind CUEMM_IPC_KIND_POOL */
+  };
 } cuemm_ipc_handle;
 
 /* Fills *h for the device pointer p, which may be the start of an allocation
  * of this manager or any byte inside it.  The importer may use `size` bytes
- * from p; 0 means up to the end of the allocation.
+ * from p; 0 means up to the end of the allocation.  A pool block gives a
+ * handle of kind CUEMM_IPC_KIND_POOL, to be sent with cuemm_ipc_send.
  * Errors: CUDA_ERROR_INVALID_VALUE for m, h or p NULL; for a pointer inside no
  * live allocation of this manager (another manager's or cuMemAlloc's memory,
  * host memory, an allocation already freed, pending release or not); for
  * size running past the allocation's end.  CUDA_ERROR_NOT_SUPPORTED when the
- * driver has no legacy IPC, or for a pool block (CUEMM_POOL=vmm: legacy IPC
- * cannot export cuMemCreate memory; allocate what is to be shared through a
- * manager without the pool); driver errors of cuIpcGetMemHandle as reported.
- * *h is written only on success. */
+ * driver has no legacy IPC (for cuMemAlloc memory); for a pool block when
+ * the pool was created without CUEMM_POOL_IPC=1 (cuemm_config.pool_ipc = 1;
+ * the message says so), or when the range overlaps more than
+ * CUEMM_IPC_POOL_MAX_PIECES chunks; driver errors of cuIpcGetMemHandle as
+ * reported.  *h is written only on success. */
 CUEMM_EXTERN CUresult cuemm_ipc_export(cuemm_manager *m, CUdeviceptr p, size_t size, cuemm_ipc_handle *h);
 
 /* Checks `len` bytes received from another process and, when they are a
@@ -487,8 +562,11 @@ CUEMM_EXTERN CUresult cuemm_ipc_export(cuemm_manager *m, CUdeviceptr p, size_t s
  * check failed): h or bytes NULL; len other than CUEMM_IPC_HANDLE_SIZE; a
  * wrong magic, a version other than CUEMM_IPC_HANDLE_VERSION, a checksum
  * that does not match, reserved bytes not zero, a zero pid, size 0, or
- * offset + size beyond alloc_size.  CUDA_ERROR_NOT_SUPPORTED for a
- * well-formed handle of a kind this version of cuemm cannot open. */
+ * offset + size beyond alloc_size; for a pool handle, a chunk count outside
+ * 1..CUEMM_IPC_POOL_MAX_PIECES, a chunk of size 0, sizes that do not add up
+ * to alloc_size, nonzero bytes past the count, or a range that does not
+ * start in the first chunk and end in the last.  CUDA_ERROR_NOT_SUPPORTED
+ * for a well-formed handle of a kind this version of cuemm cannot open. */
 CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const void *bytes, size_t len);
 
 /* *p = the exported pointer (the allocation's start + offset), mapped in m's
@@ -498,6 +576,13 @@ CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const voi
  * Opening a handle of an allocation that this context has open already maps
  * nothing new: the pointer shares that mapping, which stays until the last of
  * its users is closed.  See "Devices" above for handles from another device.
+ * A pool handle is opened with the file descriptors cuemm_ipc_recv received
+ * with it: the open that maps it imports them (cuMemImportFromShareableHandle),
+ * reserves an address range (cuMemAddressReserve), maps the chunks
+ * (cuMemMap), sets access (cuMemSetAccess) and then closes them; an open
+ * that shares an existing mapping leaves them for a later one.  A failed
+ * open undoes every step and keeps the descriptors, so the open can be
+ * tried again (or the descriptors closed with cuemm_ipc_discard).
  * Errors: CUDA_ERROR_INVALID_VALUE for h or p NULL and every malformed handle;
  * CUDA_ERROR_INVALID_CONTEXT for a handle exported by this very process (its
  * source_pid is this process's pid; the driver cannot open it either: use the
@@ -506,17 +591,62 @@ CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const voi
  * UUID; CUDA_ERROR_PEER_ACCESS_UNSUPPORTED when m's device cannot reach the
  * source device; CUDA_ERROR_NOT_SUPPORTED when the driver has no legacy IPC;
  * driver errors of cuIpcOpenMemHandle as reported (for instance when the
- * exporter has freed the memory or exited). */
+ * exporter has freed the memory or exited).  For a pool handle:
+ * CUDA_ERROR_INVALID_VALUE when no file descriptors were received for it
+ * (cuemm_ipc_recv) and this context has it open nowhere;
+ * CUDA_ERROR_NOT_SUPPORTED when the driver lacks the virtual memory entry
+ * points; the error of the failing driver call, named in the message. */
 CUEMM_EXTERN CUresult cuemm_ipc_open(cuemm_manager *m, const cuemm_ipc_handle *h, CUdeviceptr *p);
 
 /* Closes a pointer from cuemm_ipc_open on the same manager (m NULL: the
  * current context's), once per open.  The last close of a mapping unmaps it
- * with cuIpcCloseMemHandle at once.
+ * at once: cuIpcCloseMemHandle, or for a pool handle cuMemUnmap and
+ * cuMemAddressFree.
  * Errors: CUDA_ERROR_INVALID_VALUE for a pointer that is not open in m's
  * context (never opened, closed as many times as opened, or opened with
- * another manager); driver errors of cuIpcCloseMemHandle, after which the
+ * another manager); driver errors of the unmapping, after which the
  * pointer stays open and the close may be tried again. */
 CUEMM_EXTERN CUresult cuemm_ipc_close(cuemm_manager *m, CUdeviceptr p);
+
+/* Sends handle *h over the connected Unix domain socket `sock` as one
+ * message: its 128 bytes, with, for a pool handle, one file descriptor per
+ * chunk as SCM_RIGHTS ancillary data.  The descriptors are exported from
+ * the chunks (cuMemExportToShareableHandle) under m's lock, then sent, then
+ * closed here (the receiver holds its own copies).  m is the manager that
+ * exported a pool handle (NULL: the current context's, cuemm_get); for a
+ * device handle it is not used and may be NULL.  A stream socket may take
+ * the bytes in several writes; the descriptors go with the first.
+ * Errors: CUDA_ERROR_INVALID_VALUE for h NULL, sock negative, a malformed
+ * handle (checked as cuemm_ipc_handle_from_bytes does), a pool handle
+ * exported by another process or another manager, or whose range is no
+ * longer a live block of m's pool (freed, or its chunk released);
+ * CUDA_ERROR_OPERATING_SYSTEM when the socket refuses the message (the
+ * message gives the system's reason; part of the bytes may have gone);
+ * driver errors of cuMemExportToShareableHandle.  No descriptor stays open
+ * in this process after the call, whatever its result. */
+CUEMM_EXTERN CUresult cuemm_ipc_send(int sock, cuemm_manager *m, const cuemm_ipc_handle *h);
+
+/* Receives one message of cuemm_ipc_send from `sock` into *h: reads exactly
+ * 128 bytes (waiting for all of them) and the file descriptors sent with
+ * them, checks the handle as cuemm_ipc_handle_from_bytes does and the
+ * number of descriptors against it (one per chunk for a pool handle, none
+ * for a device handle), and keeps the descriptors in this process's table
+ * of received descriptors, for cuemm_ipc_open.  Receiving the same handle
+ * again keeps another set.
+ * Errors: CUDA_ERROR_INVALID_VALUE for h NULL, sock negative, a message
+ * that ends before 128 bytes (the peer closed the socket: "truncated"),
+ * bytes that are not a valid handle, descriptors cut off (MSG_CTRUNC) or
+ * not as many as the handle needs; CUDA_ERROR_NOT_SUPPORTED for a handle of
+ * an unknown kind; CUDA_ERROR_OPERATING_SYSTEM when reading the socket
+ * fails.  On any error *h is untouched and every descriptor that arrived
+ * is closed. */
+CUEMM_EXTERN CUresult cuemm_ipc_recv(int sock, cuemm_ipc_handle *h);
+
+/* Closes one set of descriptors cuemm_ipc_recv kept for *h, for a handle
+ * received but not to be opened (an open that maps consumes one set itself).
+ * Errors: CUDA_ERROR_INVALID_VALUE for h NULL or when no set is kept for
+ * this handle. */
+CUEMM_EXTERN CUresult cuemm_ipc_discard(const cuemm_ipc_handle *h);
 
 /* ------------------------------------------------------------------------ */
 /* Drop-ins for cuMemAlloc / cuMemFree                                       */

@@ -21,7 +21,7 @@
 #include "error.h"
 #include "config.h"
 
-typedef enum { KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL } knob_type;
+typedef enum { KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL, KNOB_FLAG } knob_type;
 
 /* Sizes are checked in doubles: every bound below is exact in one. */
 #define MIB (1024.0 * 1024.0)
@@ -60,6 +60,9 @@ static const knob knobs[] = {
   { "CUEMM_POOL_LIMIT", "pool_limit", KNOB_SIZE,
     offsetof(cuemm_config, pool_limit), 0, 0, SIZE_MAX_ACCEPTED, 0,
     "a size in bytes up to 256TiB, such as 16GiB (0: no limit)" },
+  { "CUEMM_POOL_IPC", "pool_ipc", KNOB_FLAG,
+    offsetof(cuemm_config, pool_ipc), 0, 0, 1, 0,
+    "0 or 1" },
 };
 
 #define NKNOBS (sizeof knobs / sizeof knobs[0])
@@ -71,6 +74,8 @@ static void set_field(cuemm_config *cfg, const knob *k, double v)
     *(size_t *)(void *)base = (size_t)v;
   else if (k->type == KNOB_POOL)
     *(cuemm_pool_kind *)(void *)base = (cuemm_pool_kind)(int)v;
+  else if (k->type == KNOB_FLAG)
+    *(int *)(void *)base = (int)v;
   else
     *(double *)(void *)base = v;
 }
@@ -82,6 +87,8 @@ static double get_field(const cuemm_config *cfg, const knob *k)
     return (double)*(const size_t *)(const void *)base;
   if (k->type == KNOB_POOL)
     return (double)*(const cuemm_pool_kind *)(const void *)base;
+  if (k->type == KNOB_FLAG)
+    return (double)*(const int *)(const void *)base;
   return *(const double *)(const void *)base;
 }
 
@@ -130,6 +137,12 @@ static int parse(const knob *k, const char *text, double *out)
       *out = CUEMM_POOL_VMM;
     else
       return -1;
+    return 0;
+  }
+  if (k->type == KNOB_FLAG) {
+    if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0)
+      return -1;
+    *out = text[0] == '1';
     return 0;
   }
   if (k->type == KNOB_SIZE)

@@ -17,6 +17,11 @@
  * earlier ones, so the sub-allocator only ever sees memory that is mapped
  * and accessible.  Chunks go back to the driver only when wholly free,
  * highest addresses first; live pointers never move.
+ *
+ * With pool_ipc, chunks are created exportable as POSIX file descriptors,
+ * and each carries a serial number never reused by the pool, so that a
+ * handle naming a chunk (ipc.c) can tell, when it is sent, whether that
+ * chunk is still the one it was exported from.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -31,15 +36,16 @@ static size_t round_up(size_t v, size_t a)
   return (v + a - 1) / a * a;
 }
 
-static CUmemAllocationProp chunk_prop(CUdevice dev)
+static CUmemAllocationProp chunk_prop(CUdevice dev, int ipc)
 {
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = (int)dev;
-  /* Exportable chunks (POSIX file descriptors) would be requested here. */
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  /* With IPC, every chunk can be exported as a POSIX file descriptor
+   * (cuMemExportToShareableHandle), which another process imports. */
+  prop.requestedHandleTypes = ipc ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
   return prop;
 }
 
@@ -60,7 +66,21 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   if (!vmm)
     return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "CUEMM_POOL=vmm: device %d does not support virtual memory "
                         "management; unset CUEMM_POOL", (int)dev);
-  CUmemAllocationProp prop = chunk_prop(dev);
+  if (cfg->pool_ipc) {
+    if (!d->MemExportToShareableHandle)
+      return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "CUEMM_POOL_IPC=1: the CUDA driver %s has no "
+                          "cuMemExportToShareableHandle; unset CUEMM_POOL_IPC (cuemm_config.pool_ipc = 0)", d->path);
+    int fds = 0;
+    r = d->DeviceGetAttribute(&fds, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuDeviceGetAttribute(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, device %d)",
+                                 (int)dev);
+    if (!fds)
+      return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "CUEMM_POOL_IPC=1: device %d cannot export memory as POSIX file "
+                          "descriptors (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0), so "
+                          "pool blocks cannot be shared; unset CUEMM_POOL_IPC (cuemm_config.pool_ipc = 0)", (int)dev);
+  }
+  CUmemAllocationProp prop = chunk_prop(dev, cfg->pool_ipc);
   size_t gran = 0;
   r = d->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (r != CUDA_SUCCESS)
@@ -97,6 +117,7 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   p->threshold = cfg->pool_release_threshold;
   p->limit = limit;
   p->nunits = reserved / unit;
+  p->ipc = cfg->pool_ipc != 0;
   p->access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   p->access[0].location.id = (int)dev;
   p->access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -160,7 +181,7 @@ static CUresult map_chunk(cuemm__pool *p, size_t head, size_t n)
   const cuemm__driver_table *d = p->drv;
   size_t bytes = n * p->unit;
   CUdeviceptr at = unit_addr(p, head);
-  CUmemAllocationProp prop = chunk_prop(p->dev);
+  CUmemAllocationProp prop = chunk_prop(p->dev, p->ipc);
   cuemm__pool_unit *h = &p->units[head];
   CUmemGenericAllocationHandle handle;
   CUresult r = d->MemCreate(&handle, bytes, &prop, 0);
@@ -169,6 +190,7 @@ static CUresult map_chunk(cuemm__pool *p, size_t head, size_t n)
   chunk_mark(p, head, n, CUEMM__CHUNK_CREATED);
   h->handle = handle;
   h->has_handle = 1;
+  h->serial = ++p->next_serial;
   r = d->MemMap(at, bytes, 0, handle, 0);
   if (r != CUDA_SUCCESS) {
     cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) growing the pool", (unsigned long long)at, bytes);
@@ -382,6 +404,42 @@ CUresult cuemm__pool_grant(cuemm__pool *p, CUdevice peer)
   }
   p->naccess++;
   return CUDA_SUCCESS;
+}
+
+/* ---- IPC ---------------------------------------------------------------------- */
+
+int cuemm__pool_pieces(const cuemm__pool *p, CUdeviceptr a, size_t size, cuemm__pool_piece *out, size_t max,
+                       size_t *n)
+{
+  *n = 0;
+  if (!cuemm__pool_contains(p, a) || size == 0 || size > p->reserved - (a - p->base))
+    return -1;
+  size_t u = p->units[(a - p->base) / p->unit].head;
+  CUdeviceptr end = a + size;
+  while (u < p->nunits && cuemm__pool_unit_addr(p, u) < end) {
+    const cuemm__pool_unit *h = &p->units[u];
+    if (h->head != u || h->units == 0 || h->state != CUEMM__CHUNK_ACCESSIBLE || !h->has_handle)
+      return -1;
+    if (*n < max)
+      out[*n] = (cuemm__pool_piece){ cuemm__pool_unit_addr(p, u), (size_t)h->units * p->unit, h->serial,
+                                     h->handle };
+    ++*n;
+    u += h->units;
+  }
+  if (cuemm__pool_unit_addr(p, u) < end)
+    return -1;
+  return *n > max ? -2 : 0;
+}
+
+long cuemm__pool_find_serial(const cuemm__pool *p, uint64_t serial)
+{
+  for (size_t u = 0; u < p->nunits;) {
+    const cuemm__pool_unit *h = &p->units[u];
+    if (h->head == u && h->units && h->state == CUEMM__CHUNK_ACCESSIBLE && h->serial == serial)
+      return (long)u;
+    u += h->head == u && h->units ? h->units : 1;
+  }
+  return -1;
 }
 
 /* ---- information ----------------------------------------------------------- */

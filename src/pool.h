@@ -34,6 +34,7 @@ typedef struct cuemm__pool_unit {
   uint32_t units;                       /* at the head: the chunk's length in units */
   uint8_t state;                        /* cuemm__chunk_state, at the head */
   uint8_t has_handle;                   /* cuMemRelease not yet called */
+  uint64_t serial;                      /* at the head: the chunk's number, unique for the pool's life */
 } cuemm__pool_unit;
 
 typedef struct cuemm__pool {
@@ -53,6 +54,8 @@ typedef struct cuemm__pool {
   cuemm__sa sa;
   CUmemAccessDesc access[CUEMM__POOL_MAX_DEVICES];
   unsigned naccess;       /* [0] is the owning device */
+  int ipc;                /* chunks are exportable as POSIX file descriptors */
+  uint64_t next_serial;
   uint64_t chunks_mapped, chunks_released, grow_steps, grow_failures, releases;
 } cuemm__pool;
 
@@ -122,6 +125,30 @@ int cuemm__pool_release_due(const cuemm__pool *p);
 
 /* Gives `peer` read-write access to every chunk mapped now and to come. */
 CUresult cuemm__pool_grant(cuemm__pool *p, CUdevice peer);
+
+/* One physical allocation (chunk) of the pool, as IPC describes it. */
+typedef struct cuemm__pool_piece {
+  CUdeviceptr addr;
+  size_t bytes;
+  uint64_t serial;
+  CUmemGenericAllocationHandle handle;
+} cuemm__pool_piece;
+
+/* Fills out[0..*n) with the chunks that [a, a + size) overlaps, in address
+ * order, at most `max`.  Returns 0; -1 when part of the range is not mapped;
+ * -2 when it overlaps more than `max` chunks (*n then says how many). */
+int cuemm__pool_pieces(const cuemm__pool *p, CUdeviceptr a, size_t size, cuemm__pool_piece *out, size_t max,
+                       size_t *n);
+
+/* The head unit of the chunk numbered `serial`, or -1 when the pool has no
+ * such chunk (never made, or released since). */
+long cuemm__pool_find_serial(const cuemm__pool *p, uint64_t serial);
+
+/* The address of a unit. */
+static inline CUdeviceptr cuemm__pool_unit_addr(const cuemm__pool *p, size_t u)
+{
+  return p->base + (CUdeviceptr)(u * p->unit);
+}
 
 void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s);
 

@@ -10,7 +10,7 @@
 #define RATIO "CUEMM_MAX_PENDING_DEALLOCS_RATIO"
 
 static const char *pool_vars[] = { "CUEMM_POOL", "CUEMM_POOL_RESERVE", "CUEMM_POOL_CHUNK",
-                                   "CUEMM_POOL_RELEASE_THRESHOLD", "CUEMM_POOL_LIMIT" };
+                                   "CUEMM_POOL_RELEASE_THRESHOLD", "CUEMM_POOL_LIMIT", "CUEMM_POOL_IPC" };
 
 static void clear_env(void)
 {
@@ -85,6 +85,24 @@ static void pool_knobs(void)
   cuemm_manager *m = NULL;
   is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "an unknown pool kind is refused");
   like(cuemm_last_error(), "cuemm_config.pool ", "naming the field");
+
+  clear_env();
+  cuemm_config_init(&c);
+  is(c.pool_ipc, 0, "pool IPC is off by default");
+  setenv("CUEMM_POOL_IPC", "1", 1);
+  is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_POOL_IPC=1 accepted");
+  is(c.pool_ipc, 1, "and turns pool IPC on");
+  setenv("CUEMM_POOL_IPC", "0", 1);
+  cuemm_config_init(&c);
+  is(c.pool_ipc, 0, "CUEMM_POOL_IPC=0 turns it off");
+  invalid("CUEMM_POOL_IPC", "yes");
+  invalid("CUEMM_POOL_IPC", "2");
+  like(cuemm_last_error(), "CUEMM_POOL_IPC=\"2\" is invalid: expected 0 or 1", "message says 0 or 1");
+  clear_env();
+  cuemm_config_init(&c);
+  c.pool_ipc = 2;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.pool_ipc = 2 refused");
+  like(cuemm_last_error(), "cuemm_config.pool_ipc", "naming the field");
 }
 
 static void valid(const char *var, const char *value, size_t want_count, double want_ratio)

@@ -399,10 +399,10 @@ static void bad_bytes(const cuemm_ipc_handle *good)
   reseal(&b);
   is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "from_bytes: pid 0");
   b = *good;
-  b.kind = 2;
+  b.kind = 3;
   reseal(&b);
   is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_NOT_SUPPORTED, "from_bytes: an unknown kind");
-  like(cuemm_last_error(), "kind 2", "message names the kind");
+  like(cuemm_last_error(), "kind 3", "message names the kind");
   ok(memcmp(&out, &before, sizeof out) == 0, "refused bytes left the handle untouched");
 
   is(cuemm_ipc_handle_from_bytes(&out, good, sizeof *good), CUDA_SUCCESS, "from_bytes: a good handle accepted");

@@ -87,8 +87,8 @@ static void basics(void)
   }
   is(pstats(m).grow_steps, 1, "no more growth for small blocks");
   cuemm_ipc_handle h;
-  is(cuemm_ipc_export(m, p[3] + 100, 0, &h), CUDA_ERROR_NOT_SUPPORTED, "a pool block cannot be exported with legacy IPC");
-  like(cuemm_last_error(), "through a manager without the pool", "the message says how to get exportable memory");
+  is(cuemm_ipc_export(m, p[3] + 100, 0, &h), CUDA_ERROR_NOT_SUPPORTED, "a pool block cannot be exported without pool IPC");
+  like(cuemm_last_error(), "CUEMM_POOL_IPC=1 (or cuemm_config.pool_ipc = 1)", "the message says how to enable it");
   unsigned long syncs0 = sim_calls("cuCtxSynchronize");
   for (int i = 0; i < 10; i++)
     CHECK_CU(cuemm_free(m, p[i]));
