@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "testproc.h"
 #include "testutil.h"
 
 enum { N = 1 << 20, MID = N / 2, SLICE = 4096 };
@@ -45,36 +46,6 @@ typedef struct reply {
 static uint8_t pattern(size_t i)
 {
   return (uint8_t)(i * 7 + 3);
-}
-
-static int read_full(int fd, void *buf, size_t n)
-{
-  unsigned char *b = buf;
-  while (n) {
-    ssize_t got = read(fd, b, n);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0)
-      return -1;
-    b += got;
-    n -= (size_t)got;
-  }
-  return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-  const unsigned char *b = buf;
-  while (n) {
-    ssize_t put = write(fd, b, n);
-    if (put < 0 && errno == EINTR)
-      continue;
-    if (put <= 0)
-      return -1;
-    b += put;
-    n -= (size_t)put;
-  }
-  return 0;
 }
 
 static long sim_live_ipc(void)

@@ -1,0 +1,42 @@
+/* testproc.h: whole reads and writes on pipes and sockets, for the tests
+ * that run an importer in a second process and talk to it. */
+#ifndef CUEMM_TESTPROC_H
+#define CUEMM_TESTPROC_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <unistd.h>
+
+/* 0 once all n bytes are read, -1 on end of file or error. */
+static inline int read_full(int fd, void *buf, size_t n)
+{
+  unsigned char *b = buf;
+  while (n) {
+    ssize_t got = read(fd, b, n);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return -1;
+    b += got;
+    n -= (size_t)got;
+  }
+  return 0;
+}
+
+/* 0 once all n bytes are written, -1 on error. */
+static inline int write_full(int fd, const void *buf, size_t n)
+{
+  const unsigned char *b = buf;
+  while (n) {
+    ssize_t put = write(fd, b, n);
+    if (put < 0 && errno == EINTR)
+      continue;
+    if (put <= 0)
+      return -1;
+    b += put;
+    n -= (size_t)put;
+  }
+  return 0;
+}
+
+#endif
