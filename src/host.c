@@ -67,7 +67,7 @@ CUEMM_EXTERN CUresult cuemm_host_pin(cuemm_manager *m, void *p, size_t size, uns
     return cuemm__error(CUDA_ERROR_INVALID_VALUE,
                         "cuemm_host_pin: unknown flags 0x%x (accepted: CU_MEMHOSTREGISTER_PORTABLE, _DEVICEMAP, "
                         "_IOMEMORY, _READ_ONLY)", flags & ~(unsigned int)HOST_REGISTER_FLAGS);
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   cuemm__ctx_guard g;
   CUresult r = cuemm__ctx_enter(m, &g);
   if (r == CUDA_SUCCESS) {
@@ -83,7 +83,7 @@ CUEMM_EXTERN CUresult cuemm_host_pin(cuemm_manager *m, void *p, size_t size, uns
     }
     r = cuemm__ctx_leave(m, &g, r);
   }
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }
 
@@ -91,7 +91,7 @@ CUEMM_EXTERN CUresult cuemm_host_unpin(cuemm_manager *m, void *p)
 {
   if (!m)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_host_unpin: manager is NULL");
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   CUresult r;
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, (uintptr_t)p);
   if (!e || e->kind != CUEMM__KIND_PINNED) {
@@ -113,6 +113,6 @@ CUEMM_EXTERN CUresult cuemm_host_unpin(cuemm_manager *m, void *p)
       r = cuemm__ctx_leave(m, &g, r);
     }
   }
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }

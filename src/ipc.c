@@ -303,7 +303,7 @@ CUEMM_EXTERN CUresult cuemm_ipc_export(cuemm_manager *m, CUdeviceptr p, size_t s
   memset(&out, 0, sizeof out);
   CUdeviceptr base = 0;
   CUuuid uuid;
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   cuemm__ctx_guard g;
   CUresult r = cuemm__ctx_enter(m, &g);
   if (r == CUDA_SUCCESS) {
@@ -312,7 +312,7 @@ CUEMM_EXTERN CUresult cuemm_ipc_export(cuemm_manager *m, CUdeviceptr p, size_t s
       cuemm__driver_error(r, "cuDeviceGetUuid(device %d)", (int)m->dev);
     r = cuemm__ctx_leave(m, &g, r);
   }
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   if (r != CUDA_SUCCESS)
     return r;
 
@@ -890,7 +890,7 @@ CUEMM_EXTERN CUresult cuemm_ipc_send(int sock, cuemm_manager *m, const cuemm_ipc
                           ", not by this process: only the exporter can send its chunks", h->source_pid);
     if (!m && (r = cuemm_get(&m)) != CUDA_SUCCESS)
       return r;
-    pthread_mutex_lock(&m->lock);
+    cuemm__lock_acquire(&m->lock);
     cuemm__ctx_guard g;
     r = cuemm__ctx_enter(m, &g);
     if (r == CUDA_SUCCESS) {
@@ -901,7 +901,7 @@ CUEMM_EXTERN CUresult cuemm_ipc_send(int sock, cuemm_manager *m, const cuemm_ipc
         r = restore;
       }
     }
-    pthread_mutex_unlock(&m->lock);
+    cuemm__lock_release(&m->lock);
     if (r != CUDA_SUCCESS)
       return r;
   }

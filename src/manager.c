@@ -195,9 +195,9 @@ static CUresult flush_locked(cuemm_manager *m, int force)
 CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m)
 {
   CHECK_MANAGER(m, "cuemm_flush");
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   CUresult r = flush_locked(m, 0);
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }
 
@@ -270,7 +270,7 @@ static CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t size, uin
   uintptr_t p;
   uint32_t blk;
   CUresult r;
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   if (cuemm__pool_take(pool, size, &p, &blk) != 0 && (r = pool_alloc_slow(m, size, &p, &blk)) != CUDA_SUCCESS)
     goto failed;
   if (cuemm__owned_add(&m->owned, p, size, CUEMM__KIND_POOL, blk) != 0) {
@@ -279,12 +279,12 @@ static CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t size, uin
     goto failed;
   }
   account_alloc(m, size);
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   *out = p;
   return CUDA_SUCCESS;
 failed:
   m->st.alloc_failures++;
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }
 
@@ -297,13 +297,13 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
   const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_alloc" : "cuemm_host_alloc";
   const char *call = kind == CUEMM__KIND_DEVICE ? "cuMemAlloc" : "cuMemHostAlloc";
   if (size == 0) {
-    pthread_mutex_lock(&m->lock);
+    cuemm__lock_acquire(&m->lock);
     m->st.alloc_failures++;
-    pthread_mutex_unlock(&m->lock);
+    cuemm__lock_release(&m->lock);
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: size is 0 (%s refuses zero-byte allocations)", fn, call);
   }
 
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   if (kind == CUEMM__KIND_DEVICE && m->pool)
     m->fallback_allocs++;
   CUresult r;
@@ -354,13 +354,13 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
     m->st.host_live_bytes += size;
     m->st.host_live_count++;
   }
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   *out = p;
   return r;
 
 failed:
   m->st.alloc_failures++;
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }
 
@@ -402,7 +402,7 @@ static CUresult queue_locked(cuemm_manager *m, cuemm__owned_entry *e)
 
 CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
 {
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   CUresult r;
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
   if (e && e->kind == CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE) {
@@ -416,7 +416,7 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
       m->st.live_count--;
       m->st.frees++;
       r = cuemm__pending_over(&m->pending) ? flush_locked(m, 0) : CUDA_SUCCESS;
-      pthread_mutex_unlock(&m->lock);
+      cuemm__lock_release(&m->lock);
       return r;
     }
   }
@@ -442,7 +442,7 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
         r = flush_locked(m, 0);
     }
   }
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }
 
@@ -458,13 +458,13 @@ CUEMM_EXTERN CUresult cuemm_defer_cleanup_begin(cuemm_manager *m)
 {
   CHECK_MANAGER(m, "cuemm_defer_cleanup_begin");
   CUresult r = CUDA_SUCCESS;
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   if (m->pending.defer_depth == UINT32_MAX)
     r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_defer_cleanup_begin: %u scopes are open already",
                      m->pending.defer_depth);
   else
     m->pending.defer_depth++;
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }
 
@@ -472,13 +472,13 @@ CUEMM_EXTERN CUresult cuemm_defer_cleanup_end(cuemm_manager *m)
 {
   CHECK_MANAGER(m, "cuemm_defer_cleanup_end");
   CUresult r = CUDA_SUCCESS;
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   if (m->pending.defer_depth == 0)
     r = cuemm__error(CUDA_ERROR_INVALID_VALUE,
                      "cuemm_defer_cleanup_end: no defer scope is open (an end without its begin)");
   else
     m->pending.defer_depth--;
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }
 
@@ -510,12 +510,12 @@ CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s)
   CHECK_MANAGER(m, "cuemm_get_stats");
   if (!s)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_get_stats: s is NULL");
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   *s = m->st;
   s->pending_bytes = m->pending.bytes;
   s->pending_count = m->pending.count;
   s->defer_depth = m->pending.defer_depth;
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return CUDA_SUCCESS;
 }
 
@@ -539,20 +539,20 @@ CUEMM_EXTERN CUresult cuemm_pool_get_stats(cuemm_manager *m, cuemm_pool_stats *s
   CHECK_MANAGER(m, "cuemm_pool_get_stats");
   if (!s)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_pool_get_stats: s is NULL");
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   if (m->pool) {
     cuemm__pool_get_stats(m->pool, s);
     s->fallback_allocs = m->fallback_allocs;
   } else
     memset(s, 0, sizeof *s);
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return CUDA_SUCCESS;
 }
 
 CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m)
 {
   CHECK_POOL(m, "cuemm_pool_trim");
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   CUresult r = flush_locked(m, 0);
   if (r == CUDA_SUCCESS) {
     cuemm__ctx_guard g;
@@ -561,7 +561,7 @@ CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m)
       r = cuemm__ctx_leave(m, &g, r);
     }
   }
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }
 
@@ -586,13 +586,13 @@ CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer)
       return cuemm__error(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "cuemm_pool_grant_access: device %d cannot access "
                           "the memory of device %d (cuDeviceCanAccessPeer says no)", (int)peer, (int)m->dev);
   }
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   cuemm__ctx_guard g;
   if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
     r = cuemm__pool_grant(m->pool, peer);
     r = cuemm__ctx_leave(m, &g, r);
   }
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }
 
@@ -625,7 +625,7 @@ static void reset_one(cuemm__owned_entry *e, void *arg)
 CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m)
 {
   CHECK_MANAGER(m, "cuemm_reset");
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   cuemm__ctx_guard g;
   CUresult r = cuemm__ctx_enter(m, &g);
   if (r == CUDA_SUCCESS) {
@@ -635,7 +635,7 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m)
   }
   if (r == CUDA_SUCCESS)
     r = flush_locked(m, 0);
-  pthread_mutex_unlock(&m->lock);
+  cuemm__lock_release(&m->lock);
   return r;
 }
 
@@ -713,7 +713,7 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
       return r;
     }
   }
-  pthread_mutex_init(&m->lock, NULL);
+  cuemm__lock_init(&m->lock);
   cuemm__owned_init(&m->owned);
   cuemm__pending_init(&m->pending, m->st.max_pending_count, m->st.max_pending_bytes);
   if ((r = cuemm__registry_add(m)) != CUDA_SUCCESS) {
@@ -727,7 +727,7 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
         cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
       cuemm__error(r, "%s", msg);
     }
-    pthread_mutex_destroy(&m->lock);
+    
     free(m);
     return r;
   }
@@ -770,21 +770,21 @@ static void free_manager(cuemm_manager *m)
     cuemm__pool_destroy(m->pool, 0);
   cuemm__owned_fini(&m->owned);
   cuemm__pending_fini(&m->pending);
-  pthread_mutex_unlock(&m->lock);
-  pthread_mutex_destroy(&m->lock);
+  cuemm__lock_release(&m->lock);
+  
   free(m);
 }
 
 CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
 {
   CHECK_MANAGER(m, "cuemm_destroy");
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   cuemm__ctx_guard g;
   CUresult r = cuemm__ctx_enter(m, &g);
   if (r != CUDA_SUCCESS) {
     /* Nothing can be freed without the context: keep the manager whole so
      * the program can retry, rather than leak its memory silently. */
-    pthread_mutex_unlock(&m->lock);
+    cuemm__lock_release(&m->lock);
     cuemm__error_append("; cuemm_destroy changed nothing (the manager and its memory are intact): retry it, or "
                         "use cuemm_abandon if the context was destroyed");
     return r;
@@ -846,7 +846,7 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
 CUEMM_EXTERN CUresult cuemm_abandon(cuemm_manager *m)
 {
   CHECK_MANAGER(m, "cuemm_abandon");
-  pthread_mutex_lock(&m->lock);
+  cuemm__lock_acquire(&m->lock);
   cuemm__registry_remove(m);
   cuemm__ipc_forget_all(m);
   size_t live = m->st.live_count + m->st.host_live_count + m->st.pinned_count, pending = m->pending.count;

@@ -14,6 +14,7 @@
 
 #include "cuemm.h"
 #include "driver.h"
+#include "lock.h"
 #include "owned.h"
 #include "pending.h"
 #include "pool.h"
@@ -25,7 +26,7 @@ struct cuemm_manager {
   CUdevice dev;
   cuemm_config cfg;
 
-  pthread_mutex_t lock;
+  cuemm__lock lock;
   cuemm__owned owned;
   cuemm__pending pending;
   cuemm_stats st;             /* pending_* and defer_depth read from `pending` */
