@@ -379,7 +379,7 @@ CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
 /* ---- free ----------------------------------------------------------------- */
 
 /* Moves a live allocation into the pending queue.  Lock held. */
-static CUresult queue_locked(cuemm_manager *m, cuemm__owned_entry *e)
+static inline CUresult queue_locked(cuemm_manager *m, cuemm__owned_entry *e)
 {
   if (cuemm__pending_push(&m->pending, e->key, e->size, (cuemm__kind)e->kind, e->aux) != 0)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory left to queue the free of 0x%" PRIxPTR, e->key);
@@ -405,20 +405,11 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
   cuemm__lock_acquire(&m->lock);
   CUresult r;
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
-  if (e && e->kind == CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE) {
-    /* The common case, queue_locked's pool branch inlined: a pool entry is
-     * never marked pending, since it leaves the table when queued. */
-    size_t size = e->size;
-    if (cuemm__pending_push(&m->pending, p, size, CUEMM__KIND_POOL, e->aux) == 0) {
-      cuemm__owned_remove(&m->owned, e);
-      m->pool_pending++;
-      m->st.live_bytes -= size;
-      m->st.live_count--;
-      m->st.frees++;
-      r = cuemm__pending_over(&m->pending) ? flush_locked(m, 0) : CUDA_SUCCESS;
-      cuemm__lock_release(&m->lock);
-      return r;
-    }
+  if (__builtin_expect(e && e->kind == CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE, 1)) {
+    /* The common case, checked first: a pool entry is never pending, since
+     * it leaves the table when queued. */
+    r = queue_locked(m, e);
+    goto queued;
   }
   const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_free" : "cuemm_host_free";
   if (!e && m->pool && cuemm__pending_holds(&m->pending, p))
@@ -436,6 +427,7 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
                      "freed and waiting in the pending queue", fn, p, e->size);
   else {
     r = queue_locked(m, e);
+  queued:
     if (r == CUDA_SUCCESS) {
       m->st.frees++;
       if (cuemm__pending_over(&m->pending))
