@@ -284,11 +284,7 @@ static void pipelines(int quick)
   CUdeviceptr work;
   CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CHECK(cuMemAlloc(&work, work_bytes));
-  double t0 = now_ns();
-  for (int i = 0; i < 20; i++)
-    CHECK(cuMemsetD32Async(work, i, work_bytes / 4, s));
-  CHECK(cuStreamSynchronize(s));
-  double step_ms = (now_ns() - t0) / 20 / 1e6;
+  double step_ms = bench_step_ms(work, work_bytes / 4, s);
   printf("\n## pipeline: %d x (allocate 1 MiB, queue %.3f ms of GPU work, free); median of %d runs, ms\n", iters,
          step_ms, runs);
   pipeline(m, 1, work, work_bytes / 4, s, 20); /* warm */

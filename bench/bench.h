@@ -41,4 +41,15 @@ static inline double median(double *v, int n)
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* What one cuMemsetD32Async of `words` words on `s` costs, in ms: the step
+ * of GPU work the pipelines queue per iteration. */
+static inline double bench_step_ms(CUdeviceptr work, size_t words, CUstream s)
+{
+  double t0 = now_ns();
+  for (int i = 0; i < 20; i++)
+    CHECK(cuMemsetD32Async(work, (unsigned)i, words, s));
+  CHECK(cuStreamSynchronize(s));
+  return (now_ns() - t0) / 20 / 1e6;
+}
+
 #endif

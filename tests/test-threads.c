@@ -360,16 +360,13 @@ int main(void)
 {
   sim_init();
   primary = test_primary_context(0);
-  size_t live0 = sim_present ? sim.live_count() : 0;
+  size_t live0 = sim_live_baseline();
 
   churn_test();
   scope_test();
   dropin_test();
 
-  if (sim_present)
-    is(sim.live_count(), live0, "simcuda: nothing left allocated");
-  else
-    skip(1, SIM_REASON);
+  sim_check_nothing_left(live0);
   test_release_primary(0);
   return tap_done();
 }

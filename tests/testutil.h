@@ -106,6 +106,23 @@ static inline cuemm_stats test_stats(cuemm_manager *m)
   return s;
 }
 
+/* The baseline for sim_check_nothing_left: simcuda's live objects now (0 on
+ * the real driver). */
+static inline size_t sim_live_baseline(void)
+{
+  return sim_present ? sim.live_count() : 0;
+}
+
+/* One check: on simcuda, as many live driver objects as at `live0`;
+ * skipped on the real driver. */
+static inline void sim_check_nothing_left(size_t live0)
+{
+  if (sim_present)
+    is(sim.live_count(), live0, "simcuda: nothing left allocated");
+  else
+    skip(1, SIM_REASON);
+}
+
 static inline unsigned long sim_calls(const char *entry)
 {
   return sim_present ? sim.calls(entry) : 0;
