@@ -226,7 +226,7 @@ static CUresult leave_after_take(cuemm_manager *m, cuemm__ctx_guard *g, const ui
 
 /* The pool had no free block for `size`: grow it; out of memory, flush the
  * pending frees, trim and try once more.  Lock held. */
-static CUresult pool_alloc_slow(cuemm_manager *m, size_t size, uintptr_t *p, uint32_t *blk)
+static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size_t size, uintptr_t *p, uint32_t *blk)
 {
   cuemm__ctx_guard g;
   CUresult r = cuemm__ctx_enter(m, &g);
@@ -265,7 +265,7 @@ static CUresult pool_alloc_slow(cuemm_manager *m, size_t size, uintptr_t *p, uin
   return cuemm__ctx_leave(m, &g, r);
 }
 
-static CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t size, uintptr_t *out)
+static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t size, uintptr_t *out)
 {
   uintptr_t p;
   uint32_t blk;
@@ -290,10 +290,6 @@ failed:
 
 CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out)
 {
-  /* The pool's requests first: 0 < size <= capacity in one comparison. */
-  cuemm__pool *pool = m->pool;
-  if (kind == CUEMM__KIND_DEVICE && pool && size - 1 < cuemm__pool_capacity(pool))
-    return pool_alloc(m, pool, size, out);
   const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_alloc" : "cuemm_host_alloc";
   const char *call = kind == CUEMM__KIND_DEVICE ? "cuMemAlloc" : "cuMemHostAlloc";
   if (size == 0) {
@@ -370,7 +366,14 @@ CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc: p is NULL");
   uintptr_t out = 0;
-  CUresult r = cuemm__alloc(m, CUEMM__KIND_DEVICE, size, 0, &out);
+  CUresult r;
+  /* The pool's requests first, on a path of their own: 0 < size <= capacity
+   * in one comparison. */
+  cuemm__pool *pool = m->pool;
+  if (pool && size - 1 < cuemm__pool_capacity(pool))
+    r = pool_alloc(m, pool, size, &out);
+  else
+    r = cuemm__alloc(m, CUEMM__KIND_DEVICE, size, 0, &out);
   if (out) /* also when only restoring the caller's context failed */
     *p = (CUdeviceptr)out;
   return r;
@@ -400,40 +403,50 @@ static inline CUresult queue_locked(cuemm_manager *m, cuemm__owned_entry *e)
   return CUDA_SUCCESS;
 }
 
+/* A free was queued: count it and flush when a threshold is crossed.  Lock
+ * held. */
+static inline CUresult after_queue(cuemm_manager *m)
+{
+  m->st.frees++;
+  return cuemm__pending_over(&m->pending) ? flush_locked(m, 0) : CUDA_SUCCESS;
+}
+
+/* Every free but that of a live pool block: the checks that refuse a
+ * foreign pointer, a double free or a mismatched kind.  Lock held. */
+static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, cuemm__kind kind, uintptr_t p,
+                                                       cuemm__owned_entry *e)
+{
+  const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_free" : "cuemm_host_free";
+  if (!e && m->pool && cuemm__pending_holds(&m->pending, p))
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: double free of 0x%" PRIxPTR ": it is already freed and "
+                        "waiting in the pending queue", fn, p);
+  if (!e)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE,
+                        "%s: 0x%" PRIxPTR " is not the start of an allocation of this manager "
+                        "(allocated elsewhere, an interior pointer, or freed and released already)", fn, p);
+  if (e->kind != (uint8_t)kind && !(e->kind == CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE))
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%" PRIxPTR " is %s, not %s", fn, p,
+                        kind_name((cuemm__kind)e->kind), kind_name(kind));
+  if (e->pending)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: double free of 0x%" PRIxPTR " (%zu bytes): it is already "
+                        "freed and waiting in the pending queue", fn, p, e->size);
+  CUresult r = queue_locked(m, e);
+  return r == CUDA_SUCCESS ? after_queue(m) : r;
+}
+
 CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
 {
   cuemm__lock_acquire(&m->lock);
   CUresult r;
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
+  /* The common case, checked first: a pool entry is never pending, since
+   * it leaves the table when queued. */
   if (__builtin_expect(e && e->kind == CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE, 1)) {
-    /* The common case, checked first: a pool entry is never pending, since
-     * it leaves the table when queued. */
     r = queue_locked(m, e);
-    goto queued;
-  }
-  const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_free" : "cuemm_host_free";
-  if (!e && m->pool && cuemm__pending_holds(&m->pending, p))
-    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: double free of 0x%" PRIxPTR ": it is already freed and "
-                     "waiting in the pending queue", fn, p);
-  else if (!e)
-    r = cuemm__error(CUDA_ERROR_INVALID_VALUE,
-                     "%s: 0x%" PRIxPTR " is not the start of an allocation of this manager "
-                     "(allocated elsewhere, an interior pointer, or freed and released already)", fn, p);
-  else if (e->kind != (uint8_t)kind && !(e->kind == CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE))
-    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%" PRIxPTR " is %s, not %s", fn, p,
-                     kind_name((cuemm__kind)e->kind), kind_name(kind));
-  else if (e->pending)
-    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: double free of 0x%" PRIxPTR " (%zu bytes): it is already "
-                     "freed and waiting in the pending queue", fn, p, e->size);
-  else {
-    r = queue_locked(m, e);
-  queued:
-    if (r == CUDA_SUCCESS) {
-      m->st.frees++;
-      if (cuemm__pending_over(&m->pending))
-        r = flush_locked(m, 0);
-    }
-  }
+    if (r == CUDA_SUCCESS)
+      r = after_queue(m);
+  } else
+    r = free_checked(m, kind, p, e);
   cuemm__lock_release(&m->lock);
   return r;
 }

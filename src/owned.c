@@ -39,7 +39,7 @@ int cuemm__owned_grow(cuemm__owned *t)
   return 0;
 }
 
-void cuemm__owned_remove(cuemm__owned *t, cuemm__owned_entry *e)
+void cuemm__owned_remove_shift(cuemm__owned *t, cuemm__owned_entry *e)
 {
   size_t mask = t->cap - 1, hole = (size_t)(e - t->slots);
   /* Move back every later entry of the run whose home slot does not lie

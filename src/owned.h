@@ -73,9 +73,22 @@ static inline int cuemm__owned_add(cuemm__owned *t, uintptr_t key, size_t size, 
   return 0;
 }
 
+/* cuemm__owned_remove when entries follow it in its probe run. */
+void cuemm__owned_remove_shift(cuemm__owned *t, cuemm__owned_entry *e);
+
 /* Removes an entry found with cuemm__owned_find; entries after it in its
- * probe run may move (pointers to them go stale). */
-void cuemm__owned_remove(cuemm__owned *t, cuemm__owned_entry *e);
+ * probe run may move (pointers to them go stale).  At 3/4 load at most,
+ * the next slot is usually empty and nothing moves: that case is inline. */
+static inline void cuemm__owned_remove(cuemm__owned *t, cuemm__owned_entry *e)
+{
+  const cuemm__owned_entry *next = e + 1 == t->slots + t->cap ? t->slots : e + 1;
+  if (next->key != 0) {
+    cuemm__owned_remove_shift(t, e);
+    return;
+  }
+  e->key = 0;
+  t->used--;
+}
 
 /* Calls fn on every entry once.  fn must not add entries; it may remove the
  * entry it was given (and no other). */
