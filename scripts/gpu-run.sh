@@ -8,8 +8,9 @@
 #       on the GPU machine, in the repository root (it needs gcc and make, no
 #       autotools, no libtool, no network): unpack .gpu/cuemm-*.tar.gz,
 #       configure, build, run the whole suite against the system's driver
-#       (make check CUEMM_TEST_DRIVER=system), then the benchmarks.  Logs go to
-#       OUTDIR (default .gpu/out).
+#       (make check CUEMM_TEST_DRIVER=system), then the benchmarks, each
+#       BENCH_REPEAT times (default 3) to show the spread from run to run.
+#       Logs go to OUTDIR (default .gpu/out).
 set -u
 mode=${1:-}
 case $mode in
@@ -31,6 +32,8 @@ run)
   tar -xzf "$tarball" -C "$work" || exit 1
   cd "$work"/cuemm-* || exit 1
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>&1 | tee "$out/gpu.txt"
+  # The host matters as much as the GPU for the fast paths.
+  { grep -m1 'model name' /proc/cpuinfo; echo "cpus: $(nproc)"; } 2>&1 | tee -a "$out/gpu.txt"
   status=0
   { ./configure && make -j"$(nproc)"; } > "$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; exit 1; }
   # One test at a time: several programs sizing their allocations from
@@ -45,8 +48,12 @@ run)
   for b in bench/bench-*; do
     case $b in *.o|*.c) continue ;; esac
     test -x "$b" || continue
-    echo "== $b"
-    "./$b" 2>&1 | tee "$out/$(basename "$b").txt"
+    n=1
+    while test $n -le "${BENCH_REPEAT:-3}"; do
+      echo "== $b, run $n"
+      "./$b" 2>&1 | tee "$out/$(basename "$b").$n.txt"
+      n=$((n + 1))
+    done
   done
   exit $status
   ;;
