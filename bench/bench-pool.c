@@ -261,6 +261,40 @@ static void growth(int quick)
     printf("%12zu %12.1f %12.1f %7.2fx\n", n, ma, mg, mg / ma);
   }
 
+  /* What one growth step is made of, done by hand with the same calls: the
+   * driver's share of the pool's figure. */
+  printf("\n## one growth step by hand (reservation made beforehand): median us\n");
+  printf("%12s %12s %12s %14s %12s\n", "N", "cuMemCreate", "cuMemMap", "cuMemSetAccess", "total");
+  static const size_t by_hand[] = { 64 * MiB, 1024 * MiB, 8192 * MiB };
+  for (size_t k = 0; k < sizeof by_hand / sizeof by_hand[0]; k++) {
+    size_t n = by_hand[k];
+    if (n > top)
+      break;
+    double c[16], mp[16], ac[16], tot[16];
+    CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                 .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+    CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    for (int r = 0; r < runs; r++) {
+      CUdeviceptr va;
+      CUmemGenericAllocationHandle h;
+      CHECK(cuMemAddressReserve(&va, n, 0, 0, 0));
+      double t0 = now_ns();
+      CHECK(cuMemCreate(&h, n, &prop, 0));
+      double t1 = now_ns();
+      CHECK(cuMemMap(va, n, 0, h, 0));
+      double t2 = now_ns();
+      CHECK(cuMemSetAccess(va, n, &acc, 1));
+      double t3 = now_ns();
+      c[r] = (t1 - t0) / 1e3, mp[r] = (t2 - t1) / 1e3, ac[r] = (t3 - t2) / 1e3, tot[r] = (t3 - t0) / 1e3;
+      CHECK(cuMemUnmap(va, n));
+      CHECK(cuMemRelease(h));
+      CHECK(cuMemAddressFree(va, n));
+      settle();
+    }
+    printf("%12zu %12.1f %12.1f %14.1f %12.1f\n", n, median(c, runs), median(mp, runs), median(ac, runs),
+           median(tot, runs));
+  }
+
   size_t total = quick ? 128 * MiB : 1024 * MiB;
   printf("\n## growing %zu MiB one unit at a time (requests of one unit each): per step and per GiB\n", total / MiB);
   printf("%10s %8s %12s %12s\n", "unit", "steps", "us/step", "ms/GiB");
