@@ -6,7 +6,8 @@
  *    times a whole cycle of max_pending_count + 1 pairs, the last of which
  *    flushes with one cuCtxSynchronize, and divides) against
  *    cuMemAllocAsync+cuMemFreeAsync on the device's default memory pool
- *    with its release threshold set to the maximum.  Medians.
+ *    with its release threshold set to the maximum.  Medians; the two
+ *    sides take turns in blocks of samples.
  * 2. Growth: a fresh pool growing by N bytes (one request of N) against one
  *    cuMemAlloc of N bytes, N = 64 MiB .. 8 GiB; and the cost of growing
  *    1 GiB one unit at a time for several units (CUEMM_POOL_CHUNK), which
@@ -97,33 +98,39 @@ static void pairs(CUdevice dev, int quick)
   for (size_t size = 256; size <= 16 * MiB; size *= 4) {
     int samples = quick ? 20 : 1000;
     double d = 0;
-    if (async) {
+    if (async)
       for (int i = 0; i < 50; i++) { /* warm the driver's pool */
         CUdeviceptr p;
         CHECK(cuMemAllocAsync(&p, size, s));
         CHECK(cuMemFreeAsync(p, s));
       }
-      for (int i = 0; i < samples; i++) {
+    warm_pairs(m, size, cycle, warm_ns);
+    /* The two sides take turns in blocks of 50 samples, so that a change in
+     * the host's speed during the row (clock, neighbours) reaches both;
+     * cycles are timed whole (no clock read inside), single pairs apart. */
+    for (int i0 = 0; i0 < samples; i0 += 50) {
+      int i1 = i0 + 50 < samples ? i0 + 50 : samples;
+      for (int i = i0; async && i < i1; i++) {
         CUdeviceptr p;
         double t0 = now_ns();
         CHECK(cuMemAllocAsync(&p, size, s));
         CHECK(cuMemFreeAsync(p, s));
         drv[i] = now_ns() - t0;
       }
-      CHECK(cuStreamSynchronize(s));
-      d = median(drv, samples);
-    }
-    warm_pairs(m, size, cycle, warm_ns);
-    /* Cycles are timed whole (no clock read inside), single pairs apart. */
-    for (int i = 0; i < samples; i++) {
-      double t0 = now_ns();
-      for (int k = 0; k < cycle; k++) {
-        CUdeviceptr p;
-        CHECK(cuemm_alloc(m, &p, size));
-        CHECK(cuemm_free(m, p));
+      if (async) /* the pool's next flush must not wait for the driver's queued frees */
+        CHECK(cuStreamSynchronize(s));
+      for (int i = i0; i < i1; i++) {
+        double t0 = now_ns();
+        for (int k = 0; k < cycle; k++) {
+          CUdeviceptr p;
+          CHECK(cuemm_alloc(m, &p, size));
+          CHECK(cuemm_free(m, p));
+        }
+        cyc[i] = (now_ns() - t0) / cycle;
       }
-      cyc[i] = (now_ns() - t0) / cycle;
     }
+    if (async)
+      d = median(drv, samples);
     int nones = 0;
     for (int i = 0; i < samples && nones < MAXS * 16; i++)
       for (int k = 0; k < cycle; k++) {
