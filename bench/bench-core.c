@@ -61,41 +61,6 @@ static void pair_latency(cuemm_manager *m, int quick)
   }
 }
 
-typedef enum { WORK_ONLY, RAW_FREE, CUEMM_DEFAULT, CUEMM_SCOPE } pipeline_kind;
-static const char *pipeline_name[] = { "work alone", "raw cuMemFree", "cuemm default", "cuemm defer scope" };
-
-/* Every variant queues the same GPU work: the step, then a write of the
- * 1 MiB buffer.  The work alone writes a buffer allocated once, so the
- * differences are what allocating and freeing cost, nothing else. */
-static double pipeline(cuemm_manager *m, pipeline_kind kind, CUdeviceptr work, size_t work_words, CUdeviceptr scratch,
-                       CUstream s, int iters)
-{
-  CHECK(cuStreamSynchronize(s));
-  CHECK(cuemm_flush(m));
-  double t0 = now_ns();
-  if (kind == CUEMM_SCOPE)
-    CHECK(cuemm_defer_cleanup_begin(m));
-  for (int i = 0; i < iters; i++) {
-    CUdeviceptr p = scratch;
-    if (kind == RAW_FREE)
-      CHECK(cuMemAlloc(&p, 1 << 20));
-    else if (kind != WORK_ONLY)
-      CHECK(cuemm_alloc(m, &p, 1 << 20));
-    CHECK(cuMemsetD32Async(work, (unsigned)i, work_words, s));
-    CHECK(cuMemsetD8Async(p, 1, 1 << 20, s));
-    if (kind == RAW_FREE)
-      CHECK(cuMemFree(p));
-    else if (kind != WORK_ONLY)
-      CHECK(cuemm_free(m, p));
-  }
-  if (kind == CUEMM_SCOPE)
-    CHECK(cuemm_defer_cleanup_end(m));
-  CHECK(cuStreamSynchronize(s));
-  double t = now_ns() - t0;
-  CHECK(cuemm_flush(m));
-  return t / 1e6;
-}
-
 static void pipelines(cuemm_manager *m, int quick)
 {
   size_t work_bytes = quick ? (8u << 20) : ((size_t)1 << 30);
@@ -108,17 +73,17 @@ static void pipelines(cuemm_manager *m, int quick)
   double step_ms = bench_step_ms(work, work_bytes / 4, s);
   printf("\n## pipeline: %d x (allocate 1 MiB, queue %.3f ms of GPU work and a write of the 1 MiB, free); "
          "median of %d runs, ms\n", iters, step_ms, runs);
-  pipeline(m, CUEMM_DEFAULT, work, work_bytes / 4, scratch, s, 20); /* warm */
+  bench_pipeline(m, CUEMM_DEFAULT, work, work_bytes / 4, scratch, s, 20); /* warm */
   /* The variants take turns, so that a drift of the GPU's clocks over the
    * run is shared by all of them rather than charged to one. */
   double v[4][16], med[4];
   for (int r = 0; r < runs; r++)
     for (int k = 0; k < 4; k++)
-      v[k][r] = pipeline(m, (pipeline_kind)k, work, work_bytes / 4, scratch, s, iters);
+      v[k][r] = bench_pipeline(m, (bench_pipeline_kind)k, work, work_bytes / 4, scratch, s, iters);
   for (int k = 0; k < 4; k++)
     med[k] = median(v[k], runs);
   for (int k = 0; k < 4; k++)
-    printf("%-20s %9.2f ms  %+6.2f%% vs work alone\n", pipeline_name[k], med[k],
+    printf("%-20s %9.2f ms  %+6.2f%% vs work alone\n", bench_pipeline_name[k], med[k],
            100.0 * (med[k] - med[WORK_ONLY]) / med[WORK_ONLY]);
   CHECK(cuMemFree(scratch));
   CHECK(cuMemFree(work));
@@ -127,25 +92,14 @@ static void pipelines(cuemm_manager *m, int quick)
 
 int main(int argc, char **argv)
 {
-  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
   CUdevice dev;
   CUcontext ctx;
-  char name[128];
-  cuemm_driver_info info;
-  CHECK(cuemm_driver_load());
-  CHECK(cuemm_driver_get_info(&info));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDeviceGetName(name, sizeof name, dev));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-  printf("# bench-core: cuemm %s, %s, driver %d (%s)%s\n", cuemm_version_string(), name, info.version, info.path,
-         quick ? ", quick mode" : "");
+  int quick = bench_start(argc, argv, &dev, &ctx);
   cuemm_manager *m;
   CHECK(cuemm_create(&m, ctx, NULL));
   pair_latency(m, quick);
   pipelines(m, quick);
   CHECK(cuemm_destroy(m));
-  CHECK(cuCtxSetCurrent(NULL));
-  CHECK(cuDevicePrimaryCtxRelease(dev));
+  bench_end(dev);
   return 0;
 }

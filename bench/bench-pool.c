@@ -322,29 +322,6 @@ static void growth(int quick)
   }
 }
 
-/* Both variants queue the same GPU work: the step, then a write of the
- * 1 MiB buffer; the work alone writes a buffer allocated once. */
-static double pipeline(cuemm_manager *m, int with_pool, CUdeviceptr work, size_t words, CUdeviceptr scratch,
-                       CUstream s, int iters)
-{
-  CHECK(cuStreamSynchronize(s));
-  CHECK(cuemm_flush(m));
-  double t0 = now_ns();
-  for (int i = 0; i < iters; i++) {
-    CUdeviceptr p = scratch;
-    if (with_pool)
-      CHECK(cuemm_alloc(m, &p, MiB));
-    CHECK(cuMemsetD32Async(work, (unsigned)i, words, s));
-    CHECK(cuMemsetD8Async(p, 1, MiB, s));
-    if (with_pool)
-      CHECK(cuemm_free(m, p));
-  }
-  CHECK(cuStreamSynchronize(s));
-  double t = now_ns() - t0;
-  CHECK(cuemm_flush(m));
-  return t / 1e6;
-}
-
 static void pipelines(int quick)
 {
   size_t work_bytes = quick ? 8 * MiB : (size_t)1 << 30;
@@ -358,11 +335,11 @@ static void pipelines(int quick)
   double step_ms = bench_step_ms(work, work_bytes / 4, s);
   printf("\n## pipeline: %d x (allocate 1 MiB, queue %.3f ms of GPU work and a write of the 1 MiB, free); "
          "median of %d runs, ms\n", iters, step_ms, runs);
-  pipeline(m, 1, work, work_bytes / 4, scratch, s, 20); /* warm */
+  bench_pipeline(m, CUEMM_DEFAULT, work, work_bytes / 4, scratch, s, 20); /* warm */
   double v[2][16];
   for (int r = 0; r < runs; r++)
     for (int k = 0; k < 2; k++)
-      v[k][r] = pipeline(m, k, work, work_bytes / 4, scratch, s, iters);
+      v[k][r] = bench_pipeline(m, k ? CUEMM_DEFAULT : WORK_ONLY, work, work_bytes / 4, scratch, s, iters);
   double alone = median(v[0], runs), pooled = median(v[1], runs);
   printf("%-20s %9.2f ms\n", "work alone", alone);
   printf("%-20s %9.2f ms  %+6.2f%% vs work alone\n", "cuemm pool", pooled, 100.0 * (pooled - alone) / alone);
@@ -374,23 +351,12 @@ static void pipelines(int quick)
 
 int main(int argc, char **argv)
 {
-  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
   CUdevice dev;
-  char name[128];
-  cuemm_driver_info info;
-  CHECK(cuemm_driver_load());
-  CHECK(cuemm_driver_get_info(&info));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDeviceGetName(name, sizeof name, dev));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-  printf("# bench-pool: cuemm %s, %s, driver %d (%s)%s\n", cuemm_version_string(), name, info.version, info.path,
-         quick ? ", quick mode" : "");
+  int quick = bench_start(argc, argv, &dev, &ctx);
   pairs(dev, quick);
   flush_cost(quick);
   growth(quick);
   pipelines(quick);
-  CHECK(cuCtxSetCurrent(NULL));
-  CHECK(cuDevicePrimaryCtxRelease(dev));
+  bench_end(dev);
   return 0;
 }

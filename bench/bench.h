@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <cuda.h>
@@ -50,6 +51,68 @@ static inline double bench_step_ms(CUdeviceptr work, size_t words, CUstream s)
     CHECK(cuMemsetD32Async(work, (unsigned)i, words, s));
   CHECK(cuStreamSynchronize(s));
   return (now_ns() - t0) / 20 / 1e6;
+}
+
+/* Loads the driver, makes device 0's primary context current and prints
+ * the header line; returns whether --quick was given. */
+static inline int bench_start(int argc, char **argv, CUdevice *dev, CUcontext *ctx)
+{
+  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  char name[128];
+  cuemm_driver_info info;
+  CHECK(cuemm_driver_load());
+  CHECK(cuemm_driver_get_info(&info));
+  CHECK(cuDeviceGet(dev, 0));
+  CHECK(cuDeviceGetName(name, sizeof name, *dev));
+  CHECK(cuDevicePrimaryCtxRetain(ctx, *dev));
+  CHECK(cuCtxSetCurrent(*ctx));
+  printf("# " BENCH_NAME ": cuemm %s, %s, driver %d (%s)%s\n", cuemm_version_string(), name, info.version,
+         info.path, quick ? ", quick mode" : "");
+  return quick;
+}
+
+static inline void bench_end(CUdevice dev)
+{
+  CHECK(cuCtxSetCurrent(NULL));
+  CHECK(cuDevicePrimaryCtxRelease(dev));
+}
+
+/* The pipelines: iterations of (allocate 1 MiB, queue a step of GPU work
+ * and a write of the 1 MiB, free), in the ways the benchmarks compare. */
+typedef enum { WORK_ONLY, RAW_FREE, CUEMM_DEFAULT, CUEMM_SCOPE } bench_pipeline_kind;
+static const char *const bench_pipeline_name[] = { "work alone", "raw cuMemFree", "cuemm default",
+                                                   "cuemm defer scope" };
+
+/* Every variant queues the same GPU work: the step, then a write of the
+ * 1 MiB buffer.  The work alone writes a buffer allocated once, so the
+ * differences are what allocating and freeing cost, nothing else. */
+static inline double bench_pipeline(cuemm_manager *m, bench_pipeline_kind kind, CUdeviceptr work, size_t work_words,
+                                   CUdeviceptr scratch, CUstream s, int iters)
+{
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuemm_flush(m));
+  double t0 = now_ns();
+  if (kind == CUEMM_SCOPE)
+    CHECK(cuemm_defer_cleanup_begin(m));
+  for (int i = 0; i < iters; i++) {
+    CUdeviceptr p = scratch;
+    if (kind == RAW_FREE)
+      CHECK(cuMemAlloc(&p, 1 << 20));
+    else if (kind != WORK_ONLY)
+      CHECK(cuemm_alloc(m, &p, 1 << 20));
+    CHECK(cuMemsetD32Async(work, (unsigned)i, work_words, s));
+    CHECK(cuMemsetD8Async(p, 1, 1 << 20, s));
+    if (kind == RAW_FREE)
+      CHECK(cuMemFree(p));
+    else if (kind != WORK_ONLY)
+      CHECK(cuemm_free(m, p));
+  }
+  if (kind == CUEMM_SCOPE)
+    CHECK(cuemm_defer_cleanup_end(m));
+  CHECK(cuStreamSynchronize(s));
+  double t = now_ns() - t0;
+  CHECK(cuemm_flush(m));
+  return t / 1e6;
 }
 
 #endif
