@@ -207,25 +207,6 @@ static reply ask(int op, int device, uint8_t fill, const cuemm_ipc_handle *h, co
   return a;
 }
 
-/* The checksum as include/cuemm.h documents it, computed independently. */
-static uint32_t fnv1a(const cuemm_ipc_handle *h)
-{
-  cuemm_ipc_handle c = *h;
-  c.checksum = 0;
-  const unsigned char *b = (const unsigned char *)&c;
-  uint32_t x = 2166136261u;
-  for (size_t i = 0; i < sizeof c; i++) {
-    x ^= b[i];
-    x *= 16777619u;
-  }
-  return x;
-}
-
-static void reseal(cuemm_ipc_handle *h)
-{
-  h->checksum = fnv1a(h);
-}
-
 static void fill_pattern(CUdeviceptr buf)
 {
   unsigned char *host = malloc(N);
