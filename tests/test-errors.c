@@ -348,12 +348,6 @@ static cuemm_manager *run_workload(workload *w, CUcontext target, void *pinbuf, 
   return m;
 }
 
-static int live_same(const simcuda_live *a, const simcuda_live *b)
-{
-  return a->device_allocs == b->device_allocs && a->host_allocs == b->host_allocs &&
-         a->host_registered == b->host_registered && a->contexts == b->contexts;
-}
-
 static void fail_each_entry_point(void)
 {
   static const char *const entries[] = {
@@ -414,7 +408,7 @@ static void fail_each_entry_point(void)
       if (c != primary)
         wl_bad(&w, "after cleanup the current context is %p, not %p", (void *)c, (void *)primary);
       sim.live_get(&after);
-      if (!live_same(&base, &after))
+      if (!sim_live_same(&base, &after))
         wl_bad(&w, "simcuda live objects changed: device allocations %zu -> %zu, host allocations %zu -> %zu, "
                "registered ranges %zu -> %zu, contexts %zu -> %zu",
                base.device_allocs, after.device_allocs, base.host_allocs, after.host_allocs,
@@ -543,14 +537,7 @@ int main(void)
   destroy_leaks();
 
   is(current_context(), primary, "the main thread's context is still the primary context");
-  if (sim_present) {
-    simcuda_live live;
-    sim.live_get(&live);
-    ok(live_same(&live0, &live), "simcuda: device allocations %zu, host allocations %zu, registered %zu, contexts %zu "
-       "(baseline %zu, %zu, %zu, %zu)", live.device_allocs, live.host_allocs, live.host_registered, live.contexts,
-       live0.device_allocs, live0.host_allocs, live0.host_registered, live0.contexts);
-  } else
-    skip(1, SIM_REASON);
+  sim_check_live_same(&live0);
   test_release_primary(0);
   return tap_done();
 }

@@ -123,6 +123,28 @@ static inline void sim_check_nothing_left(size_t live0)
     skip(1, SIM_REASON);
 }
 
+/* Whether simcuda holds as many objects of each kind in `b` as in `a`. */
+static inline int sim_live_same(const simcuda_live *a, const simcuda_live *b)
+{
+  return a->device_allocs == b->device_allocs && a->host_allocs == b->host_allocs &&
+         a->host_registered == b->host_registered && a->contexts == b->contexts;
+}
+
+/* One check, kind by kind: on simcuda, as many live objects as at `live0`
+ * (from sim.live_get); skipped on the real driver. */
+static inline void sim_check_live_same(const simcuda_live *live0)
+{
+  if (!sim_present) {
+    skip(1, SIM_REASON);
+    return;
+  }
+  simcuda_live live;
+  sim.live_get(&live);
+  ok(sim_live_same(live0, &live), "simcuda: device allocations %zu, host allocations %zu, registered %zu, "
+     "contexts %zu (baseline %zu, %zu, %zu, %zu)", live.device_allocs, live.host_allocs, live.host_registered,
+     live.contexts, live0->device_allocs, live0->host_allocs, live0->host_registered, live0->contexts);
+}
+
 static inline unsigned long sim_calls(const char *entry)
 {
   return sim_present ? sim.calls(entry) : 0;
