@@ -35,6 +35,9 @@
  *                                     cuemm_config)
  *   CUEMM_POOL_IPC                    1: pool blocks can be shared with other
  *                                     processes (default 0)
+ *   CUEMM_STREAM_REUSE                "event" or "wait": how a block freed on
+ *                                     one stream serves another (default
+ *                                     "event"; see cuemm_alloc_async)
  */
 #ifndef CUEMM_H
 #define CUEMM_H
@@ -112,6 +115,19 @@ typedef enum cuemm_pool_kind {
   CUEMM_POOL_VMM = 1,   /* a growable pool on CUDA virtual memory management */
 } cuemm_pool_kind;
 
+/* How the stream-ordered path lets a block freed on one stream serve
+ * another (see cuemm_alloc_async). */
+typedef enum cuemm_stream_reuse {
+  /* Only once an event recorded on the freeing stream after the free has
+   * completed (queried, never waited on). */
+  CUEMM_STREAM_REUSE_EVENT = 0,
+  /* Also before: the allocating stream is made to wait on that event
+   * (cuStreamWaitEvent), as the driver pool's
+   * CU_MEMPOOL_ATTR_REUSE_ALLOW_EVENT_DEPENDENCIES does.  Fewer blocks, a
+   * dependency between the streams. */
+  CUEMM_STREAM_REUSE_WAIT = 1,
+} cuemm_stream_reuse;
+
 typedef struct cuemm_config {
   /* A flush runs when, after a free is queued, more than this many frees are
    * pending.  0 frees at once (every free flushes). Default 10. */
@@ -147,6 +163,8 @@ typedef struct cuemm_config {
    * CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED.  No
    * effect without a pool.  Default 0. */
   int pool_ipc;
+  /* CUEMM_STREAM_REUSE: "event" or "wait".  Default CUEMM_STREAM_REUSE_EVENT. */
+  cuemm_stream_reuse stream_reuse;
 
   /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when
    * an environment variable was invalid, with env_error saying which.
@@ -328,6 +346,107 @@ CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m);
 CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer);
 
 /* ------------------------------------------------------------------------ */
+/* Stream-ordered allocation                                                 */
+
+/* The pool's blocks can also be allocated and freed in stream order, with
+ * the semantics of cuMemAllocAsync / cuMemFreeAsync and no synchronization:
+ * a block freed on a stream is reusable at once by work queued later on
+ * that stream, and by other streams once the work queued on the freeing
+ * stream before the free is known to be done.  This path needs a pool
+ * (CUEMM_POOL=vmm): on a manager without one, these calls fail with
+ * CUDA_ERROR_NOT_SUPPORTED and say so.
+ *
+ * How it works, and what it costs.  Every thread that calls these on a
+ * manager gets a cache of its own, in front of the pool, keyed by stream
+ * and size: an alloc that finds a block freed on the same stream, and a
+ * free, touch only that cache (no driver call, no lock shared with other
+ * threads).  An alloc on stream B that finds only blocks freed on stream A
+ * asks whether A's work before those frees is done: one event is recorded
+ * on A for the whole batch of its frees since the last one (from a small
+ * cache of events) and queried without blocking; when it has completed,
+ * every block of that batch serves any stream.  With CUEMM_STREAM_REUSE=wait
+ * (cuemm_config.stream_reuse) B takes the block at once and is made to wait
+ * on A's event with cuStreamWaitEvent.  Otherwise the block comes from the
+ * pool, which first takes back the idle blocks of every thread's cache and
+ * only then grows.  cuemm_pool_trim, cuemm_reset and the pool's
+ * out-of-memory retry give every cached block back (through a flush, which
+ * synchronizes the context, for those whose stream may still be busy).
+ *
+ * Streams.
+ *   - NULL and CU_STREAM_LEGACY name the legacy default stream (one stream).
+ *     cuemm does not rely on its implicit synchronization with blocking
+ *     streams: a block moves between it and another stream by the event
+ *     rule like between any two streams.
+ *   - CU_STREAM_PER_THREAD names the calling thread's per-thread default
+ *     stream, a different stream on every thread, and is treated so: a
+ *     block freed on it by one thread is never taken as "the same stream"
+ *     by another.  When the thread exits, the blocks freed on its
+ *     per-thread stream wait for their events (or for a flush).
+ *   - A stream that is destroyed while blocks freed on it are cached: call
+ *     cuemm_stream_release(m, s) before cuStreamDestroy(s).  Without it, a
+ *     stream created later that the driver gives the same handle would
+ *     reuse those blocks as its own while the destroyed stream's last work
+ *     may still run (the driver reuses handles; cuemm cannot tell).
+ *   - CUDA graph capture: the calls make no driver call on their fast paths
+ *     and are safe to call while a stream is captured, but a block freed
+ *     inside a capture becomes reusable by the capturing stream's later
+ *     (captured) work only; use the driver's own graph memory nodes for
+ *     memory whose life is the graph's.
+ *
+ * Mixing the paths.  A block from cuemm_alloc_async may be freed with
+ * cuemm_free: it joins the deferred queue, whose flush synchronizes the
+ * context, which covers every stream.  A block from cuemm_alloc may be freed
+ * with cuemm_free_async: it then follows the stream rules from that free on
+ * (the program must not have work pending on it on other streams, just as
+ * for cuMemFreeAsync).  A request larger than the pool's capacity is served
+ * by cuMemAlloc like cuemm_alloc's, and its cuemm_free_async is deferred
+ * like cuemm_free.
+ *
+ * Threads: any thread may free a block another thread allocated; the block
+ * then moves to the freeing thread's cache (a slower path through the
+ * manager's lock).  Frees of one block from two threads at once are a
+ * double free the program must not make (one of them is refused). */
+
+/* Allocates `size` bytes from the pool for use by work queued on `stream`
+ * after this call (and by the host).  No driver call unless the cache and
+ * the pool have no fitting block (then as cuemm_alloc: growth, flush and
+ * retry), or a block freed on another stream needs its event checked.
+ * Errors: CUDA_ERROR_INVALID_VALUE for m or p NULL or size 0;
+ * CUDA_ERROR_NOT_SUPPORTED without a pool, or on a driver without events;
+ * CUDA_ERROR_OUT_OF_MEMORY as cuemm_alloc, the message naming the stream. */
+CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream);
+
+/* Frees a block of this manager (from cuemm_alloc_async or cuemm_alloc) in
+ * stream order: work queued on `stream` before this call may still use it;
+ * later work on `stream` may get it again at once, other streams once that
+ * work is done (see above).  No driver call on the common path.
+ * Errors: CUDA_ERROR_INVALID_VALUE for m NULL, a pointer this manager does
+ * not own (foreign, interior, host memory), or one freed already (on any
+ * path, by any thread: the message says which); CUDA_ERROR_NOT_SUPPORTED
+ * without a pool; nothing changes then. */
+CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr p, CUstream stream);
+
+/* Says that work on `stream`, besides the block's own stream, uses the live
+ * block p (PyTorch's record_stream): when p is freed with cuemm_free_async,
+ * an event is recorded on `stream` and the freeing stream waits on it
+ * before anything can reuse the block.  Naming the block's own stream, or a
+ * stream named already, does nothing; a block from cuemm_alloc needs
+ * nothing (its free synchronizes the context).
+ * Errors: CUDA_ERROR_INVALID_VALUE for a pointer that is not the start of a
+ * live pool block of m; CUDA_ERROR_NOT_SUPPORTED without a pool. */
+CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr p, CUstream stream);
+
+/* Call before destroying `stream`: the blocks freed on it and cached by any
+ * thread get one last event (recorded now, on the still-living stream) and
+ * from then on serve other streams once it completes; the handle is
+ * forgotten, so a new stream that gets it starts with nothing.
+ * CU_STREAM_PER_THREAD releases the calling thread's per-thread stream.
+ * Errors: CUDA_ERROR_INVALID_VALUE for NULL or CU_STREAM_LEGACY (never
+ * destroyed); CUDA_ERROR_NOT_SUPPORTED without a pool; the driver's error of
+ * cuEventRecord (the stream's blocks then stay as they were). */
+CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream);
+
+/* ------------------------------------------------------------------------ */
 /* Pinned host memory                                                        */
 
 /* Allocates `size` bytes of page-locked host memory with cuMemHostAlloc.
@@ -391,6 +510,15 @@ typedef struct cuemm_stats {
   uint64_t oom_retries;      /* allocations retried after out of memory */
   uint64_t alloc_failures;   /* allocations that returned an error */
   uint64_t free_failures;    /* driver frees that failed (and stayed queued) */
+  /* The stream-ordered path (cuemm_alloc_async): its live blocks are counted
+   * in live_bytes and live_count, its calls in allocs and frees. */
+  size_t stream_cached_bytes;   /* freed on a stream, kept by the threads' caches for reuse */
+  size_t stream_cached_count;
+  size_t stream_heaps;          /* threads' caches (one per thread that used the path) */
+  uint64_t stream_events;       /* events recorded, one per batch of frees another stream wanted */
+  uint64_t stream_event_waits;  /* cuStreamWaitEvent calls (CUEMM_STREAM_REUSE=wait, cuemm_record_stream) */
+  uint64_t stream_steals;       /* blocks freed on one stream that served another */
+  uint64_t stream_reclaims;     /* times the pool took idle cached blocks back instead of growing */
 } cuemm_stats;
 
 /* A consistent snapshot of the manager's counters. */

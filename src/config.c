@@ -21,7 +21,7 @@
 #include "error.h"
 #include "config.h"
 
-typedef enum { KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL, KNOB_FLAG } knob_type;
+typedef enum { KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL, KNOB_FLAG, KNOB_REUSE } knob_type;
 
 /* Sizes are checked in doubles: every bound below is exact in one. */
 #define MIB (1024.0 * 1024.0)
@@ -63,6 +63,9 @@ static const knob knobs[] = {
   { "CUEMM_POOL_IPC", "pool_ipc", KNOB_FLAG,
     offsetof(cuemm_config, pool_ipc), 0, 0, 1, 0,
     "0 or 1" },
+  { "CUEMM_STREAM_REUSE", "stream_reuse", KNOB_REUSE,
+    offsetof(cuemm_config, stream_reuse), CUEMM_STREAM_REUSE_EVENT, CUEMM_STREAM_REUSE_EVENT,
+    CUEMM_STREAM_REUSE_WAIT, 0, "\"event\" or \"wait\"" },
 };
 
 #define NKNOBS (sizeof knobs / sizeof knobs[0])
@@ -74,6 +77,8 @@ static void set_field(cuemm_config *cfg, const knob *k, double v)
     *(size_t *)(void *)base = (size_t)v;
   else if (k->type == KNOB_POOL)
     *(cuemm_pool_kind *)(void *)base = (cuemm_pool_kind)(int)v;
+  else if (k->type == KNOB_REUSE)
+    *(cuemm_stream_reuse *)(void *)base = (cuemm_stream_reuse)(int)v;
   else if (k->type == KNOB_FLAG)
     *(int *)(void *)base = (int)v;
   else
@@ -87,6 +92,8 @@ static double get_field(const cuemm_config *cfg, const knob *k)
     return (double)*(const size_t *)(const void *)base;
   if (k->type == KNOB_POOL)
     return (double)*(const cuemm_pool_kind *)(const void *)base;
+  if (k->type == KNOB_REUSE)
+    return (double)*(const cuemm_stream_reuse *)(const void *)base;
   if (k->type == KNOB_FLAG)
     return (double)*(const int *)(const void *)base;
   return *(const double *)(const void *)base;
@@ -135,6 +142,15 @@ static int parse(const knob *k, const char *text, double *out)
       *out = CUEMM_POOL_NONE;
     else if (strcmp(text, "vmm") == 0)
       *out = CUEMM_POOL_VMM;
+    else
+      return -1;
+    return 0;
+  }
+  if (k->type == KNOB_REUSE) {
+    if (strcmp(text, "event") == 0)
+      *out = CUEMM_STREAM_REUSE_EVENT;
+    else if (strcmp(text, "wait") == 0)
+      *out = CUEMM_STREAM_REUSE_WAIT;
     else
       return -1;
     return 0;

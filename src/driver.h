@@ -31,7 +31,9 @@
   O(MemAddressReserve) O(MemAddressFree) O(MemCreate) O(MemRelease)            \
   O(MemMap) O(MemUnmap) O(MemSetAccess) O(MemGetAllocationGranularity)         \
   O(MemExportToShareableHandle) O(MemImportFromShareableHandle)                \
-  O(MemAllocAsync) O(MemFreeAsync) O(StreamSynchronize)
+  O(MemAllocAsync) O(MemFreeAsync) O(StreamSynchronize)                       \
+  O(EventCreate) O(EventDestroy) O(EventRecord) O(EventQuery)                  \
+  O(StreamWaitEvent)
 
 typedef struct cuemm__driver_table {
 #define CUEMM__ENTRY(name) __typeof__(cu##name) *name;

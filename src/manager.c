@@ -18,6 +18,7 @@
  * returning them, which is what cuMemFree would have waited for.
  */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,7 @@ static const char *kind_name(cuemm__kind kind)
   case CUEMM__KIND_HOST: return "pinned host memory (cuemm_host_alloc)";
   case CUEMM__KIND_PINNED: return "a pinned host range (cuemm_host_pin)";
   case CUEMM__KIND_POOL: return "device memory (cuemm_alloc, from the pool)";
+  case CUEMM__KIND_STREAM: return "device memory (cuemm_alloc_async)";
   }
   return "unknown memory";
 }
@@ -113,6 +115,7 @@ static CUresult kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, si
     r = m->drv->MemHostUnregister((void *)p);
     return r == CUDA_SUCCESS ? r : cuemm__driver_error(r, "cuMemHostUnregister(%p, %zu bytes)", (void *)p, size);
   case CUEMM__KIND_POOL:
+  case CUEMM__KIND_STREAM:
     break; /* returned by the flush, or with the whole pool */
   }
   return cuemm__error(CUDA_ERROR_INVALID_VALUE, "internal: unknown allocation kind %d", (int)kind);
@@ -232,11 +235,17 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
   CUresult r = cuemm__ctx_enter(m, &g);
   if (r != CUDA_SUCCESS)
     return r;
+  /* Blocks idle in the threads' stream caches first: the pool never maps
+   * more while it could take those back. */
+  if (m->nheaps && cuemm__stream_reclaim(m, 0) && cuemm__pool_take(m->pool, size, p, blk) == 0)
+    return leave_after_take(m, &g, blk);
   r = cuemm__pool_grow(m->pool, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     m->st.oom_retries++;
     char why[512];
     snprintf(why, sizeof why, "%s", cuemm_last_error());
+    if (m->nheaps)
+      cuemm__stream_reclaim(m, 1);
     size_t count = m->pending.count, bytes = m->pending.bytes;
     CUresult fr = flush_locked(m, 0);
     (void)fr; /* a failed flush leaves its frees queued; the retry decides */
@@ -263,6 +272,13 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
   if (r == CUDA_SUCCESS)
     return leave_after_take(m, &g, blk);
   return cuemm__ctx_leave(m, &g, r);
+}
+
+CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uintptr_t *p, uint32_t *blk)
+{
+  if (cuemm__pool_take(m->pool, size, p, blk) == 0)
+    return CUDA_SUCCESS;
+  return pool_alloc_slow(m, size, p, blk);
 }
 
 static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t size, uintptr_t *out)
@@ -417,6 +433,10 @@ static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, cuemm__
                                                        cuemm__owned_entry *e)
 {
   const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_free" : "cuemm_host_free";
+  if (e && e->kind == CUEMM__KIND_STREAM && kind == CUEMM__KIND_DEVICE) {
+    CUresult r = cuemm__stream_to_queue(m, e);
+    return r == CUDA_SUCCESS ? after_queue(m) : r;
+  }
   if (!e && m->pool && cuemm__pending_holds(&m->pending, p))
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: double free of 0x%" PRIxPTR ": it is already freed and "
                         "waiting in the pending queue", fn, p);
@@ -517,6 +537,13 @@ CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_get_stats: s is NULL");
   cuemm__lock_acquire(&m->lock);
   *s = m->st;
+  if (m->nheaps) {
+    cuemm__stream_stats(m, s);
+    if (s->live_bytes > m->st.peak_bytes)
+      m->st.peak_bytes = s->peak_bytes = s->live_bytes;
+    if (s->live_count > m->st.peak_count)
+      m->st.peak_count = s->peak_count = s->live_count;
+  }
   s->pending_bytes = m->pending.bytes;
   s->pending_count = m->pending.count;
   s->defer_depth = m->pending.defer_depth;
@@ -558,6 +585,8 @@ CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m)
 {
   CHECK_POOL(m, "cuemm_pool_trim");
   cuemm__lock_acquire(&m->lock);
+  if (m->nheaps)
+    cuemm__stream_reclaim(m, 1);
   CUresult r = flush_locked(m, 0);
   if (r == CUDA_SUCCESS) {
     cuemm__ctx_guard g;
@@ -635,6 +664,8 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m)
   CUresult r = cuemm__ctx_enter(m, &g);
   if (r == CUDA_SUCCESS) {
     reset_walk w = { m, CUDA_SUCCESS };
+    if (m->nheaps)
+      cuemm__stream_queue_all(m);
     cuemm__owned_each(&m->owned, reset_one, &w);
     r = cuemm__ctx_leave(m, &g, w.r);
   }
@@ -697,8 +728,10 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
   cuemm_manager *m = calloc(1, sizeof *m);
   if (!m)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the manager");
+  static _Atomic uint64_t serials = 1;
   m->drv = d;
   m->cfg = *cfg;
+  m->serial = atomic_fetch_add(&serials, 1);
   if ((r = read_context(m, ctx)) != CUDA_SUCCESS) {
     free(m);
     return r;
@@ -758,8 +791,8 @@ static void note_failure(destroy_walk *w, CUresult r)
 static void destroy_one(cuemm__owned_entry *e, void *arg)
 {
   destroy_walk *w = arg;
-  if (e->pending)
-    return; /* still queued: the forced flush failed on it, nothing more to try */
+  if (e->pending || e->kind == CUEMM__KIND_STREAM)
+    return; /* still queued (the forced flush failed on it), or a heap's: counted and dropped with the heaps */
   w->outstanding++;
   w->outstanding_bytes += e->size;
   if (e->kind == CUEMM__KIND_POOL)
@@ -771,6 +804,7 @@ static void destroy_one(cuemm__owned_entry *e, void *arg)
 
 static void free_manager(cuemm_manager *m)
 {
+  cuemm__stream_fini(m, 0); /* destroy has finished them with the driver already */
   if (m->pool) /* destroy gave it back already; abandon drops it without driver calls */
     cuemm__pool_destroy(m->pool, 0);
   cuemm__owned_fini(&m->owned);
@@ -814,7 +848,11 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
       m->pool_pending--;
     cuemm__pending_pop(&m->pending);
   }
+  size_t stream_bytes = 0;
+  w.outstanding += cuemm__stream_live(m, &stream_bytes);
+  w.outstanding_bytes += stream_bytes;
   cuemm__owned_each(&m->owned, destroy_one, &w);
+  cuemm__stream_fini(m, 1);
   if (m->pool) {
     /* Live blocks may still be in use by queued work: finish it before
      * unmapping. */
@@ -854,7 +892,8 @@ CUEMM_EXTERN CUresult cuemm_abandon(cuemm_manager *m)
   cuemm__lock_acquire(&m->lock);
   cuemm__registry_remove(m);
   cuemm__ipc_forget_all(m);
-  size_t live = m->st.live_count + m->st.host_live_count + m->st.pinned_count, pending = m->pending.count;
+  size_t live = m->st.live_count + m->st.host_live_count + m->st.pinned_count + cuemm__stream_live(m, NULL);
+  size_t pending = m->pending.count;
   free_manager(m);
   cuemm__error(CUDA_SUCCESS, "cuemm_abandon: dropped %zu live allocations and %zu pending frees without a driver call",
                live, pending);

@@ -15,6 +15,7 @@
 #include "cuemm.h"
 #include "driver.h"
 #include "lock.h"
+#include "heap.h"
 #include "owned.h"
 #include "pending.h"
 #include "pool.h"
@@ -33,6 +34,10 @@ struct cuemm_manager {
   cuemm__pool *pool;          /* NULL without a pool */
   size_t pool_pending;        /* pool blocks in `pending` */
   uint64_t fallback_allocs;   /* requests too large for the pool */
+  uint64_t serial;            /* unique for the process's life: thread slots tell managers apart by it */
+  cuemm__heap **heaps;        /* the threads' heaps of the stream-ordered path (stream.c) */
+  uint32_t nheaps, capheaps;
+  uint64_t stream_reclaims;
 };
 
 /* Makes m's context current for the calling thread if it is not, remembering
@@ -51,6 +56,26 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
 
 /* Queues the free of an allocation of the given kind, flushing when due. */
 CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p);
+
+/* Takes a pool block of at least `size` bytes: from free space, else by
+ * growing (after cached stream blocks went back), else after flushing and
+ * trimming.  Lock held. */
+CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uintptr_t *p, uint32_t *blk);
+
+/* The stream-ordered path (stream.c), called with m's lock held. */
+/* Gives idle blocks of the thread heaps back to the pool (with `all`,
+ * every cached block, through the pending queue); returns the bytes. */
+size_t cuemm__stream_reclaim(cuemm_manager *m, int all);
+/* cuemm_free of a block a heap holds: it joins the pending queue. */
+CUresult cuemm__stream_to_queue(cuemm_manager *m, cuemm__owned_entry *e);
+/* Every block the heaps hold, live or cached, joins the pending queue. */
+void cuemm__stream_queue_all(cuemm_manager *m);
+/* Adds the heaps' figures to *s. */
+void cuemm__stream_stats(cuemm_manager *m, cuemm_stats *s);
+/* Live blocks in the heaps (and their bytes). */
+size_t cuemm__stream_live(cuemm_manager *m, size_t *bytes);
+/* Frees the heaps (their events with the driver when `use_driver`). */
+void cuemm__stream_fini(cuemm_manager *m, int use_driver);
 
 /* Registry (registry.c). */
 CUresult cuemm__registry_add(cuemm_manager *m);

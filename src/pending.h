@@ -16,6 +16,7 @@ typedef enum cuemm__kind {
   CUEMM__KIND_HOST = 2,     /* cuMemHostAlloc */
   CUEMM__KIND_PINNED = 3,   /* cuMemHostRegister: never queued, unpinned at once */
   CUEMM__KIND_POOL = 4,     /* a block of the manager's pool */
+  CUEMM__KIND_STREAM = 5,   /* a pool block held by a thread heap (stream.c); aux names the heap */
 } cuemm__kind;
 
 typedef struct cuemm__pending_entry {

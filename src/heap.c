@@ -1,0 +1,253 @@
+/* heap.c: the thread heap's tables (see heap.h): records, the pointer map,
+ * bins and streams, their growth, and the invariant check the tests run.
+ * Nothing here is on the fast path except through the inline calls of
+ * heap.h; nothing here calls the driver or takes a lock.
+ */
+#include "heap.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index)
+{
+  memset(h, 0, sizeof *h);
+  cuemm__lock_init(&h->lock);
+  atomic_init(&h->orphan, 0);
+  h->m = m;
+  h->index = index;
+  h->spare = CUEMM__HEAP_NIL;
+}
+
+void cuemm__heap_fini(cuemm__heap *h)
+{
+  free(h->b);
+  free(h->map);
+  free(h->bins);
+  free(h->st);
+  h->b = NULL;
+  h->map = NULL;
+  h->bins = NULL;
+  h->st = NULL;
+}
+
+uint32_t cuemm__heap_add_stream(cuemm__heap *h, CUstream s)
+{
+  if (!s)
+    s = CU_STREAM_LEGACY;
+  if (h->nst == h->capst) {
+    uint32_t cap = h->capst ? h->capst * 2 : 4;
+    cuemm__hstream *g = realloc(h->st, cap * sizeof *g);
+    if (!g)
+      return CUEMM__HEAP_NIL;
+    h->st = g;
+    h->capst = cap;
+  }
+  memset(&h->st[h->nst], 0, sizeof h->st[h->nst]);
+  h->st[h->nst].s = s;
+  return h->last = h->nst++;
+}
+
+static int map_grow(cuemm__heap *h)
+{
+  size_t cap = h->mapcap ? h->mapcap * 2 : 64;
+  uint32_t *map = malloc(cap * sizeof *map);
+  if (!map)
+    return -1;
+  memset(map, 0xff, cap * sizeof *map);
+  for (size_t i = 0; i < h->mapcap; i++) {
+    uint32_t r = h->map[i];
+    if (r == CUEMM__HEAP_NIL)
+      continue;
+    size_t j = cuemm__heap_hash(h->b[r].ptr, cap);
+    while (map[j] != CUEMM__HEAP_NIL)
+      j = (j + 1) & (cap - 1);
+    map[j] = r;
+  }
+  free(h->map);
+  h->map = map;
+  h->mapcap = cap;
+  return 0;
+}
+
+static int bins_grow(cuemm__heap *h)
+{
+  /* Empty bins are dropped on the way: streams come and go, sizes vary, and
+   * a bin costs nothing to make again. */
+  size_t live = 0;
+  for (size_t i = 0; i < h->bincap; i++)
+    live += h->bins[i].key && h->bins[i].head != CUEMM__HEAP_NIL;
+  size_t cap = 64;
+  while ((live + 1) * 2 > cap)
+    cap *= 2;
+  cuemm__hbin *bins = calloc(cap, sizeof *bins);
+  if (!bins)
+    return -1;
+  for (size_t i = 0; i < h->bincap; i++) {
+    cuemm__hbin *o = &h->bins[i];
+    if (!o->key || o->head == CUEMM__HEAP_NIL)
+      continue;
+    size_t j = cuemm__heap_hash(o->key, cap);
+    while (bins[j].key)
+      j = (j + 1) & (cap - 1);
+    bins[j] = *o;
+    for (uint32_t r = o->head; r != CUEMM__HEAP_NIL; r = h->b[r].next)
+      h->b[r].bin = (uint32_t)j;
+  }
+  free(h->bins);
+  h->bins = bins;
+  h->bincap = cap;
+  h->binused = live;
+  return 0;
+}
+
+int cuemm__heap_cache_newbin(cuemm__heap *h, uint32_t r, uint32_t hs)
+{
+  if ((h->binused + 1) * 4 > h->bincap * 3 && bins_grow(h) != 0)
+    return -1;
+  uint64_t k = cuemm__heap_binkey(hs, h->b[r].size);
+  size_t i = cuemm__heap_hash(k, h->bincap);
+  while (h->bins[i].key && h->bins[i].key != k)
+    i = (i + 1) & (h->bincap - 1);
+  if (!h->bins[i].key) {
+    h->bins[i] = (cuemm__hbin){ k, CUEMM__HEAP_NIL, CUEMM__HEAP_NIL };
+    h->binused++;
+  }
+  return cuemm__heap_cache(h, r, hs);
+}
+
+uint32_t cuemm__heap_insert(cuemm__heap *h, uintptr_t ptr, size_t size, uint32_t blk, uint32_t hs, size_t req)
+{
+  if ((h->mapused + 1) * 4 > h->mapcap * 3 && map_grow(h) != 0)
+    return CUEMM__HEAP_NIL;
+  uint32_t r = h->spare;
+  if (r != CUEMM__HEAP_NIL)
+    h->spare = h->b[r].next;
+  else {
+    if (h->nb + 1 >= h->capb) {
+      uint32_t cap = h->capb ? h->capb * 2 : 64;
+      cuemm__hblock *g = realloc(h->b, cap * sizeof *g);
+      if (!g)
+        return CUEMM__HEAP_NIL;
+      h->b = g;
+      h->capb = cap;
+    }
+    if (h->nb == 0)
+      h->nb = 1; /* record 0 stays unused, so that no valid index is 0 */
+    r = h->nb++;
+  }
+  h->b[r] = (cuemm__hblock){ .ptr = ptr, .size = size, .req = req, .blk = blk, .hs = hs, .prev = CUEMM__HEAP_NIL,
+                             .next = CUEMM__HEAP_NIL, .bin = CUEMM__HEAP_NIL, .state = CUEMM__HB_LIVE };
+  size_t i = cuemm__heap_hash(ptr, h->mapcap);
+  while (h->map[i] != CUEMM__HEAP_NIL)
+    i = (i + 1) & (h->mapcap - 1);
+  h->map[i] = r;
+  h->mapused++;
+  h->live_bytes += req;
+  h->live_count++;
+  return r;
+}
+
+void cuemm__heap_unbin(cuemm__heap *h, uint32_t r)
+{
+  cuemm__hblock *b = &h->b[r];
+  cuemm__hbin *bn = &h->bins[b->bin];
+  if (b->prev != CUEMM__HEAP_NIL)
+    h->b[b->prev].next = b->next;
+  else
+    bn->head = b->next;
+  if (b->next != CUEMM__HEAP_NIL)
+    h->b[b->next].prev = b->prev;
+  else
+    bn->tail = b->prev;
+  cuemm__heap_account_cached(h, b, -1);
+  b->prev = b->next = CUEMM__HEAP_NIL;
+}
+
+void cuemm__heap_remove(cuemm__heap *h, uint32_t r)
+{
+  cuemm__hblock *b = &h->b[r];
+  if (b->state == CUEMM__HB_LIVE) {
+    h->live_bytes -= b->req;
+    h->live_count--;
+  }
+  /* Backward-shift deletion from the pointer map (no tombstones). */
+  size_t mask = h->mapcap - 1, hole = cuemm__heap_hash(b->ptr, h->mapcap);
+  while (h->map[hole] != r)
+    hole = (hole + 1) & mask;
+  for (size_t j = (hole + 1) & mask; h->map[j] != CUEMM__HEAP_NIL; j = (j + 1) & mask) {
+    size_t home = cuemm__heap_hash(h->b[h->map[j]].ptr, h->mapcap);
+    if (((j - home) & mask) >= ((j - hole) & mask)) {
+      h->map[hole] = h->map[j];
+      hole = j;
+    }
+  }
+  h->map[hole] = CUEMM__HEAP_NIL;
+  h->mapused--;
+  b->state = CUEMM__HB_UNUSED;
+  b->ptr = 0;
+  b->next = h->spare;
+  h->spare = r;
+}
+
+const char *cuemm__heap_check(const cuemm__heap *h)
+{
+  size_t live = 0, livebytes = 0, cached = 0, cachedbytes = 0, mapped = 0;
+  for (uint32_t r = 1; r < h->nb; r++) {
+    const cuemm__hblock *b = &h->b[r];
+    if (b->state == CUEMM__HB_UNUSED)
+      continue;
+    mapped++;
+    if (cuemm__heap_find(h, b->ptr) != r)
+      return "a record is not found through the pointer map";
+    if (b->hs >= h->nst)
+      return "a record names a stream the heap does not have";
+    if (b->state == CUEMM__HB_LIVE) {
+      live++;
+      livebytes += b->req;
+    } else {
+      cached++;
+      cachedbytes += b->size;
+      if (b->bin >= h->bincap || h->bins[b->bin].key != cuemm__heap_binkey(b->hs, b->size))
+        return "a cached block is in the wrong bin";
+      if (b->seq == 0 || b->seq > h->st[b->hs].freed)
+        return "a cached block's free number is out of range";
+    }
+  }
+  if (mapped != h->mapused)
+    return "the pointer map's count is wrong";
+  if (live != h->live_count || livebytes != h->live_bytes)
+    return "the live counters are wrong";
+  if (cached != h->cached_count || cachedbytes != h->cached_bytes)
+    return "the cached counters are wrong";
+  size_t inbins = 0;
+  for (size_t i = 0; i < h->bincap; i++) {
+    const cuemm__hbin *bn = &h->bins[i];
+    if (!bn->key)
+      continue;
+    uint32_t prev = CUEMM__HEAP_NIL;
+    for (uint32_t r = bn->head; r != CUEMM__HEAP_NIL; r = h->b[r].next) {
+      if (h->b[r].state != CUEMM__HB_CACHED || h->b[r].prev != prev)
+        return "a bin's list is broken";
+      if (h->b[r].next == CUEMM__HEAP_NIL && bn->tail != r)
+        return "a bin's tail is wrong";
+      if (prev != CUEMM__HEAP_NIL && h->b[prev].seq < h->b[r].seq)
+        return "a bin is not newest first";
+      prev = r;
+      inbins++;
+    }
+    if (bn->head == CUEMM__HEAP_NIL && bn->tail != CUEMM__HEAP_NIL)
+      return "an empty bin has a tail";
+  }
+  if (inbins != cached)
+    return "cached blocks and bin members differ";
+  size_t st_bytes = 0;
+  for (uint32_t i = 0; i < h->nst; i++) {
+    const cuemm__hstream *st = &h->st[i];
+    st_bytes += st->cached_bytes;
+    if (st->done > st->covered || st->covered > st->freed)
+      return "a stream's free numbers are out of order";
+  }
+  if (st_bytes != h->cached_bytes)
+    return "the streams' cached bytes do not add up";
+  return NULL;
+}

@@ -1,0 +1,263 @@
+/* heap.h: a thread's cache of pool blocks for the stream-ordered path.
+ *
+ * Each thread that calls cuemm_alloc_async or cuemm_free_async on a manager
+ * gets a heap of its own (mimalloc's thread-local heap): the pool blocks it
+ * handed out (LIVE) and those freed on a stream and kept for reuse
+ * (CACHED), in bins keyed by (stream, size).  The owner's alloc and free
+ * touch only its heap: the heap's lock is taken by its owner on every call,
+ * uncontended (one atomic each way on a line no other thread writes), and by
+ * other threads only on slow paths (a free from another thread, the pool
+ * taking idle blocks back, statistics), so 16 threads on 16 streams do not
+ * serialize.
+ *
+ * A cached block is reusable at once by its own stream (stream order), and
+ * by any stream once its stream's `done` sequence has passed the block's
+ * `seq`: frees on a stream are numbered, an event recorded on the stream
+ * covers every free numbered up to `covered`, and a completed event moves
+ * `done` forward (see stream.c).  This file is the data structure only:
+ * it never calls the driver.  Lock order: the manager's lock before a
+ * heap's lock, never the reverse.
+ */
+#ifndef CUEMM_HEAP_H
+#define CUEMM_HEAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#include <stdatomic.h>
+
+#include "lock.h"
+
+#define CUEMM__HEAP_NIL UINT32_MAX
+/* Events a stream keeps recorded and not yet seen complete. */
+#define CUEMM__HEAP_BATCHES 8
+
+typedef enum cuemm__hblock_state {
+  CUEMM__HB_UNUSED = 0,
+  CUEMM__HB_LIVE = 1,
+  CUEMM__HB_CACHED = 2,
+} cuemm__hblock_state;
+
+typedef struct cuemm__hblock {
+  uintptr_t ptr;
+  size_t size;          /* the pool block's size (a multiple of 256) */
+  size_t req;           /* LIVE: the bytes the program asked for */
+  uint64_t seq;         /* CACHED: its stream's free number */
+  uint32_t blk;         /* the sub-allocator's descriptor */
+  uint32_t hs;          /* LIVE: stream allocated on; CACHED: stream freed on */
+  uint32_t prev, next;  /* CACHED: its bin, newest first; UNUSED: the spare stack */
+  uint32_t bin;         /* CACHED: its bin's slot */
+  uint8_t state;
+  uint8_t uses;         /* LIVE: streams named by cuemm_record_stream wait in the heap's `uses` */
+} cuemm__hblock;
+
+/* A stream besides its own that used a live block (cuemm_record_stream). */
+typedef struct cuemm__huse {
+  uint32_t r;
+  CUstream s;
+} cuemm__huse;
+
+typedef struct cuemm__hbatch {
+  CUevent ev;
+  uint64_t seq;         /* frees numbered up to this are covered by ev */
+} cuemm__hbatch;
+
+/* A stream as one heap knows it. */
+typedef struct cuemm__hstream {
+  CUstream s;           /* NULL is stored as CU_STREAM_LEGACY; retired streams get a key no stream has */
+  uint64_t freed;       /* frees numbered so far */
+  uint64_t covered;     /* the newest recorded event covers frees up to this */
+  uint64_t done;        /* frees up to this are known complete */
+  cuemm__hbatch batch[CUEMM__HEAP_BATCHES];  /* recorded, oldest first */
+  unsigned nbatch;
+  size_t cached_bytes, cached_count;
+  uint8_t retired;      /* no further same-stream reuse; blocks wait for `done` or a flush */
+} cuemm__hstream;
+
+/* A bin: the cached blocks of one (stream, size), newest at head. */
+typedef struct cuemm__hbin {
+  uint64_t key;         /* 0: empty slot */
+  uint32_t head, tail;
+} cuemm__hbin;
+
+typedef struct cuemm__heap {
+  cuemm__lock lock;
+  struct cuemm_manager *m;
+  uint32_t index;       /* in the manager's heap table: owned entries of its blocks name it */
+  atomic_int orphan;    /* its thread exited (or let go of it): another may adopt it */
+
+  cuemm__hblock *b;     /* records; index 0 unused */
+  uint32_t nb, capb, spare;
+  /* pointer -> record, for every block the heap holds (open addressing) */
+  uint32_t *map;
+  size_t mapcap, mapused;
+  cuemm__hbin *bins;
+  size_t bincap, binused;
+  cuemm__hstream *st;
+  uint32_t nst, capst, last;   /* `last`: the stream of the previous call */
+
+  cuemm__huse *uses;
+  uint32_t nuses, capuses;
+  /* events created and idle, for the next batch */
+  CUevent evcache[16];
+  unsigned nev;
+
+  /* counters; read under the lock by cuemm_get_stats */
+  size_t live_bytes, live_count, cached_bytes, cached_count;
+  uint64_t allocs, frees, events_recorded, event_waits, steals;
+  struct cuemm__heap *gnext, *gprev;   /* process-wide list of live heaps (stream.c) */
+} cuemm__heap;
+
+void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index);
+/* Frees the heap's host memory (its events must be gone already). */
+void cuemm__heap_fini(cuemm__heap *h);
+
+static inline size_t cuemm__heap_hash(uint64_t k, size_t cap)
+{
+  return (size_t)((k * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & (cap - 1);
+}
+
+/* The record of the block at `p`, or NIL. */
+static inline uint32_t cuemm__heap_find(const cuemm__heap *h, uintptr_t p)
+{
+  if (!h->mapcap)
+    return CUEMM__HEAP_NIL;
+  for (size_t i = cuemm__heap_hash(p, h->mapcap);; i = (i + 1) & (h->mapcap - 1)) {
+    uint32_t r = h->map[i];
+    if (r == CUEMM__HEAP_NIL)
+      return CUEMM__HEAP_NIL;
+    if (h->b[r].ptr == p)
+      return r;
+  }
+}
+
+/* The stream index of `s`, or NIL when the heap has not met it. */
+static inline uint32_t cuemm__heap_stream(cuemm__heap *h, CUstream s)
+{
+  if (!s)
+    s = CU_STREAM_LEGACY;
+  if (h->last < h->nst && h->st[h->last].s == s)
+    return h->last;
+  for (uint32_t i = 0; i < h->nst; i++)
+    if (h->st[i].s == s)
+      return h->last = i;
+  return CUEMM__HEAP_NIL;
+}
+
+static inline uint64_t cuemm__heap_binkey(uint32_t hs, size_t size)
+{
+  return ((uint64_t)(hs + 1) << 40) | (uint64_t)(size >> 8);
+}
+
+/* The bin of (hs, size), or NIL. */
+static inline uint32_t cuemm__heap_bin(const cuemm__heap *h, uint32_t hs, size_t size)
+{
+  if (!h->bincap)
+    return CUEMM__HEAP_NIL;
+  uint64_t k = cuemm__heap_binkey(hs, size);
+  for (size_t i = cuemm__heap_hash(k, h->bincap);; i = (i + 1) & (h->bincap - 1)) {
+    if (h->bins[i].key == k)
+      return (uint32_t)i;
+    if (h->bins[i].key == 0)
+      return CUEMM__HEAP_NIL;
+  }
+}
+
+/* Takes the newest block of a bin (it must not be empty): it becomes LIVE on
+ * stream `hs` with `req` bytes asked for. */
+static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t req);
+/* Takes block r out of its bin (any position). */
+void cuemm__heap_unbin(cuemm__heap *h, uint32_t r);
+
+static inline void cuemm__heap_account_cached(cuemm__heap *h, cuemm__hblock *b, int sign)
+{
+  cuemm__hstream *st = &h->st[b->hs];
+  if (sign > 0) {
+    st->cached_bytes += b->size;
+    st->cached_count++;
+    h->cached_bytes += b->size;
+    h->cached_count++;
+  } else {
+    st->cached_bytes -= b->size;
+    st->cached_count--;
+    h->cached_bytes -= b->size;
+    h->cached_count--;
+  }
+}
+
+static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t req)
+{
+  cuemm__hbin *bn = &h->bins[bin];
+  uint32_t r = bn->head;
+  cuemm__hblock *b = &h->b[r];
+  bn->head = b->next;
+  if (b->next != CUEMM__HEAP_NIL)
+    h->b[b->next].prev = CUEMM__HEAP_NIL;
+  else
+    bn->tail = CUEMM__HEAP_NIL;
+  cuemm__heap_account_cached(h, b, -1);
+  b->state = CUEMM__HB_LIVE;
+  b->hs = hs;
+  b->req = req;
+  h->live_bytes += req;
+  h->live_count++;
+  h->allocs++;
+  return r;
+}
+
+/* cuemm__heap_cache for a (stream, size) that has no bin yet. */
+int cuemm__heap_cache_newbin(cuemm__heap *h, uint32_t r, uint32_t hs);
+
+/* Links block r, whose state and stream are set, at the head of bin `bin`. */
+static inline void cuemm__heap_link(cuemm__heap *h, uint32_t r, uint32_t bin)
+{
+  cuemm__hbin *bn = &h->bins[bin];
+  cuemm__hblock *b = &h->b[r];
+  b->bin = bin;
+  b->prev = CUEMM__HEAP_NIL;
+  b->next = bn->head;
+  if (bn->head != CUEMM__HEAP_NIL)
+    h->b[bn->head].prev = r;
+  else
+    bn->tail = r;
+  bn->head = r;
+  cuemm__heap_account_cached(h, b, 1);
+}
+
+/* Makes LIVE block r CACHED on stream hs (numbered as that stream's next
+ * free), at the head of its bin.  Returns 0, or -1 when host memory for a
+ * new bin ran out (nothing changed). */
+static inline int cuemm__heap_cache(cuemm__heap *h, uint32_t r, uint32_t hs)
+{
+  cuemm__hblock *b = &h->b[r];
+  uint32_t bin = cuemm__heap_bin(h, hs, b->size);
+  if (bin == CUEMM__HEAP_NIL)
+    return cuemm__heap_cache_newbin(h, r, hs);
+  h->live_bytes -= b->req;
+  h->live_count--;
+  h->frees++;
+  b->state = CUEMM__HB_CACHED;
+  b->hs = hs;
+  b->seq = ++h->st[hs].freed;
+  cuemm__heap_link(h, r, bin);
+  return 0;
+}
+
+/* Adds a stream; returns its index or NIL when host memory ran out. */
+uint32_t cuemm__heap_add_stream(cuemm__heap *h, CUstream s);
+
+/* Adds a record for a pool block (state LIVE on hs with `req` bytes, or
+ * CACHED on hs when req is 0).  Returns its index or NIL when host memory
+ * ran out (nothing changed). */
+uint32_t cuemm__heap_insert(cuemm__heap *h, uintptr_t ptr, size_t size, uint32_t blk, uint32_t hs, size_t req);
+
+/* Forgets record r (LIVE or already out of its bin): the block leaves the
+ * heap. */
+void cuemm__heap_remove(cuemm__heap *h, uint32_t r);
+
+/* Checks the heap's invariants; NULL or the first violation. */
+const char *cuemm__heap_check(const cuemm__heap *h);
+
+#endif

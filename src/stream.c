@@ -1,0 +1,905 @@
+/* stream.c: owns the stream-ordered path: cuemm_alloc_async,
+ * cuemm_free_async, cuemm_record_stream and cuemm_stream_release, the
+ * thread heaps they run on (heap.h), when a block freed on one stream may
+ * serve another, and giving cached blocks back to the pool.
+ *
+ * The rule is the driver's own (cuMemAllocAsync / cuMemFreeAsync): a block
+ * freed on stream S is reusable at once by later work on S, since stream
+ * order runs that work after everything queued before the free; another
+ * stream may take it only once an event recorded on S after the free has
+ * completed, or after it was made to wait on that event (cuStreamWaitEvent,
+ * CUEMM_STREAM_REUSE=wait).  Events are recorded lazily, one per batch: only
+ * when another stream (or the pool) wants blocks that S freed after its last
+ * event, and then one event covers every such free.  They are queried, never
+ * waited on by the host, and come from a small cache per heap.
+ *
+ * Threads: each thread has a heap per manager, found through a thread-local
+ * slot, so the common alloc and free take no shared lock.  A free from a
+ * thread that does not hold the block moves it into the freeing thread's
+ * heap (through the manager's owned table, which records which heap holds
+ * each block it gave out).  The pool takes idle cached blocks back before
+ * it grows (cuemm__stream_reclaim), so a heap never makes the pool map more.
+ * A thread that exits leaves its heap to the manager; the next new thread
+ * adopts it.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "manager.h"
+
+#define STREAM_TLS_SLOTS 8
+
+/* ---- the thread's heaps ------------------------------------------------------- */
+
+typedef struct tls_slot {
+  const cuemm_manager *m;
+  uint64_t serial;
+  cuemm__heap *h;
+} tls_slot;
+
+static _Thread_local tls_slot tls[STREAM_TLS_SLOTS];
+
+/* Every heap of every live manager, so a thread's exit can tell whether the
+ * heaps its slots name still exist.  Innermost lock: nothing else is taken
+ * while it is held, except a heap's lock at thread exit. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static cuemm__heap *g_heaps;
+static pthread_key_t g_key;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static _Atomic uint64_t g_retired = 1;
+
+static void thread_exit(void *unused);
+
+static void once_init(void)
+{
+  pthread_key_create(&g_key, thread_exit);
+}
+
+static int heap_registered(const cuemm__heap *h)
+{
+  for (cuemm__heap *x = g_heaps; x; x = x->gnext)
+    if (x == h)
+      return 1;
+  return 0;
+}
+
+/* A key no stream handle has: handles are aligned pointers, and the driver's
+ * special streams are 0x1 and 0x2. */
+static CUstream retired_key(void)
+{
+  return (CUstream)(uintptr_t)((atomic_fetch_add(&g_retired, 1) << 4) | 0x5);
+}
+
+/* The thread is gone: its heap stays with the manager for another thread to
+ * adopt.  Its per-thread default stream is gone with it (no later work can
+ * follow its frees in order), so that stream's blocks are retired: other
+ * streams take them once their events complete, the pool once a flush
+ * synchronizes. */
+static void thread_exit(void *unused)
+{
+  (void)unused;
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < STREAM_TLS_SLOTS; i++) {
+    cuemm__heap *h = tls[i].h;
+    tls[i] = (tls_slot){ 0 };
+    if (!h || !heap_registered(h))
+      continue;
+    cuemm__lock_acquire(&h->lock);
+    for (uint32_t k = 0; k < h->nst; k++)
+      if (h->st[k].s == CU_STREAM_PER_THREAD) {
+        h->st[k].s = retired_key();
+        h->st[k].retired = 1;
+      }
+    h->last = CUEMM__HEAP_NIL;
+    atomic_store(&h->orphan, 1);
+    cuemm__lock_release(&h->lock);
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+static __attribute__((noinline)) cuemm__heap *heap_of_slow(const cuemm_manager *m)
+{
+  for (int i = 1; i < STREAM_TLS_SLOTS; i++)
+    if (tls[i].m == m && tls[i].serial == m->serial) {
+      tls_slot t = tls[i];
+      tls[i] = tls[0];
+      tls[0] = t;
+      return t.h;
+    }
+  return NULL;
+}
+
+/* The calling thread's heap for m, or NULL when it has none yet. */
+static inline cuemm__heap *heap_of(const cuemm_manager *m)
+{
+  if (__builtin_expect(tls[0].m == m && tls[0].serial == m->serial, 1))
+    return tls[0].h;
+  return heap_of_slow(m);
+}
+
+/* Gives the calling thread a heap for m: an orphan's, or a new one.
+ * m's lock held. */
+static CUresult heap_attach_locked(cuemm_manager *m, cuemm__heap **out)
+{
+  pthread_once(&g_once, once_init);
+  cuemm__heap *h = NULL;
+  for (uint32_t i = 0; i < m->nheaps && !h; i++) {
+    int one = 1;
+    if (atomic_compare_exchange_strong(&m->heaps[i]->orphan, &one, 0))
+      h = m->heaps[i];
+  }
+  if (!h) {
+    if (m->nheaps == m->capheaps) {
+      uint32_t cap = m->capheaps ? m->capheaps * 2 : 8;
+      cuemm__heap **g = realloc(m->heaps, cap * sizeof *g);
+      if (!g)
+        return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for a thread's stream cache");
+      m->heaps = g;
+      m->capheaps = cap;
+    }
+    if (!(h = malloc(sizeof *h)))
+      return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for a thread's stream cache");
+    cuemm__heap_init(h, m, m->nheaps);
+    m->heaps[m->nheaps++] = h;
+    pthread_mutex_lock(&g_lock);
+    h->gnext = g_heaps;
+    if (g_heaps)
+      g_heaps->gprev = h;
+    g_heaps = h;
+    pthread_mutex_unlock(&g_lock);
+  }
+  /* The slot it takes: a free one, one of a manager that is gone, or the
+   * last (whose heap is left to be adopted). */
+  int i = STREAM_TLS_SLOTS - 1;
+  for (int k = 0; k < STREAM_TLS_SLOTS; k++)
+    if (!tls[k].h) {
+      i = k;
+      break;
+    }
+  if (tls[i].h) {
+    pthread_mutex_lock(&g_lock);
+    if (heap_registered(tls[i].h))
+      atomic_store(&tls[i].h->orphan, 1);
+    pthread_mutex_unlock(&g_lock);
+  }
+  tls[i] = tls[0];
+  tls[0] = (tls_slot){ m, m->serial, h };
+  pthread_setspecific(g_key, (void *)1);
+  *out = h;
+  return CUDA_SUCCESS;
+}
+
+/* ---- events --------------------------------------------------------------------- */
+
+static int stream_is_own_only(CUstream s)
+{
+  /* The per-thread default stream names a different stream on every thread:
+   * only the heap's own thread may record on it. */
+  return s == CU_STREAM_PER_THREAD;
+}
+
+/* Asks the driver which of stream a's recorded events have completed, and
+ * moves its `done` forward.  Context current. */
+static CUresult stream_query(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
+{
+  unsigned k = 0;
+  CUresult r = CUDA_SUCCESS;
+  while (k < a->nbatch) {
+    r = m->drv->EventQuery(a->batch[k].ev);
+    if (r == CUDA_ERROR_NOT_READY) {
+      r = CUDA_SUCCESS;
+      break;
+    }
+    if (r != CUDA_SUCCESS) {
+      cuemm__driver_error(r, "cuEventQuery (the event of a batch of frees on stream %p)", (void *)a->s);
+      break;
+    }
+    a->done = a->batch[k].seq;
+    if (h->nev < sizeof h->evcache / sizeof h->evcache[0])
+      h->evcache[h->nev++] = a->batch[k].ev;
+    else
+      m->drv->EventDestroy(a->batch[k].ev);
+    k++;
+  }
+  if (k) {
+    memmove(a->batch, a->batch + k, (a->nbatch - k) * sizeof a->batch[0]);
+    a->nbatch -= k;
+  }
+  return r;
+}
+
+/* Records one event on stream a covering every free on it so far.  Context
+ * current; `a` must not be retired, and a per-thread stream only by its own
+ * thread. */
+static CUresult stream_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
+{
+  if (a->covered == a->freed || a->nbatch == CUEMM__HEAP_BATCHES)
+    return CUDA_SUCCESS;
+  CUevent ev;
+  CUresult r;
+  if (h->nev)
+    ev = h->evcache[--h->nev];
+  else if ((r = m->drv->EventCreate(&ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuEventCreate (for a batch of frees on stream %p)", (void *)a->s);
+  r = m->drv->EventRecord(ev, a->s);
+  if (r != CUDA_SUCCESS) {
+    h->evcache[h->nev++] = ev;
+    return cuemm__driver_error(r, "cuEventRecord on stream %p (after %" PRIu64 " frees)", (void *)a->s,
+                               a->freed - a->covered);
+  }
+  a->batch[a->nbatch++] = (cuemm__hbatch){ ev, a->freed };
+  a->covered = a->freed;
+  h->events_recorded++;
+  return CUDA_SUCCESS;
+}
+
+static void heap_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver)
+{
+  for (uint32_t k = 0; k < h->nst; k++) {
+    cuemm__hstream *a = &h->st[k];
+    for (unsigned i = 0; i < a->nbatch; i++)
+      if (use_driver)
+        m->drv->EventDestroy(a->batch[i].ev);
+    a->nbatch = 0;
+  }
+  if (use_driver)
+    for (unsigned i = 0; i < h->nev; i++)
+      m->drv->EventDestroy(h->evcache[i]);
+  h->nev = 0;
+}
+
+/* ---- cross-stream reuse ------------------------------------------------------------ */
+
+/* Moves cached block r (of another stream) to LIVE on hs. */
+static void take_cached(cuemm__heap *h, uint32_t r, uint32_t hs, size_t req)
+{
+  cuemm__heap_unbin(h, r);
+  cuemm__hblock *b = &h->b[r];
+  b->state = CUEMM__HB_LIVE;
+  b->hs = hs;
+  b->req = req;
+  h->live_bytes += req;
+  h->live_count++;
+  h->allocs++;
+  h->steals++;
+}
+
+/* Finds a block of size rs that another stream of this heap freed and that
+ * stream hs may use now.  Owner's thread, heap locked.  Returns the record
+ * or NIL; a driver failure is NIL too (the caller falls back to the pool),
+ * with the message kept. */
+static uint32_t steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, size_t rs, size_t req)
+{
+  int entered = 0;
+  cuemm__ctx_guard g;
+  uint32_t got = CUEMM__HEAP_NIL;
+  for (uint32_t k = 0; k < h->nst && got == CUEMM__HEAP_NIL; k++) {
+    if (k == hs)
+      continue;
+    uint32_t bin = cuemm__heap_bin(h, k, rs);
+    if (bin == CUEMM__HEAP_NIL || h->bins[bin].tail == CUEMM__HEAP_NIL)
+      continue;
+    cuemm__hstream *a = &h->st[k];
+    uint32_t t = h->bins[bin].tail; /* the oldest: the first an event covers */
+    if (h->b[t].seq > a->done) {
+      if (!entered) {
+        if (cuemm__ctx_enter(m, &g) != CUDA_SUCCESS)
+          return CUEMM__HEAP_NIL;
+        entered = 1;
+      }
+      if (stream_query(m, h, a) != CUDA_SUCCESS)
+        continue;
+      if (h->b[t].seq > a->done && a->covered < h->b[t].seq && !a->retired)
+        if (stream_record(m, h, a) == CUDA_SUCCESS)
+          stream_query(m, h, a);
+    }
+    if (h->b[t].seq <= a->done) {
+      got = t;
+      break;
+    }
+    if (m->cfg.stream_reuse == CUEMM_STREAM_REUSE_WAIT && a->covered >= h->b[t].seq) {
+      /* The first batch that covers it: make the allocating stream wait. */
+      unsigned i = 0;
+      while (a->batch[i].seq < h->b[t].seq)
+        i++;
+      CUresult r = m->drv->StreamWaitEvent(h->st[hs].s, a->batch[i].ev, 0);
+      if (r == CUDA_SUCCESS) {
+        h->event_waits++;
+        got = t;
+      } else
+        cuemm__driver_error(r, "cuStreamWaitEvent(stream %p, the event of stream %p)", (void *)h->st[hs].s,
+                            (void *)a->s);
+    }
+  }
+  if (got != CUEMM__HEAP_NIL)
+    take_cached(h, got, hs, req);
+  if (entered)
+    cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  return got;
+}
+
+/* ---- giving cached blocks back ------------------------------------------------------- */
+
+/* Returns to the pool every block cached in h that every stream may use
+ * (its stream's `done` passed it); with `all`, every cached block, through
+ * the pending queue (whose flush synchronizes the context first).  Both
+ * locks held, context current.  Returns the bytes given back. */
+static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all)
+{
+  size_t given = 0;
+  for (uint32_t k = 0; k < h->nst; k++) {
+    cuemm__hstream *a = &h->st[k];
+    if (!a->cached_count)
+      continue;
+    stream_query(m, h, a);
+    if (!all && a->covered < a->freed && !a->retired && !stream_is_own_only(a->s)) {
+      stream_record(m, h, a);
+      stream_query(m, h, a);
+    }
+  }
+  for (uint32_t r = 1; r < h->nb; r++) {
+    cuemm__hblock *b = &h->b[r];
+    if (b->state != CUEMM__HB_CACHED)
+      continue;
+    int idle = b->seq <= h->st[b->hs].done;
+    if (!idle && !all)
+      continue;
+    uintptr_t ptr = b->ptr;
+    size_t size = b->size;
+    uint32_t blk = b->blk;
+    if (!idle) {
+      if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) != 0)
+        continue; /* stays cached: nothing is lost */
+      m->pool_pending++;
+    } else
+      cuemm__pool_give(m->pool, blk);
+    cuemm__heap_unbin(h, r);
+    cuemm__heap_remove(h, r);
+    cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
+    if (e)
+      cuemm__owned_remove(&m->owned, e);
+    given += size;
+  }
+  return given;
+}
+
+size_t cuemm__stream_reclaim(cuemm_manager *m, int all)
+{
+  size_t given = 0;
+  cuemm__ctx_guard g;
+  if (cuemm__ctx_enter(m, &g) != CUDA_SUCCESS)
+    return 0;
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap *h = m->heaps[i];
+    cuemm__lock_acquire(&h->lock);
+    if (h->cached_count)
+      given += heap_give_back(m, h, all);
+    cuemm__lock_release(&h->lock);
+  }
+  cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  if (given)
+    m->stream_reclaims++;
+  return given;
+}
+
+/* ---- the public calls ------------------------------------------------------------------ */
+
+#define CHECK_ASYNC(m, fn)                                                     \
+  do {                                                                         \
+    if (!(m))                                                                  \
+      return cuemm__error(CUDA_ERROR_INVALID_VALUE, fn ": manager is NULL");   \
+    if (!(m)->pool)                                                            \
+      return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, fn ": this manager has no pool; the stream-ordered " \
+                          "path serves pool blocks only (create the manager with CUEMM_POOL=vmm or "   \
+                          "cuemm_config.pool = CUEMM_POOL_VMM)");                                     \
+    if (!(m)->drv->EventRecord || !(m)->drv->EventQuery || !(m)->drv->StreamWaitEvent)                 \
+      return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, fn ": the driver lacks the event entry points "      \
+                          "(cuEventRecord, cuEventQuery, cuStreamWaitEvent) the stream-ordered path needs"); \
+  } while (0)
+
+static inline size_t round_block(size_t size)
+{
+  return (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1);
+}
+
+static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
+                                                           size_t size, CUstream stream)
+{
+  if (size == 0)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: size is 0 (cuMemAllocAsync refuses "
+                        "zero-byte allocations)");
+  if (size > cuemm__pool_capacity(m->pool)) {
+    /* Too large for the pool: cuMemAlloc's memory is idle from the start,
+     * so it serves any stream; its free is deferred like cuemm_free's. */
+    uintptr_t out = 0;
+    CUresult r = cuemm__alloc(m, CUEMM__KIND_DEVICE, size, 0, &out);
+    if (out)
+      *p = (CUdeviceptr)out;
+    return r;
+  }
+  CUresult r;
+  size_t rs = round_block(size);
+  if (!h) {
+    cuemm__lock_acquire(&m->lock);
+    r = heap_attach_locked(m, &h);
+    cuemm__lock_release(&m->lock);
+    if (r != CUDA_SUCCESS)
+      return r;
+  }
+  cuemm__lock_acquire(&h->lock);
+  uint32_t hs = cuemm__heap_stream(h, stream);
+  if (hs == CUEMM__HEAP_NIL && (hs = cuemm__heap_add_stream(h, stream)) == CUEMM__HEAP_NIL) {
+    cuemm__lock_release(&h->lock);
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory to track stream %p",
+                        (void *)stream);
+  }
+  uint32_t bin = cuemm__heap_bin(h, hs, rs);
+  uint32_t got = bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL ? cuemm__heap_pop(h, bin, hs, size)
+                                                                              : steal(m, h, hs, rs, size);
+  if (got != CUEMM__HEAP_NIL) {
+    *p = (CUdeviceptr)h->b[got].ptr;
+    cuemm__lock_release(&h->lock);
+    return CUDA_SUCCESS;
+  }
+  cuemm__lock_release(&h->lock);
+
+  /* From the pool, under the manager's lock (taken before the heap's). */
+  uintptr_t ptr;
+  uint32_t blk;
+  cuemm__lock_acquire(&m->lock);
+  r = cuemm__pool_take_locked(m, size, &ptr, &blk);
+  if (r == CUDA_SUCCESS) {
+    cuemm__lock_acquire(&h->lock);
+    uint32_t rec = cuemm__heap_insert(h, ptr, rs, blk, hs, size);
+    if (rec != CUEMM__HEAP_NIL && cuemm__owned_add(&m->owned, ptr, size, CUEMM__KIND_STREAM, h->index) != 0) {
+      cuemm__heap_remove(h, rec);
+      rec = CUEMM__HEAP_NIL;
+    }
+    if (rec != CUEMM__HEAP_NIL)
+      h->allocs++;
+    cuemm__lock_release(&h->lock);
+    if (rec == CUEMM__HEAP_NIL) {
+      cuemm__pool_give(m->pool, blk);
+      r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory left to record the allocation");
+    }
+  }
+  if (r != CUDA_SUCCESS)
+    m->st.alloc_failures++;
+  cuemm__lock_release(&m->lock);
+  if (r == CUDA_SUCCESS)
+    *p = (CUdeviceptr)ptr;
+  else
+    cuemm__error_append(" (cuemm_alloc_async of %zu bytes on stream %p)", size, (void *)stream);
+  return r;
+}
+
+CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
+{
+  CHECK_ASYNC(m, "cuemm_alloc_async");
+  if (!p)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: p is NULL");
+  cuemm__heap *h = heap_of(m);
+  if (__builtin_expect(h && size - 1 < cuemm__pool_capacity(m->pool), 1)) {
+    cuemm__lock_acquire(&h->lock);
+    uint32_t hs = cuemm__heap_stream(h, stream);
+    if (hs != CUEMM__HEAP_NIL) {
+      uint32_t bin = cuemm__heap_bin(h, hs, round_block(size));
+      if (bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL) {
+        uint32_t r = cuemm__heap_pop(h, bin, hs, size);
+        *p = (CUdeviceptr)h->b[r].ptr;
+        cuemm__lock_release(&h->lock);
+        return CUDA_SUCCESS;
+      }
+    }
+    cuemm__lock_release(&h->lock);
+  }
+  return alloc_async_slow(m, h, p, size, stream);
+}
+
+/* Before a block with streams named by cuemm_record_stream is cached on
+ * `hs`: one event on each of those streams, and `hs` waits for them, so
+ * stream order on `hs` covers their work too.  Heap locked, owner's thread
+ * or the manager's lock held. */
+static CUresult wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream freeing)
+{
+  CUresult res = CUDA_SUCCESS;
+  cuemm__ctx_guard g;
+  if ((res = cuemm__ctx_enter(m, &g)) != CUDA_SUCCESS)
+    return res;
+  for (uint32_t i = 0; i < h->nuses;) {
+    if (h->uses[i].r != r) {
+      i++;
+      continue;
+    }
+    if (res == CUDA_SUCCESS) {
+      CUevent ev;
+      if (h->nev)
+        ev = h->evcache[--h->nev];
+      else if ((res = m->drv->EventCreate(&ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+        cuemm__driver_error(res, "cuEventCreate (for cuemm_record_stream)");
+        continue;
+      }
+      if ((res = m->drv->EventRecord(ev, h->uses[i].s)) != CUDA_SUCCESS)
+        cuemm__driver_error(res, "cuEventRecord on stream %p (named by cuemm_record_stream)", (void *)h->uses[i].s);
+      else if ((res = m->drv->StreamWaitEvent(freeing, ev, 0)) != CUDA_SUCCESS)
+        cuemm__driver_error(res, "cuStreamWaitEvent(stream %p, the event of stream %p)", (void *)freeing,
+                            (void *)h->uses[i].s);
+      else
+        h->event_waits++;
+      h->evcache[h->nev++] = ev; /* a wait takes the event's state when it is queued: reusable now */
+      if (res != CUDA_SUCCESS)
+        continue;
+    }
+    h->uses[i] = h->uses[--h->nuses];
+  }
+  if (res == CUDA_SUCCESS)
+    h->b[r].uses = 0;
+  return cuemm__ctx_leave(m, &g, res);
+}
+
+static void drop_uses(cuemm__heap *h, uint32_t r)
+{
+  for (uint32_t i = 0; i < h->nuses;)
+    if (h->uses[i].r == r)
+      h->uses[i] = h->uses[--h->nuses];
+    else
+      i++;
+  h->b[r].uses = 0;
+}
+
+/* Caches LIVE record r of h (the caller's own heap) on `stream`.  Heap
+ * locked. */
+static CUresult cache_on(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream stream, const char *fn)
+{
+  uint32_t hs = cuemm__heap_stream(h, stream);
+  if (hs == CUEMM__HEAP_NIL && (hs = cuemm__heap_add_stream(h, stream)) == CUEMM__HEAP_NIL)
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: no host memory to track stream %p", fn, (void *)stream);
+  CUresult res;
+  if (h->b[r].uses && (res = wait_recorded(m, h, r, h->st[hs].s)) != CUDA_SUCCESS)
+    return res;
+  if (cuemm__heap_cache(h, r, hs) != 0)
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: no host memory to cache the freed block", fn);
+  return CUDA_SUCCESS;
+}
+
+static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp,
+                                                          CUstream stream)
+{
+  uintptr_t p = (uintptr_t)dp;
+  CUresult r;
+  if (!p)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: the pointer is 0");
+  if (h) {
+    cuemm__lock_acquire(&h->lock);
+    uint32_t rec = cuemm__heap_find(h, p);
+    if (rec != CUEMM__HEAP_NIL) {
+      if (h->b[rec].state == CUEMM__HB_CACHED)
+        r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: double free of 0x%" PRIxPTR " (%zu bytes): "
+                         "it was freed on stream %p already", p, h->b[rec].size, (void *)h->st[h->b[rec].hs].s);
+      else
+        r = cache_on(m, h, rec, stream, "cuemm_free_async");
+      cuemm__lock_release(&h->lock);
+      return r;
+    }
+    cuemm__lock_release(&h->lock);
+  }
+
+  /* Not this thread's: find who holds it. */
+  cuemm__lock_acquire(&m->lock);
+  if (!h && (r = heap_attach_locked(m, &h)) != CUDA_SUCCESS) {
+    cuemm__lock_release(&m->lock);
+    return r;
+  }
+  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
+  if (!e || (e->kind != CUEMM__KIND_STREAM && e->kind != CUEMM__KIND_POOL)) {
+    /* cuMemAlloc memory (too large for the pool), or nothing of ours: the
+     * deferred path frees the one and explains the other. */
+    cuemm__lock_release(&m->lock);
+    r = cuemm__free(m, CUEMM__KIND_DEVICE, p);
+    if (r != CUDA_SUCCESS && strncmp(cuemm_last_error(), "cuemm_free: ", 12) == 0) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", cuemm_last_error() + 12);
+      cuemm__error(r, "cuemm_free_async: %s", why);
+    }
+    return r;
+  }
+  size_t size, req = e->size;
+  uint32_t blk;
+  if (e->kind == CUEMM__KIND_STREAM) {
+    cuemm__heap *o = m->heaps[e->aux];
+    cuemm__lock_acquire(&o->lock);
+    uint32_t rec = cuemm__heap_find(o, p);
+    if (o->b[rec].state == CUEMM__HB_CACHED) {
+      r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: double free of 0x%" PRIxPTR " (%zu bytes): it "
+                       "was freed already (on stream %p, by another thread)", p, o->b[rec].size,
+                       (void *)o->st[o->b[rec].hs].s);
+      cuemm__lock_release(&o->lock);
+      cuemm__lock_release(&m->lock);
+      return r;
+    }
+    if (o->b[rec].uses && (r = wait_recorded(m, o, rec, stream ? stream : CU_STREAM_LEGACY)) != CUDA_SUCCESS) {
+      cuemm__lock_release(&o->lock);
+      cuemm__lock_release(&m->lock);
+      return r;
+    }
+    size = o->b[rec].size;
+    blk = o->b[rec].blk;
+    req = o->b[rec].req;
+    cuemm__heap_remove(o, rec);
+    o->allocs--; /* counted again below, where the block now lives */
+    cuemm__lock_release(&o->lock);
+  } else {
+    /* A block of cuemm_alloc: it leaves the deferred path for this heap. */
+    size = round_block(e->size);
+    blk = e->aux;
+    m->st.live_bytes -= e->size;
+    m->st.live_count--;
+    m->st.allocs--;
+  }
+  e->kind = CUEMM__KIND_STREAM;
+  e->aux = h->index;
+  cuemm__lock_acquire(&h->lock);
+  uint32_t hs = cuemm__heap_stream(h, stream);
+  if (hs == CUEMM__HEAP_NIL)
+    hs = cuemm__heap_add_stream(h, stream);
+  uint32_t rec = hs == CUEMM__HEAP_NIL ? CUEMM__HEAP_NIL : cuemm__heap_insert(h, p, size, blk, hs, req);
+  if (rec == CUEMM__HEAP_NIL || cuemm__heap_cache(h, rec, hs) != 0) {
+    /* No host memory for the record: the block goes back through the
+     * deferred queue instead, which is always correct. */
+    if (rec != CUEMM__HEAP_NIL)
+      cuemm__heap_remove(h, rec);
+    cuemm__owned_remove(&m->owned, e);
+    if (cuemm__pending_push(&m->pending, p, size, CUEMM__KIND_POOL, blk) == 0)
+      m->pool_pending++;
+    else
+      cuemm__pool_give(m->pool, blk); /* cannot happen in practice; never leak */
+  } else
+    h->allocs++;
+  cuemm__lock_release(&h->lock);
+  cuemm__lock_release(&m->lock);
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
+{
+  CHECK_ASYNC(m, "cuemm_free_async");
+  cuemm__heap *h = heap_of(m);
+  if (__builtin_expect(h != NULL, 1)) {
+    cuemm__lock_acquire(&h->lock);
+    uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
+    if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE && !h->b[r].uses) {
+      uint32_t hs = cuemm__heap_stream(h, stream);
+      if (hs != CUEMM__HEAP_NIL && cuemm__heap_cache(h, r, hs) == 0) {
+        cuemm__lock_release(&h->lock);
+        return CUDA_SUCCESS;
+      }
+    }
+    cuemm__lock_release(&h->lock);
+  }
+  return free_async_slow(m, h, dp, stream);
+}
+
+CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
+{
+  CHECK_ASYNC(m, "cuemm_record_stream");
+  uintptr_t p = (uintptr_t)dp;
+  if (!stream)
+    stream = CU_STREAM_LEGACY;
+  CUresult r = CUDA_SUCCESS;
+  cuemm__lock_acquire(&m->lock);
+  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
+  if (e && e->kind == CUEMM__KIND_POOL && !e->pending) {
+    /* A block of cuemm_alloc: its free synchronizes the whole context,
+     * which covers every stream already. */
+  } else if (!e || e->kind != CUEMM__KIND_STREAM) {
+    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_record_stream: 0x%" PRIxPTR " is not the start of a live pool "
+                     "block of this manager (allocated elsewhere, an interior pointer, or freed already)", p);
+  } else {
+    cuemm__heap *o = m->heaps[e->aux];
+    cuemm__lock_acquire(&o->lock);
+    uint32_t rec = cuemm__heap_find(o, p);
+    cuemm__hblock *b = &o->b[rec];
+    if (b->state != CUEMM__HB_LIVE)
+      r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_record_stream: 0x%" PRIxPTR " was freed already", p);
+    else if (stream != o->st[b->hs].s || stream_is_own_only(stream)) {
+      int known = 0;
+      for (uint32_t i = 0; i < o->nuses; i++)
+        known |= o->uses[i].r == rec && o->uses[i].s == stream;
+      if (!known) {
+        if (o->nuses == o->capuses) {
+          uint32_t cap = o->capuses ? o->capuses * 2 : 16;
+          void *g = realloc(o->uses, cap * sizeof *o->uses);
+          if (!g)
+            r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_record_stream: no host memory");
+          else {
+            o->uses = g;
+            o->capuses = cap;
+          }
+        }
+        if (r == CUDA_SUCCESS) {
+          o->uses[o->nuses++] = (cuemm__huse){ rec, stream };
+          b->uses = 1;
+        }
+      }
+    }
+    cuemm__lock_release(&o->lock);
+  }
+  cuemm__lock_release(&m->lock);
+  return r;
+}
+
+CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
+{
+  CHECK_ASYNC(m, "cuemm_stream_release");
+  if (!stream || stream == CU_STREAM_LEGACY)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_stream_release: the legacy default stream is never "
+                        "destroyed; its cached blocks stay");
+  CUresult r = CUDA_SUCCESS;
+  cuemm__lock_acquire(&m->lock);
+  cuemm__ctx_guard g;
+  if ((r = cuemm__ctx_enter(m, &g)) != CUDA_SUCCESS) {
+    cuemm__lock_release(&m->lock);
+    return r;
+  }
+  cuemm__heap *mine = heap_of(m);
+  for (uint32_t i = 0; i < m->nheaps && r == CUDA_SUCCESS; i++) {
+    cuemm__heap *h = m->heaps[i];
+    if (stream_is_own_only(stream) && h != mine)
+      continue;
+    cuemm__lock_acquire(&h->lock);
+    for (uint32_t k = 0; k < h->nst; k++) {
+      cuemm__hstream *a = &h->st[k];
+      if (a->s != stream)
+        continue;
+      /* One last event covers its frees; then the stream is known by a key
+       * no new stream can have. */
+      r = stream_record(m, h, a);
+      if (r == CUDA_SUCCESS && a->covered < a->freed) {
+        /* No room for another event: the blocks go through a flush. */
+        for (uint32_t rr = 1; rr < h->nb; rr++)
+          if (h->b[rr].state == CUEMM__HB_CACHED && h->b[rr].hs == k && h->b[rr].seq > a->covered &&
+              cuemm__pending_push(&m->pending, h->b[rr].ptr, h->b[rr].size, CUEMM__KIND_POOL, h->b[rr].blk) == 0) {
+            cuemm__owned_entry *e = cuemm__owned_find(&m->owned, h->b[rr].ptr);
+            if (e)
+              cuemm__owned_remove(&m->owned, e);
+            m->pool_pending++;
+            cuemm__heap_unbin(h, rr);
+            cuemm__heap_remove(h, rr);
+          }
+      }
+      if (r == CUDA_SUCCESS) {
+        a->s = retired_key();
+        a->retired = 1;
+      }
+    }
+    h->last = CUEMM__HEAP_NIL;
+    cuemm__lock_release(&h->lock);
+  }
+  r = cuemm__ctx_leave(m, &g, r);
+  cuemm__lock_release(&m->lock);
+  return r;
+}
+
+/* ---- the manager's hooks ----------------------------------------------------------------- */
+
+CUresult cuemm__stream_to_queue(cuemm_manager *m, cuemm__owned_entry *e)
+{
+  cuemm__heap *o = m->heaps[e->aux];
+  cuemm__lock_acquire(&o->lock);
+  uint32_t rec = cuemm__heap_find(o, e->key);
+  cuemm__hblock *b = &o->b[rec];
+  if (b->state == CUEMM__HB_CACHED) {
+    CUresult r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free: double free of 0x%" PRIxPTR " (%zu bytes): it was "
+                              "freed on stream %p already (cuemm_free_async)", e->key, b->size, (void *)o->st[b->hs].s);
+    cuemm__lock_release(&o->lock);
+    return r;
+  }
+  /* The queue's flush synchronizes the whole context: every stream that
+   * used it, recorded or not, is done before the block is reused. */
+  drop_uses(o, rec);
+  size_t size = b->size;
+  uint32_t blk = b->blk;
+  uintptr_t p = e->key;
+  if (cuemm__pending_push(&m->pending, p, size, CUEMM__KIND_POOL, blk) != 0) {
+    cuemm__lock_release(&o->lock);
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory left to queue the free of 0x%" PRIxPTR, p);
+  }
+  o->allocs--;
+  m->st.allocs++;
+  cuemm__heap_remove(o, rec);
+  cuemm__lock_release(&o->lock);
+  m->pool_pending++;
+  cuemm__owned_remove(&m->owned, e);
+  return CUDA_SUCCESS;
+}
+
+void cuemm__stream_queue_all(cuemm_manager *m)
+{
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap *h = m->heaps[i];
+    cuemm__lock_acquire(&h->lock);
+    for (uint32_t r = 1; r < h->nb; r++) {
+      cuemm__hblock *b = &h->b[r];
+      if (b->state == CUEMM__HB_UNUSED)
+        continue;
+      if (cuemm__pending_push(&m->pending, b->ptr, b->size, CUEMM__KIND_POOL, b->blk) != 0)
+        continue;
+      m->pool_pending++;
+      cuemm__owned_entry *e = cuemm__owned_find(&m->owned, b->ptr);
+      if (e)
+        cuemm__owned_remove(&m->owned, e);
+      if (b->state == CUEMM__HB_CACHED)
+        cuemm__heap_unbin(h, r);
+      drop_uses(h, r);
+      cuemm__heap_remove(h, r);
+    }
+    cuemm__lock_release(&h->lock);
+  }
+}
+
+void cuemm__stream_stats(cuemm_manager *m, cuemm_stats *s)
+{
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap *h = m->heaps[i];
+    cuemm__lock_acquire(&h->lock);
+    s->live_bytes += h->live_bytes;
+    s->live_count += h->live_count;
+    s->allocs += h->allocs;
+    s->frees += h->frees;
+    s->stream_cached_bytes += h->cached_bytes;
+    s->stream_cached_count += h->cached_count;
+    s->stream_events += h->events_recorded;
+    s->stream_event_waits += h->event_waits;
+    s->stream_steals += h->steals;
+    cuemm__lock_release(&h->lock);
+  }
+  s->stream_heaps = m->nheaps;
+  s->stream_reclaims = m->stream_reclaims;
+}
+
+size_t cuemm__stream_live(cuemm_manager *m, size_t *bytes)
+{
+  size_t n = 0, b = 0;
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    n += m->heaps[i]->live_count;
+    b += m->heaps[i]->live_bytes;
+  }
+  if (bytes)
+    *bytes = b;
+  return n;
+}
+
+void cuemm__stream_fini(cuemm_manager *m, int use_driver)
+{
+  pthread_mutex_lock(&g_lock);
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap *h = m->heaps[i];
+    if (h->gprev)
+      h->gprev->gnext = h->gnext;
+    else
+      g_heaps = h->gnext;
+    if (h->gnext)
+      h->gnext->gprev = h->gprev;
+  }
+  pthread_mutex_unlock(&g_lock);
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap *h = m->heaps[i];
+    heap_drop_events(m, h, use_driver);
+    free(h->uses);
+    cuemm__heap_fini(h);
+    free(h);
+  }
+  free(m->heaps);
+  m->heaps = NULL;
+  m->nheaps = m->capheaps = 0;
+  /* This thread's slot must not outlive the manager (a later manager may
+   * get its address; the serial tells them apart for other threads). */
+  for (int i = 0; i < STREAM_TLS_SLOTS; i++)
+    if (tls[i].m == m)
+      tls[i] = (tls_slot){ 0 };
+}

@@ -1,0 +1,466 @@
+/* test-stream.c: the stream-ordered path (cuemm_alloc_async and friends):
+ * refusals, same-stream reuse without a driver call, cross-stream reuse only
+ * after the freeing stream's event (or with a wait), record_stream, mixing
+ * with the deferred path, frees from other threads, the pool taking cached
+ * blocks back before growing, trim, stream release, statistics.  In queue
+ * mode (simcuda) work runs late, as on a GPU, so data checks prove that no
+ * block is reused before the work queued on it is done.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define MIB ((size_t)1 << 20)
+
+static CUcontext ctx;
+
+static cuemm_manager *pool_manager(cuemm_stream_reuse reuse)
+{
+  cuemm_config c = test_config(10, 0.2);
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_reserve = 256 * MIB;
+  c.pool_chunk = 32 * MIB;
+  c.stream_reuse = reuse;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  return m;
+}
+
+static unsigned long calls(const char *e)
+{
+  return sim_present ? sim.calls(e) : 0;
+}
+
+/* Driver calls of the kinds the fast path must never make. */
+static unsigned long driver_work(void)
+{
+  static const char *const names[] = { "cuEventRecord", "cuEventQuery", "cuEventCreate", "cuStreamWaitEvent",
+                                       "cuCtxSynchronize", "cuMemCreate", "cuMemMap", "cuMemAlloc",
+                                       "cuStreamSynchronize", "cuCtxGetCurrent" };
+  unsigned long n = 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    n += calls(names[i]);
+  return n;
+}
+
+static unsigned char byte_at(CUdeviceptr p, size_t off)
+{
+  unsigned char b = 0;
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuMemcpyDtoH(&b, p + off, 1));
+  return b;
+}
+
+static void test_refusals(void)
+{
+  cuemm_config c = test_config(10, 0.2);
+  cuemm_manager *plain = NULL;
+  CHECK_CU(cuemm_create(&plain, ctx, &c));
+  CUdeviceptr p = 0;
+  is(cuemm_alloc_async(plain, &p, 256, NULL), CUDA_ERROR_NOT_SUPPORTED, "no pool: alloc_async refused");
+  like(cuemm_last_error(), "no pool", "the message says the manager has no pool");
+  like(cuemm_last_error(), "CUEMM_POOL=vmm", "and how to get one");
+  is(cuemm_free_async(plain, 0x1000, NULL), CUDA_ERROR_NOT_SUPPORTED, "no pool: free_async refused");
+  is(cuemm_record_stream(plain, 0x1000, NULL), CUDA_ERROR_NOT_SUPPORTED, "no pool: record_stream refused");
+  CHECK_CU(cuemm_destroy(plain));
+
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  is(cuemm_alloc_async(NULL, &p, 256, NULL), CUDA_ERROR_INVALID_VALUE, "NULL manager refused");
+  is(cuemm_alloc_async(m, NULL, 256, NULL), CUDA_ERROR_INVALID_VALUE, "NULL out pointer refused");
+  is(cuemm_alloc_async(m, &p, 0, NULL), CUDA_ERROR_INVALID_VALUE, "size 0 refused");
+  like(cuemm_last_error(), "size is 0", "the message says why");
+  is(cuemm_free_async(m, 0, NULL), CUDA_ERROR_INVALID_VALUE, "freeing 0 refused");
+  is(cuemm_free_async(m, 0xdead0000, NULL), CUDA_ERROR_INVALID_VALUE, "a foreign pointer refused");
+  like(cuemm_last_error(), "cuemm_free_async: 0x", "the message names the call and the pointer");
+  CHECK_CU(cuemm_alloc_async(m, &p, 1000, NULL));
+  is(cuemm_free_async(m, p + 256, NULL), CUDA_ERROR_INVALID_VALUE, "an interior pointer refused");
+  CHECK_CU(cuemm_free_async(m, p, NULL));
+  is(cuemm_free_async(m, p, NULL), CUDA_ERROR_INVALID_VALUE, "a double free refused");
+  like(cuemm_last_error(), "double free", "the message says double free");
+  is(cuemm_free(m, p), CUDA_ERROR_INVALID_VALUE, "cuemm_free after cuemm_free_async refused");
+  like(cuemm_last_error(), "double free", "as a double free");
+  is(cuemm_record_stream(m, p, NULL), CUDA_ERROR_INVALID_VALUE, "record_stream of a freed block refused");
+  is(cuemm_stream_release(m, NULL), CUDA_ERROR_INVALID_VALUE, "releasing the legacy stream refused");
+  cuemm_stats s = test_stats(m);
+  is(s.live_count, 0, "nothing live after the refusals");
+  is(s.stream_cached_count, 1, "the one good free is cached");
+  CHECK_CU(cuemm_destroy(m));
+}
+
+static void test_same_stream(void)
+{
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  static const size_t sizes[] = { 256, 4096, 65536, MIB, 16 * MIB };
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    CUdeviceptr p = 0, q = 0;
+    CHECK_CU(cuemm_alloc_async(m, &p, sizes[i], s));
+    CHECK_CU(cuemm_free_async(m, p, s));
+    if (sim_present)
+      sim.calls_reset();
+    int same = 1;
+    for (int k = 0; k < 100; k++) {
+      CHECK_CU(cuemm_alloc_async(m, &q, sizes[i], s));
+      same &= q == p;
+      CHECK_CU(cuemm_free_async(m, q, s));
+    }
+    ok(same, "%zu bytes: 100 pairs on one stream reuse the same block", sizes[i]);
+    if (sim_present)
+      is(driver_work(), 0, "%zu bytes: and make no driver call", sizes[i]);
+    else
+      skip(1, SIM_REASON);
+  }
+  /* NULL and CU_STREAM_LEGACY are one stream. */
+  CUdeviceptr a, b;
+  CHECK_CU(cuemm_alloc_async(m, &a, 3000, NULL));
+  CHECK_CU(cuemm_free_async(m, a, NULL));
+  CHECK_CU(cuemm_alloc_async(m, &b, 3000, CU_STREAM_LEGACY));
+  is(b, a, "a block freed on NULL serves CU_STREAM_LEGACY at once");
+  CHECK_CU(cuemm_free_async(m, b, CU_STREAM_LEGACY));
+  cuemm_stats st = test_stats(m);
+  is(st.allocs, 507, "allocs counted on the stream path");
+  is(st.frees, 507, "frees counted");
+  is(st.live_bytes, 0, "nothing live");
+  is(st.stream_heaps, 1, "one thread, one heap");
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
+/* Queue mode: a block freed on s1 while s1 still has work on it must not
+ * serve s2 until that work is done. */
+static void test_cross_stream(void)
+{
+  if (!sim_present || !sim.set_queue_mode) {
+    skip(9, "needs simcuda's queue mode to hold work back");
+    return;
+  }
+  sim.set_queue_mode(1);
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  CUstream s1, s2;
+  CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p, q;
+  CHECK_CU(cuemm_alloc_async(m, &p, 8192, s1));
+  CHECK_CU(cuMemsetD8Async(p, 0xAA, 8192, s1));
+  CHECK_CU(cuemm_free_async(m, p, s1));
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &q, 8192, s2));
+  ok(q != p, "s2 does not get s1's block while s1's work on it is queued");
+  is(calls("cuEventRecord"), 1, "one event recorded on s1 for its batch");
+  CHECK_CU(cuStreamSynchronize(s1));
+  is(byte_at(p, 8191), 0xAA, "s1's work wrote the block");
+  CUdeviceptr r;
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &r, 8192, s2));
+  is(r, p, "once s1's event completed, s2 takes the block");
+  is(calls("cuEventRecord"), 0, "no new event for the same batch");
+
+  /* A batch of ten frees: one event. */
+  CUdeviceptr v[10];
+  for (int i = 0; i < 10; i++) {
+    CHECK_CU(cuemm_alloc_async(m, &v[i], 512, s1));
+    CHECK_CU(cuMemsetD8Async(v[i], (unsigned char)i, 512, s1));
+  }
+  for (int i = 0; i < 10; i++)
+    CHECK_CU(cuemm_free_async(m, v[i], s1));
+  sim.calls_reset();
+  CUdeviceptr w[10];
+  CHECK_CU(cuemm_alloc_async(m, &w[0], 512, s2)); /* records the batch's event, not ready */
+  CHECK_CU(cuStreamSynchronize(s1));
+  int from_s1 = 0;
+  for (int i = 1; i < 10; i++) {
+    CHECK_CU(cuemm_alloc_async(m, &w[i], 512, s2));
+    for (int k = 0; k < 10; k++)
+      from_s1 += w[i] == v[k];
+  }
+  is(calls("cuEventRecord"), 1, "ten frees on s1, one event");
+  is(from_s1, 9, "after it completed, s2 reused s1's blocks");
+  cuemm_stats st = test_stats(m);
+  ok(st.stream_steals >= 10, "steals counted (%llu)", (unsigned long long)st.stream_steals);
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s1));
+  CHECK_CU(cuStreamDestroy(s2));
+  sim.set_queue_mode(0);
+}
+
+/* CUEMM_STREAM_REUSE=wait: s2 takes the block at once and waits on s1's
+ * event: s1's write lands first, s2's after. */
+static void test_wait_mode(void)
+{
+  if (!sim_present || !sim.set_queue_mode) {
+    skip(4, "needs simcuda's queue mode to hold work back");
+    return;
+  }
+  sim.set_queue_mode(1);
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_WAIT);
+  CUstream s1, s2;
+  CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p, q;
+  CHECK_CU(cuemm_alloc_async(m, &p, 4096, s1));
+  CHECK_CU(cuMemsetD8Async(p, 0x11, 4096, s1));
+  CHECK_CU(cuemm_free_async(m, p, s1));
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &q, 4096, s2));
+  is(q, p, "wait mode: s2 takes s1's block at once");
+  is(calls("cuStreamWaitEvent"), 1, "and waits on s1's event");
+  CHECK_CU(cuMemsetD8Async(q, 0x22, 4096, s2));
+  CHECK_CU(cuStreamSynchronize(s2));
+  is(byte_at(q, 0), 0x22, "s2's write is the last: s1's ran before it");
+  cuemm_stats st = test_stats(m);
+  is(st.stream_event_waits, 1, "the wait is counted");
+  CHECK_CU(cuemm_free_async(m, q, s2));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s1));
+  CHECK_CU(cuStreamDestroy(s2));
+  sim.set_queue_mode(0);
+}
+
+static void test_record_stream(void)
+{
+  if (!sim_present || !sim.set_queue_mode) {
+    skip(4, "needs simcuda's queue mode to hold work back");
+    return;
+  }
+  sim.set_queue_mode(1);
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  CUstream s1, s2;
+  CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p, q;
+  CHECK_CU(cuemm_alloc_async(m, &p, 4096, s1));
+  CHECK_CU(cuemm_record_stream(m, p, s2));
+  CHECK_CU(cuemm_record_stream(m, p, s2)); /* twice: once is kept */
+  CHECK_CU(cuemm_record_stream(m, p, s1)); /* its own stream: nothing */
+  CHECK_CU(cuMemsetD8Async(p, 0x33, 4096, s2));
+  sim.calls_reset();
+  CHECK_CU(cuemm_free_async(m, p, s1));
+  is(calls("cuStreamWaitEvent"), 1, "the free makes s1 wait for s2's work, once");
+  CHECK_CU(cuemm_alloc_async(m, &q, 4096, s1));
+  is(q, p, "s1 reuses the block in its own order");
+  CHECK_CU(cuMemsetD8Async(q, 0x44, 4096, s1));
+  CHECK_CU(cuStreamSynchronize(s1));
+  is(byte_at(q, 100), 0x44, "s1's new write came after s2's old one");
+  is(cuemm_record_stream(m, 0xdead0000, s2), CUDA_ERROR_INVALID_VALUE, "record_stream of a foreign pointer refused");
+  CHECK_CU(cuemm_free_async(m, q, s1));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s1));
+  CHECK_CU(cuStreamDestroy(s2));
+  sim.set_queue_mode(0);
+}
+
+static void test_mixing(void)
+{
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p, q;
+  /* cuemm_alloc, then cuemm_free_async: the block follows the stream. */
+  CHECK_CU(cuemm_alloc(m, &p, 5000));
+  CHECK_CU(cuemm_free_async(m, p, s));
+  cuemm_stats st = test_stats(m);
+  is(st.live_count, 0, "cuemm_alloc's block freed on a stream: not live");
+  is(st.stream_cached_count, 1, "it is cached for its stream");
+  is(st.pending_count, 0, "and not queued");
+  CHECK_CU(cuemm_alloc_async(m, &q, 5000, s));
+  is(q, p, "the stream reuses it");
+  /* cuemm_alloc_async, then cuemm_free: deferred like any free. */
+  CHECK_CU(cuemm_free(m, q));
+  st = test_stats(m);
+  is(st.pending_count, 1, "cuemm_alloc_async's block freed with cuemm_free: queued");
+  is(st.live_count, 0, "not live");
+  is(cuemm_free_async(m, q, s), CUDA_ERROR_INVALID_VALUE, "freeing it again on a stream is a double free");
+  like(cuemm_last_error(), "cuemm_free_async", "named as the stream call");
+  if (sim_present)
+    sim.calls_reset();
+  CHECK_CU(cuemm_flush(m));
+  if (sim_present)
+    is(calls("cuCtxSynchronize"), 1, "its flush synchronizes the context");
+  else
+    skip(1, SIM_REASON);
+  /* Larger than the pool: cuMemAlloc, and a deferred free. */
+  CUdeviceptr big;
+  if (sim_present)
+    sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &big, 300 * MIB, s));
+  if (sim_present)
+    is(calls("cuMemAlloc"), 1, "a request past the pool's capacity goes to cuMemAlloc");
+  else
+    skip(1, SIM_REASON);
+  if (sim_present)
+    sim.calls_reset();
+  CHECK_CU(cuemm_free_async(m, big, s));
+  if (sim_present)
+    is(calls("cuMemFree"), 1, "and its stream free goes the deferred way (300 MiB is past the byte threshold: "
+       "flushed at once)");
+  else
+    skip(1, SIM_REASON);
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
+typedef struct xthread {
+  cuemm_manager *m;
+  CUdeviceptr p;
+  CUstream s;
+  CUdeviceptr again;
+  CUresult r1, r2;
+} xthread;
+
+static void *free_elsewhere(void *arg)
+{
+  xthread *x = arg;
+  cuCtxSetCurrent(ctx);
+  x->r1 = cuemm_free_async(x->m, x->p, x->s);
+  x->r2 = cuemm_alloc_async(x->m, &x->again, 6000, x->s);
+  if (x->r2 == CUDA_SUCCESS)
+    cuemm_free_async(x->m, x->again, x->s);
+  return NULL;
+}
+
+static void test_threads(void)
+{
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  xthread x = { .m = m, .s = s };
+  CHECK_CU(cuemm_alloc_async(m, &x.p, 6000, s));
+  pthread_t t;
+  pthread_create(&t, NULL, free_elsewhere, &x);
+  pthread_join(t, NULL);
+  is(x.r1, CUDA_SUCCESS, "another thread frees a block this one allocated");
+  is(x.r2, CUDA_SUCCESS, "and allocates again");
+  is(x.again, x.p, "its own cache serves it the block it freed");
+  is(cuemm_free_async(m, x.p, s), CUDA_ERROR_INVALID_VALUE, "the allocating thread's free is now a double free");
+  like(cuemm_last_error(), "double free", "said so");
+  cuemm_stats st = test_stats(m);
+  is(st.stream_heaps, 2, "two threads, two heaps");
+  is(st.allocs, 2, "two allocations");
+  is(st.frees, 2, "two frees");
+  is(st.live_count, 0, "nothing live");
+  /* The exited thread's heap is adopted by the next thread. */
+  x.p = 0;
+  CHECK_CU(cuemm_alloc_async(m, &x.p, 6000, s));
+  pthread_create(&t, NULL, free_elsewhere, &x);
+  pthread_join(t, NULL);
+  st = test_stats(m);
+  is(st.stream_heaps, 2, "a new thread adopts the heap the first one left");
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
+/* The pool takes idle cached blocks back before it grows, and trim gives
+ * back everything. */
+static void test_reclaim(void)
+{
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  CUstream s1, s2;
+  CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr v[64];
+  for (int i = 0; i < 64; i++)
+    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s1));
+  for (int i = 0; i < 64; i++)
+    CHECK_CU(cuemm_free_async(m, v[i], s1));
+  CHECK_CU(cuStreamSynchronize(s1));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  size_t mapped = ps.mapped_bytes;
+  is(mapped, 64 * MIB, "64 blocks of 1 MiB mapped 64 MiB");
+  CUdeviceptr big;
+  CHECK_CU(cuemm_alloc_async(m, &big, 48 * MIB, s2));
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.mapped_bytes, mapped, "a 48 MiB request on another stream is served by the cached blocks, no growth");
+  cuemm_stats st = test_stats(m);
+  ok(st.stream_reclaims >= 1, "the pool took cached blocks back");
+  ok(st.stream_cached_bytes <= 16 * MIB, "what it took is no longer cached (%zu bytes left)", st.stream_cached_bytes);
+  CHECK_CU(cuemm_free_async(m, big, s2));
+  CHECK_CU(cuemm_pool_trim(m));
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.mapped_bytes, 0, "trim gives every cached block back and releases the memory");
+  st = test_stats(m);
+  is(st.stream_cached_bytes, 0, "nothing cached after trim");
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s1));
+  CHECK_CU(cuStreamDestroy(s2));
+}
+
+static void test_release_and_reset(void)
+{
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p, q;
+  CHECK_CU(cuemm_alloc_async(m, &p, 7000, s));
+  CHECK_CU(cuemm_free_async(m, p, s));
+  if (sim_present) {
+    sim.set_queue_mode(1);
+    CHECK_CU(cuMemsetD8Async(p, 1, 16, s)); /* work still "using" it */
+    sim.calls_reset();
+  }
+  CHECK_CU(cuemm_stream_release(m, s));
+  if (sim_present)
+    is(calls("cuEventRecord"), 1, "release records one last event on the stream");
+  else
+    skip(1, SIM_REASON);
+  CHECK_CU(cuemm_alloc_async(m, &q, 7000, s));
+  if (sim_present)
+    ok(q != p, "the same handle afterwards is a new stream: it does not get the block while the old work is queued");
+  else
+    skip(1, SIM_REASON);
+  if (sim_present) {
+    CHECK_CU(cuStreamSynchronize(s));
+    sim.set_queue_mode(0);
+  }
+  /* Reset frees everything, live and cached. */
+  CHECK_CU(cuemm_reset(m));
+  cuemm_stats st = test_stats(m);
+  is(st.live_count, 0, "reset: nothing live");
+  is(st.stream_cached_count, 0, "reset: nothing cached");
+  is(st.pending_count, 0, "reset: flushed");
+  is(cuemm_free_async(m, q, s), CUDA_ERROR_INVALID_VALUE, "a block freed by reset cannot be freed again");
+  CHECK_CU(cuemm_alloc_async(m, &q, 7000, s));
+  CHECK_CU(cuemm_destroy(m));
+  like(cuemm_last_error(), "1 outstanding", "destroy counts the live stream block as outstanding");
+  CHECK_CU(cuStreamDestroy(s));
+}
+
+static void test_exit_per_thread(void)
+{
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  xthread x = { .m = m, .s = CU_STREAM_PER_THREAD };
+  CHECK_CU(cuemm_alloc_async(m, &x.p, 6000, CU_STREAM_PER_THREAD));
+  pthread_t t;
+  pthread_create(&t, NULL, free_elsewhere, &x); /* frees on its own per-thread stream, then exits */
+  pthread_join(t, NULL);
+  is(x.r1, CUDA_SUCCESS, "freed on another thread's per-thread stream");
+  CUdeviceptr q;
+  CHECK_CU(cuemm_alloc_async(m, &q, 6000, CU_STREAM_PER_THREAD));
+  ok(q != x.p, "this thread's per-thread stream is another stream: it does not take that block as its own");
+  CHECK_CU(cuemm_free_async(m, q, CU_STREAM_PER_THREAD));
+  CHECK_CU(cuemm_destroy(m));
+}
+
+int main(void)
+{
+  sim_init();
+  ctx = test_primary_context(0);
+  size_t live0 = sim_live_baseline();
+
+  test_refusals();
+  test_same_stream();
+  test_cross_stream();
+  test_wait_mode();
+  test_record_stream();
+  test_mixing();
+  test_threads();
+  test_reclaim();
+  test_release_and_reset();
+  test_exit_per_thread();
+  sim_check_nothing_left(live0);
+  test_release_primary(0);
+  return tap_done();
+}
