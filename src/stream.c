@@ -167,6 +167,7 @@ static CUresult heap_attach_locked(cuemm_manager *m, cuemm__heap **out)
       atomic_store(&tls[i].h->orphan, 1);
     pthread_mutex_unlock(&g_lock);
   }
+  h->trim_mark = m->pool->threshold;
   tls[i] = tls[0];
   tls[0] = (tls_slot){ m, m->serial, h };
   pthread_setspecific(g_key, (void *)1);
@@ -665,6 +666,36 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   return CUDA_SUCCESS;
 }
 
+/* The release threshold covers the caches: a heap holding more than it
+ * gives its idle blocks back, and the pool releases what is then wholly
+ * free beyond the threshold.  A release that fails leaves the memory mapped
+ * and usable; the free that got here has succeeded either way. */
+static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h)
+{
+  char keep[512];
+  snprintf(keep, sizeof keep, "%s", cuemm_last_error());
+  cuemm__lock_acquire(&m->lock);
+  cuemm__ctx_guard g;
+  if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
+    cuemm__pool_note_low(m->pool);
+    cuemm__lock_acquire(&h->lock);
+    size_t given = heap_give_back(m, h, 0);
+    /* Blocks whose streams are still busy stay: try again only after the
+     * cache has grown by another part of the threshold. */
+    size_t t = m->pool->threshold;
+    h->trim_mark = h->cached_bytes > t ? h->cached_bytes + t / 4 + 1 : t;
+    cuemm__lock_release(&h->lock);
+    if (given) {
+      m->stream_reclaims++;
+      if (cuemm__pool_release_due(m->pool))
+        cuemm__pool_release(m->pool, m->pool->threshold);
+    }
+    cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  }
+  cuemm__lock_release(&m->lock);
+  cuemm__error(CUDA_SUCCESS, "%s", keep);
+}
+
 CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
   CHECK_ASYNC(m, "cuemm_free_async");
@@ -675,7 +706,10 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstrea
     if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE && !h->b[r].uses) {
       uint32_t hs = cuemm__heap_stream(h, stream);
       if (hs != CUEMM__HEAP_NIL && cuemm__heap_cache(h, r, hs) == 0) {
+        int over = h->cached_bytes > h->trim_mark;
         cuemm__lock_release(&h->lock);
+        if (__builtin_expect(over, 0))
+          trim_heap(m, h);
         return CUDA_SUCCESS;
       }
     }

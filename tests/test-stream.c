@@ -388,6 +388,38 @@ static void test_reclaim(void)
   CHECK_CU(cuStreamDestroy(s2));
 }
 
+/* The release threshold covers the caches: a thread caching more than it
+ * gives idle blocks back, and the pool releases what is wholly free. */
+static void test_threshold(void)
+{
+  cuemm_config c = test_config(10, 0.2);
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_reserve = 64 * MIB;
+  c.pool_chunk = 2 * MIB;
+  c.pool_release_threshold = 4 * MIB;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr v[16];
+  for (int i = 0; i < 16; i++)
+    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.mapped_bytes, 16 * MIB, "16 blocks of 1 MiB mapped");
+  CHECK_CU(cuStreamSynchronize(s));
+  for (int i = 0; i < 16; i++)
+    CHECK_CU(cuemm_free_async(m, v[i], s));
+  cuemm_stats st = test_stats(m);
+  ok(st.stream_cached_bytes <= 5 * MIB, "past the threshold the cache gave idle blocks back (%zu cached)",
+     st.stream_cached_bytes);
+  ok(st.stream_reclaims >= 1, "counted as reclaims (%llu)", (unsigned long long)st.stream_reclaims);
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  ok(ps.mapped_bytes <= 10 * MIB, "and the pool released chunks (%zu mapped)", ps.mapped_bytes);
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 static void test_release_and_reset(void)
 {
   cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
@@ -458,6 +490,7 @@ int main(void)
   test_mixing();
   test_threads();
   test_reclaim();
+  test_threshold();
   test_release_and_reset();
   test_exit_per_thread();
   sim_check_nothing_left(live0);
