@@ -5,17 +5,37 @@
  */
 #include "heap.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index)
 {
   memset(h, 0, sizeof *h);
-  cuemm__lock_init(&h->lock);
+  atomic_init(&h->busy, 0);
+  atomic_init(&h->want, 0);
+  cuemm__lock_init(&h->mutex);
   atomic_init(&h->orphan, 0);
   h->m = m;
   h->index = index;
   h->spare = CUEMM__HEAP_NIL;
+}
+
+void cuemm__heap_lock(cuemm__heap *h)
+{
+  cuemm__lock_acquire(&h->mutex);
+  atomic_store_explicit(&h->want, 1, memory_order_seq_cst);
+  /* The owner is at most a few dozen instructions from leaving, unless the
+   * system took its processor away: then let it run. */
+  for (unsigned spins = 0; atomic_load_explicit(&h->busy, memory_order_seq_cst); spins++)
+    if (spins > 64)
+      sched_yield();
+}
+
+void cuemm__heap_unlock(cuemm__heap *h)
+{
+  atomic_store_explicit(&h->want, 0, memory_order_release);
+  cuemm__lock_release(&h->mutex);
 }
 
 void cuemm__heap_fini(cuemm__heap *h)

@@ -4,11 +4,15 @@
  * gets a heap of its own (mimalloc's thread-local heap): the pool blocks it
  * handed out (LIVE) and those freed on a stream and kept for reuse
  * (CACHED), in bins keyed by (stream, size).  The owner's alloc and free
- * touch only its heap: the heap's lock is taken by its owner on every call,
- * uncontended (one atomic each way on a line no other thread writes), and by
- * other threads only on slow paths (a free from another thread, the pool
- * taking idle blocks back, statistics), so 16 threads on 16 streams do not
- * serialize.
+ * touch only its heap, and enter it with one atomic exchange (a flag, `busy`,
+ * on a line no other thread writes while nobody else wants the heap) and a
+ * plain store to leave: half of what a lock round trip costs, which is most
+ * of a pair.  Other threads enter it only on slow paths (a free of a block
+ * this heap holds, the pool taking idle blocks back, statistics): they take
+ * the heap's mutex, raise `want` and wait for `busy` to fall; an owner that
+ * sees `want` raised takes the mutex like them.  Both sides store, then load
+ * the other's flag, sequentially consistent (Dekker), so they never both
+ * proceed.  16 threads on 16 streams do not serialize.
  *
  * A cached block is reusable at once by its own stream (stream order), and
  * by any stream once its stream's `done` sequence has passed the block's
@@ -83,7 +87,9 @@ typedef struct cuemm__hbin {
 } cuemm__hbin;
 
 typedef struct cuemm__heap {
-  cuemm__lock lock;
+  atomic_int busy;      /* the owner is inside on its fast path */
+  atomic_int want;      /* someone holding `mutex` wants the heap: the owner takes the mutex too */
+  cuemm__lock mutex;
   struct cuemm_manager *m;
   uint32_t index;       /* in the manager's heap table: owned entries of its blocks name it */
   atomic_int orphan;    /* its thread exited (or let go of it): another may adopt it */
@@ -112,6 +118,28 @@ typedef struct cuemm__heap {
 } cuemm__heap;
 
 void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index);
+
+/* The owner's entry on its fast path: 1 when it is in (leave with
+ * cuemm__heap_leave), 0 when someone else wants the heap (use
+ * cuemm__heap_lock instead). */
+static inline int cuemm__heap_enter(cuemm__heap *h)
+{
+  atomic_exchange_explicit(&h->busy, 1, memory_order_seq_cst);
+  if (__builtin_expect(atomic_load_explicit(&h->want, memory_order_seq_cst) == 0, 1))
+    return 1;
+  atomic_store_explicit(&h->busy, 0, memory_order_release);
+  return 0;
+}
+
+static inline void cuemm__heap_leave(cuemm__heap *h)
+{
+  atomic_store_explicit(&h->busy, 0, memory_order_release);
+}
+
+/* Anyone's entry (the owner's slow paths too): exclusive against every
+ * other entry.  In lock order after the manager's lock. */
+void cuemm__heap_lock(cuemm__heap *h);
+void cuemm__heap_unlock(cuemm__heap *h);
 /* Frees the heap's host memory (its events must be gone already). */
 void cuemm__heap_fini(cuemm__heap *h);
 

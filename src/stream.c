@@ -89,7 +89,7 @@ static void thread_exit(void *unused)
     tls[i] = (tls_slot){ 0 };
     if (!h || !heap_registered(h))
       continue;
-    cuemm__lock_acquire(&h->lock);
+    cuemm__heap_lock(h);
     for (uint32_t k = 0; k < h->nst; k++)
       if (h->st[k].s == CU_STREAM_PER_THREAD) {
         h->st[k].s = retired_key();
@@ -97,7 +97,7 @@ static void thread_exit(void *unused)
       }
     h->last = CUEMM__HEAP_NIL;
     atomic_store(&h->orphan, 1);
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_unlock(h);
   }
   pthread_mutex_unlock(&g_lock);
 }
@@ -270,6 +270,25 @@ static void take_cached(cuemm__heap *h, uint32_t r, uint32_t hs, size_t req)
   h->steals++;
 }
 
+/* A block of size rs that another stream freed and whose event is known
+ * complete: no driver call, so the owner's fast path may look. */
+static uint32_t steal_idle(cuemm__heap *h, uint32_t hs, size_t rs, size_t req)
+{
+  for (uint32_t k = 0; k < h->nst; k++) {
+    if (k == hs || h->st[k].done == 0)
+      continue;
+    uint32_t bin = cuemm__heap_bin(h, k, rs);
+    if (bin == CUEMM__HEAP_NIL)
+      continue;
+    uint32_t t = h->bins[bin].tail;
+    if (t != CUEMM__HEAP_NIL && h->b[t].seq <= h->st[k].done) {
+      take_cached(h, t, hs, req);
+      return t;
+    }
+  }
+  return CUEMM__HEAP_NIL;
+}
+
 /* Finds a block of size rs that another stream of this heap freed and that
  * stream hs may use now.  Owner's thread, heap locked.  Returns the record
  * or NIL; a driver failure is NIL too (the caller falls back to the pool),
@@ -377,10 +396,10 @@ size_t cuemm__stream_reclaim(cuemm_manager *m, int all)
     return 0;
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
-    cuemm__lock_acquire(&h->lock);
+    cuemm__heap_lock(h);
     if (h->cached_count)
       given += heap_give_back(m, h, all);
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_unlock(h);
   }
   cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   if (given)
@@ -432,10 +451,10 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
     if (r != CUDA_SUCCESS)
       return r;
   }
-  cuemm__lock_acquire(&h->lock);
+  cuemm__heap_lock(h);
   uint32_t hs = cuemm__heap_stream(h, stream);
   if (hs == CUEMM__HEAP_NIL && (hs = cuemm__heap_add_stream(h, stream)) == CUEMM__HEAP_NIL) {
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_unlock(h);
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory to track stream %p",
                         (void *)stream);
   }
@@ -444,10 +463,10 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
                                                                               : steal(m, h, hs, rs, size);
   if (got != CUEMM__HEAP_NIL) {
     *p = (CUdeviceptr)h->b[got].ptr;
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_unlock(h);
     return CUDA_SUCCESS;
   }
-  cuemm__lock_release(&h->lock);
+  cuemm__heap_unlock(h);
 
   /* From the pool, under the manager's lock (taken before the heap's). */
   uintptr_t ptr;
@@ -455,7 +474,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   cuemm__lock_acquire(&m->lock);
   r = cuemm__pool_take_locked(m, size, &ptr, &blk);
   if (r == CUDA_SUCCESS) {
-    cuemm__lock_acquire(&h->lock);
+    cuemm__heap_lock(h);
     uint32_t rec = cuemm__heap_insert(h, ptr, rs, blk, hs, size);
     if (rec != CUEMM__HEAP_NIL && cuemm__owned_add(&m->owned, ptr, size, CUEMM__KIND_STREAM, h->index) != 0) {
       cuemm__heap_remove(h, rec);
@@ -463,7 +482,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
     }
     if (rec != CUEMM__HEAP_NIL)
       h->allocs++;
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_unlock(h);
     if (rec == CUEMM__HEAP_NIL) {
       cuemm__pool_give(m->pool, blk);
       r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory left to record the allocation");
@@ -485,19 +504,22 @@ CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: p is NULL");
   cuemm__heap *h = heap_of(m);
-  if (__builtin_expect(h && size - 1 < cuemm__pool_capacity(m->pool), 1)) {
-    cuemm__lock_acquire(&h->lock);
+  if (__builtin_expect(h && size - 1 < cuemm__pool_capacity(m->pool), 1) && cuemm__heap_enter(h)) {
     uint32_t hs = cuemm__heap_stream(h, stream);
     if (hs != CUEMM__HEAP_NIL) {
-      uint32_t bin = cuemm__heap_bin(h, hs, round_block(size));
-      if (bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL) {
-        uint32_t r = cuemm__heap_pop(h, bin, hs, size);
+      size_t rs = round_block(size);
+      uint32_t bin = cuemm__heap_bin(h, hs, rs), r;
+      if (bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL)
+        r = cuemm__heap_pop(h, bin, hs, size);
+      else
+        r = steal_idle(h, hs, rs, size);
+      if (r != CUEMM__HEAP_NIL) {
         *p = (CUdeviceptr)h->b[r].ptr;
-        cuemm__lock_release(&h->lock);
+        cuemm__heap_leave(h);
         return CUDA_SUCCESS;
       }
     }
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_leave(h);
   }
   return alloc_async_slow(m, h, p, size, stream);
 }
@@ -576,7 +598,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: the pointer is 0");
   if (h) {
-    cuemm__lock_acquire(&h->lock);
+    cuemm__heap_lock(h);
     uint32_t rec = cuemm__heap_find(h, p);
     if (rec != CUEMM__HEAP_NIL) {
       if (h->b[rec].state == CUEMM__HB_CACHED)
@@ -584,10 +606,10 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
                          "it was freed on stream %p already", p, h->b[rec].size, (void *)h->st[h->b[rec].hs].s);
       else
         r = cache_on(m, h, rec, stream, "cuemm_free_async");
-      cuemm__lock_release(&h->lock);
+      cuemm__heap_unlock(h);
       return r;
     }
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_unlock(h);
   }
 
   /* Not this thread's: find who holds it. */
@@ -613,18 +635,18 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   uint32_t blk;
   if (e->kind == CUEMM__KIND_STREAM) {
     cuemm__heap *o = m->heaps[e->aux];
-    cuemm__lock_acquire(&o->lock);
+    cuemm__heap_lock(o);
     uint32_t rec = cuemm__heap_find(o, p);
     if (o->b[rec].state == CUEMM__HB_CACHED) {
       r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: double free of 0x%" PRIxPTR " (%zu bytes): it "
                        "was freed already (on stream %p, by another thread)", p, o->b[rec].size,
                        (void *)o->st[o->b[rec].hs].s);
-      cuemm__lock_release(&o->lock);
+      cuemm__heap_unlock(o);
       cuemm__lock_release(&m->lock);
       return r;
     }
     if (o->b[rec].uses && (r = wait_recorded(m, o, rec, stream ? stream : CU_STREAM_LEGACY)) != CUDA_SUCCESS) {
-      cuemm__lock_release(&o->lock);
+      cuemm__heap_unlock(o);
       cuemm__lock_release(&m->lock);
       return r;
     }
@@ -633,7 +655,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
     req = o->b[rec].req;
     cuemm__heap_remove(o, rec);
     o->allocs--; /* counted again below, where the block now lives */
-    cuemm__lock_release(&o->lock);
+    cuemm__heap_unlock(o);
   } else {
     /* A block of cuemm_alloc: it leaves the deferred path for this heap. */
     size = round_block(e->size);
@@ -644,7 +666,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   }
   e->kind = CUEMM__KIND_STREAM;
   e->aux = h->index;
-  cuemm__lock_acquire(&h->lock);
+  cuemm__heap_lock(h);
   uint32_t hs = cuemm__heap_stream(h, stream);
   if (hs == CUEMM__HEAP_NIL)
     hs = cuemm__heap_add_stream(h, stream);
@@ -661,7 +683,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       cuemm__pool_give(m->pool, blk); /* cannot happen in practice; never leak */
   } else
     h->allocs++;
-  cuemm__lock_release(&h->lock);
+  cuemm__heap_unlock(h);
   cuemm__lock_release(&m->lock);
   return CUDA_SUCCESS;
 }
@@ -678,13 +700,13 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
   cuemm__ctx_guard g;
   if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
     cuemm__pool_note_low(m->pool);
-    cuemm__lock_acquire(&h->lock);
+    cuemm__heap_lock(h);
     size_t given = heap_give_back(m, h, 0);
     /* Blocks whose streams are still busy stay: try again only after the
      * cache has grown by another part of the threshold. */
     size_t t = m->pool->threshold;
     h->trim_mark = h->cached_bytes > t ? h->cached_bytes + t / 4 + 1 : t;
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_unlock(h);
     if (given) {
       m->stream_reclaims++;
       if (cuemm__pool_release_due(m->pool))
@@ -700,20 +722,19 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstrea
 {
   CHECK_ASYNC(m, "cuemm_free_async");
   cuemm__heap *h = heap_of(m);
-  if (__builtin_expect(h != NULL, 1)) {
-    cuemm__lock_acquire(&h->lock);
+  if (__builtin_expect(h != NULL, 1) && cuemm__heap_enter(h)) {
     uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
     if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE && !h->b[r].uses) {
       uint32_t hs = cuemm__heap_stream(h, stream);
       if (hs != CUEMM__HEAP_NIL && cuemm__heap_cache(h, r, hs) == 0) {
         int over = h->cached_bytes > h->trim_mark;
-        cuemm__lock_release(&h->lock);
+        cuemm__heap_leave(h);
         if (__builtin_expect(over, 0))
           trim_heap(m, h);
         return CUDA_SUCCESS;
       }
     }
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_leave(h);
   }
   return free_async_slow(m, h, dp, stream);
 }
@@ -735,7 +756,7 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUst
                      "block of this manager (allocated elsewhere, an interior pointer, or freed already)", p);
   } else {
     cuemm__heap *o = m->heaps[e->aux];
-    cuemm__lock_acquire(&o->lock);
+    cuemm__heap_lock(o);
     uint32_t rec = cuemm__heap_find(o, p);
     cuemm__hblock *b = &o->b[rec];
     if (b->state != CUEMM__HB_LIVE)
@@ -761,7 +782,7 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUst
         }
       }
     }
-    cuemm__lock_release(&o->lock);
+    cuemm__heap_unlock(o);
   }
   cuemm__lock_release(&m->lock);
   return r;
@@ -785,7 +806,7 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
     cuemm__heap *h = m->heaps[i];
     if (stream_is_own_only(stream) && h != mine)
       continue;
-    cuemm__lock_acquire(&h->lock);
+    cuemm__heap_lock(h);
     for (uint32_t k = 0; k < h->nst; k++) {
       cuemm__hstream *a = &h->st[k];
       if (a->s != stream)
@@ -812,7 +833,7 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
       }
     }
     h->last = CUEMM__HEAP_NIL;
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_unlock(h);
   }
   r = cuemm__ctx_leave(m, &g, r);
   cuemm__lock_release(&m->lock);
@@ -824,13 +845,13 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
 CUresult cuemm__stream_to_queue(cuemm_manager *m, cuemm__owned_entry *e)
 {
   cuemm__heap *o = m->heaps[e->aux];
-  cuemm__lock_acquire(&o->lock);
+  cuemm__heap_lock(o);
   uint32_t rec = cuemm__heap_find(o, e->key);
   cuemm__hblock *b = &o->b[rec];
   if (b->state == CUEMM__HB_CACHED) {
     CUresult r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free: double free of 0x%" PRIxPTR " (%zu bytes): it was "
                               "freed on stream %p already (cuemm_free_async)", e->key, b->size, (void *)o->st[b->hs].s);
-    cuemm__lock_release(&o->lock);
+    cuemm__heap_unlock(o);
     return r;
   }
   /* The queue's flush synchronizes the whole context: every stream that
@@ -840,13 +861,13 @@ CUresult cuemm__stream_to_queue(cuemm_manager *m, cuemm__owned_entry *e)
   uint32_t blk = b->blk;
   uintptr_t p = e->key;
   if (cuemm__pending_push(&m->pending, p, size, CUEMM__KIND_POOL, blk) != 0) {
-    cuemm__lock_release(&o->lock);
+    cuemm__heap_unlock(o);
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory left to queue the free of 0x%" PRIxPTR, p);
   }
   o->allocs--;
   m->st.allocs++;
   cuemm__heap_remove(o, rec);
-  cuemm__lock_release(&o->lock);
+  cuemm__heap_unlock(o);
   m->pool_pending++;
   cuemm__owned_remove(&m->owned, e);
   return CUDA_SUCCESS;
@@ -856,7 +877,7 @@ void cuemm__stream_queue_all(cuemm_manager *m)
 {
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
-    cuemm__lock_acquire(&h->lock);
+    cuemm__heap_lock(h);
     for (uint32_t r = 1; r < h->nb; r++) {
       cuemm__hblock *b = &h->b[r];
       if (b->state == CUEMM__HB_UNUSED)
@@ -872,7 +893,7 @@ void cuemm__stream_queue_all(cuemm_manager *m)
       drop_uses(h, r);
       cuemm__heap_remove(h, r);
     }
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_unlock(h);
   }
 }
 
@@ -880,7 +901,7 @@ void cuemm__stream_stats(cuemm_manager *m, cuemm_stats *s)
 {
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
-    cuemm__lock_acquire(&h->lock);
+    cuemm__heap_lock(h);
     s->live_bytes += h->live_bytes;
     s->live_count += h->live_count;
     s->allocs += h->allocs;
@@ -890,7 +911,7 @@ void cuemm__stream_stats(cuemm_manager *m, cuemm_stats *s)
     s->stream_events += h->events_recorded;
     s->stream_event_waits += h->event_waits;
     s->stream_steals += h->steals;
-    cuemm__lock_release(&h->lock);
+    cuemm__heap_unlock(h);
   }
   s->stream_heaps = m->nheaps;
   s->stream_reclaims = m->stream_reclaims;
