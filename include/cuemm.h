@@ -132,7 +132,7 @@ typedef struct cuemm_config {
   size_t pool_reserve;
   /* The growth unit in bytes (CUEMM_POOL_CHUNK): the pool maps physical
    * memory in whole multiples of it, one physical allocation per growth
-   * step.  Must be a multiple of the device's allocation granularity
+   * step (several for a large one, see pool_piece).  Must be a multiple of the device's allocation granularity
    * (2 MiB on current GPUs; checked at creation).  Default 32 MiB. */
   size_t pool_chunk;
   /* Free bytes the pool keeps mapped (CUEMM_POOL_RELEASE_THRESHOLD): when
@@ -170,7 +170,10 @@ typedef struct cuemm_config {
    * creation).  0: chosen per device by measurement: the pool times its
    * own cuMemCreate and cuMemMap calls and takes the power-of-two size
    * cheapest per byte (growths up to 512 MiB stay one piece; see
-   * cuemm_pool_stats.piece_cost_us).  Default 0. */
+   * cuemm_pool_stats.piece_cost_us).  With pool_ipc, a growth chosen so
+   * is at most four pieces, so that a block fits a handle
+   * (CUEMM_IPC_POOL_MAX_PIECES); a pinned size is used as it is.
+   * Default 0. */
   size_t pool_piece;
 
   /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when
