@@ -31,7 +31,7 @@
  * bounded hill climbing: while a neighbour of the winner (twice or half its
  * size) that fits the growth has been timed on fewer than
  * CUEMM__PIECE_EXPLORE pieces, that neighbour is used instead, so each
- * class is tried a handful of times at most over the life of the process,
+ * class is tried at most once (one growth) over the life of the process,
  * and only next to the best one so far, where the optimum may lie.  A
  * growth up to CUEMM__PIECE_SPLIT is always one piece: there every
  * creation costs about the same fixed time, and splitting could only add
