@@ -211,19 +211,21 @@ static CUresult map_piece(cuemm__pool *p, size_t head, size_t n, double *ns)
   CUmemGenericAllocationHandle handle;
   double t0 = now_ns();
   CUresult r = d->MemCreate(&handle, bytes, &prop, 0);
+  double created = now_ns() - t0;
   if (r != CUDA_SUCCESS)
     return cuemm__driver_error(r, "cuMemCreate(%zu bytes on device %d) growing the pool", bytes, (int)p->dev);
   chunk_mark(p, head, n, CUEMM__CHUNK_CREATED);
   h->handle = handle;
   h->has_handle = 1;
   h->serial = ++p->next_serial;
+  t0 = now_ns();
   r = d->MemMap(at, bytes, 0, handle, 0);
   if (r != CUDA_SUCCESS) {
     cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) growing the pool", (unsigned long long)at, bytes);
     rollback(p, head, n);
     return r;
   }
-  *ns = now_ns() - t0;
+  *ns = created + (now_ns() - t0);
   h->state = CUEMM__CHUNK_MAPPED;
   return CUDA_SUCCESS;
 }
