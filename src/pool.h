@@ -80,7 +80,8 @@ static inline int cuemm__pool_contains(const cuemm__pool *p, CUdeviceptr a)
   return a >= p->base && a - p->base < p->reserved;
 }
 
-/* The largest request the pool serves; larger ones go to cuMemAlloc. */
+/* The largest request the pool serves; larger ones go to cuMemAlloc, or
+ * are refused when the limit is hard. */
 static inline size_t cuemm__pool_capacity(const cuemm__pool *p) { return p->limit; }
 
 /* Takes a block of at least `size` bytes (256-byte aligned) from mapped free
