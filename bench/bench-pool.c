@@ -9,9 +9,13 @@
  *    with its release threshold set to the maximum.  Medians; the two
  *    sides take turns in blocks of samples.
  * 2. Growth: a fresh pool growing by N bytes (one request of N) against one
- *    cuMemAlloc of N bytes, N = 64 MiB .. 8 GiB; and the cost of growing
- *    1 GiB one unit at a time for several units (CUEMM_POOL_CHUNK), which
- *    is the measurement that sets the default chunk.
+ *    cuMemAlloc of N bytes, N = 64 MiB .. 8 GiB, with the piece size the
+ *    pool chose (large growths are made of pieces, piece.c); the cost of
+ *    growing 1 GiB one unit at a time for several units
+ *    (CUEMM_POOL_CHUNK), which is the measurement that sets the default
+ *    chunk; and cuMemCreate of one piece by size, 2 MiB .. 8 GiB, beside
+ *    what the pool measured of its own pieces, which shows where the
+ *    optimum lies.
  * 3. The pipeline: 200 x (allocate 1 MiB, queue ~0.3 ms of GPU work and a
  *    write of the 1 MiB, free) with the pool against the same work on a
  *    buffer allocated once.  Median of several runs, taking turns.
@@ -230,14 +234,75 @@ static void settle(void)
   nanosleep(&ts, NULL);
 }
 
+/* "64M", "1G": a power-of-two size, short. */
+static const char *size_name(size_t n, char *buf, size_t len)
+{
+  if (n >= ((size_t)1 << 30) && n % ((size_t)1 << 30) == 0)
+    snprintf(buf, len, "%zuG", n >> 30);
+  else if (n % MiB == 0)
+    snprintf(buf, len, "%zuM", n / MiB);
+  else
+    snprintf(buf, len, "%zu", n);
+  return buf;
+}
+
+/* cuMemCreate of one piece of each size, a few rounds each, released at
+ * once: where the driver's cost per byte is lowest, against what the pool
+ * measured of its own calls (cuMemCreate + cuMemMap, best per byte) in the
+ * growths before. */
+static void piece_table(int quick)
+{
+  int rounds = quick ? 2 : 3;
+  size_t top = quick ? 256 * MiB : 8192 * MiB;
+  cuemm_manager *seen = pool_manager(0, 0); /* its record is the device's, shared by every manager */
+  cuemm_pool_stats ps;
+  CHECK(cuemm_pool_get_stats(seen, &ps));
+  CHECK(cuemm_destroy(seen));
+  printf("\n## cuMemCreate of one piece by size, %d rounds each, cuMemRelease after; beside it, the best the pool "
+         "measured of its own cuMemCreate + cuMemMap per piece in the growths above\n", rounds);
+  printf("%8s %12s %12s %12s %14s %8s\n", "piece", "median us", "min us", "min us/GiB", "pool best us", "pool n");
+  CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                               .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+  size_t best = 0;
+  double best_cost = 0;
+  int k = 0;
+  for (size_t n = 2 * MiB; n <= top; n *= 2, k++) {
+    double t[8];
+    for (int r = 0; r < rounds; r++) {
+      CUmemGenericAllocationHandle h;
+      double t0 = now_ns();
+      CHECK(cuMemCreate(&h, n, &prop, 0));
+      t[r] = (now_ns() - t0) / 1e3;
+      CHECK(cuMemRelease(h));
+      settle();
+    }
+    double lo = t[0];
+    for (int r = 1; r < rounds; r++)
+      lo = t[r] < lo ? t[r] : lo;
+    double per_gib = lo * (double)((size_t)1 << 30) / (double)n;
+    if (!best || per_gib <= best_cost)
+      best = n, best_cost = per_gib;
+    char pn[32];
+    printf("%8s %12.1f %12.1f %12.1f %14.1f %8u\n", size_name(n, pn, sizeof pn), median(t, rounds), lo, per_gib,
+           k < CUEMM_POOL_PIECE_CLASSES ? ps.piece_cost_us[k] : 0.0,
+           k < CUEMM_POOL_PIECE_CLASSES ? ps.piece_samples[k] : 0u);
+  }
+  char bn[32];
+  printf("# cheapest per byte by hand: %s (%.1f us/GiB); CUEMM_POOL_PIECE=0 lets the pool find it\n",
+         size_name(best, bn, sizeof bn), best_cost);
+}
+
 static void growth(int quick)
 {
-  printf("\n## growth by N bytes: one request of N on a fresh pool vs one cuMemAlloc of N; median us\n");
-  printf("%12s %12s %12s %8s\n", "N", "cuMemAlloc", "pool grow", "ratio");
+  printf("\n## growth by N bytes: one request of N on a fresh pool vs one cuMemAlloc of N; median us "
+         "(the pool's pieces: the size chosen in the last run, and how many)\n");
+  printf("%12s %12s %12s %8s %10s %8s %12s\n", "N", "cuMemAlloc", "pool grow", "ratio", "piece", "pieces",
+         "pool max");
   int runs = quick ? 3 : 11;
   size_t top = quick ? 256 * MiB : 8192 * MiB;
   for (size_t n = 64 * MiB; n <= top; n *= 2) {
     double a[16], g[16];
+    size_t piece = 0, pieces = 0;
     /* The two take turns going first, after one untimed round: whichever
      * follows the other may find the driver still busy with what the other
      * released, and a fixed order would charge that to one side only. */
@@ -256,6 +321,9 @@ static void growth(int quick)
           double t0 = now_ns();
           CHECK(cuemm_alloc(m, &p, n));
           double t = (now_ns() - t0) / 1e3;
+          cuemm_pool_stats ps;
+          CHECK(cuemm_pool_get_stats(m, &ps));
+          piece = ps.piece_bytes, pieces = ps.chunks;
           CHECK(cuemm_destroy(m));
           if (r >= 0)
             g[r] = t;
@@ -264,8 +332,13 @@ static void growth(int quick)
         settle();
       }
     }
+    double gmax = 0;
+    for (int r = 0; r < runs; r++)
+      gmax = g[r] > gmax ? g[r] : gmax;
     double ma = median(a, runs), mg = median(g, runs);
-    printf("%12zu %12.1f %12.1f %7.2fx\n", n, ma, mg, mg / ma);
+    char pn[32];
+    printf("%12zu %12.1f %12.1f %7.2fx %10s %8zu %12.1f\n", n, ma, mg, mg / ma, size_name(piece, pn, sizeof pn),
+           pieces, gmax);
   }
 
   /* What one growth step is made of, done by hand with the same calls: the
@@ -356,6 +429,7 @@ int main(int argc, char **argv)
   pairs(dev, quick);
   flush_cost(quick);
   growth(quick);
+  piece_table(quick);
   pipelines(quick);
   bench_end(dev);
   return 0;

@@ -30,8 +30,10 @@
  *                                     pool on CUDA virtual memory (default
  *                                     "none"); CUEMM_POOL_RESERVE,
  *                                     CUEMM_POOL_CHUNK,
- *                                     CUEMM_POOL_RELEASE_THRESHOLD and
- *                                     CUEMM_POOL_LIMIT tune it (see
+ *                                     CUEMM_POOL_RELEASE_THRESHOLD,
+ *                                     CUEMM_POOL_LIMIT,
+ *                                     CUEMM_POOL_LIMIT_HARD and
+ *                                     CUEMM_POOL_PIECE tune it (see
  *                                     cuemm_config)
  *   CUEMM_POOL_IPC                    1: pool blocks can be shared with other
  *                                     processes (default 0)
@@ -146,7 +148,7 @@ typedef struct cuemm_config {
   size_t pool_reserve;
   /* The growth unit in bytes (CUEMM_POOL_CHUNK): the pool maps physical
    * memory in whole multiples of it, one physical allocation per growth
-   * step.  Must be a multiple of the device's allocation granularity
+   * step (several for a large one, see pool_piece).  Must be a multiple of the device's allocation granularity
    * (2 MiB on current GPUs; checked at creation).  Default 32 MiB. */
   size_t pool_chunk;
   /* Free bytes the pool keeps mapped (CUEMM_POOL_RELEASE_THRESHOLD): when
@@ -154,7 +156,10 @@ typedef struct cuemm_config {
    * the driver until at most about this much stays.  Default 1 GiB. */
   size_t pool_release_threshold;
   /* A cap on the pool's mapped bytes (CUEMM_POOL_LIMIT); 0: none (the
-   * reservation is the cap).  Default 0. */
+   * reservation is the cap).  Rounded down to whole chunks.  A request the
+   * pool could serve only by growing past it fails with
+   * CUDA_ERROR_OUT_OF_MEMORY (after the flush, trim and retry); a request
+   * larger than it goes to cuMemAlloc, unless pool_limit_hard.  Default 0. */
   size_t pool_limit;
   /* 1: the pool's chunks are created exportable as POSIX file descriptors,
    * so that pool blocks can be shared with other processes (see "Sharing
@@ -163,6 +168,29 @@ typedef struct cuemm_config {
    * CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED.  No
    * effect without a pool.  Default 0. */
   int pool_ipc;
+  /* 1: the limit is hard (CUEMM_POOL_LIMIT_HARD, 0 or 1): a request larger
+   * than pool_limit fails at once with CUDA_ERROR_OUT_OF_MEMORY instead of
+   * going to cuMemAlloc (no flush could make room for it), so the pool's
+   * limit bounds all of cuemm_alloc's device memory; the message gives the
+   * size requested, the pool's mapped and used bytes, its limit and its
+   * largest free block.  Operators sharing a GPU use it to bound a process.
+   * With pool_limit 0 the limit is the reservation.  No effect without a
+   * pool.  Default 0. */
+  int pool_limit_hard;
+  /* The size of the pieces a large growth is made of (CUEMM_POOL_PIECE), in
+   * bytes: a growth larger than it is created as several physical
+   * allocations of this size (the last one smaller), mapped side by side,
+   * so that no single cuMemCreate is of a size the driver is slow at (on
+   * an H100 one of 8 GiB costs 45 times one of 1 GiB).  Must be a multiple
+   * of the device's allocation granularity and of pool_chunk (checked at
+   * creation).  0: chosen per device by measurement: the pool times its
+   * own cuMemCreate and cuMemMap calls and takes the power-of-two size
+   * cheapest per byte (growths up to 512 MiB stay one piece; see
+   * cuemm_pool_stats.piece_cost_us).  With pool_ipc, a growth chosen so
+   * is at most four pieces, so that a block fits a handle
+   * (CUEMM_IPC_POOL_MAX_PIECES); a pinned size is used as it is.
+   * Default 0. */
+  size_t pool_piece;
   /* CUEMM_STREAM_REUSE: "event" or "wait".  Default CUEMM_STREAM_REUSE_EVENT. */
   cuemm_stream_reuse stream_reuse;
 
@@ -241,7 +269,9 @@ CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m);
  * reservation, or its limit when set) come from the pool instead: 256-byte
  * aligned, no driver call unless the pool has to grow; out of pool memory,
  * the pending frees are flushed, the pool trimmed and the request retried
- * once.  Larger requests go to cuMemAlloc as without a pool.
+ * once.  Larger requests go to cuMemAlloc as without a pool, unless the
+ * pool's limit is hard (pool_limit_hard): they then fail with
+ * CUDA_ERROR_OUT_OF_MEMORY and no driver call.
  * Errors: CUDA_ERROR_INVALID_VALUE for p == NULL or size == 0 (as cuMemAlloc);
  * CUDA_ERROR_OUT_OF_MEMORY when the retry failed too, or size exceeds the
  * device's memory; the message names the size (and, for the pool, its
@@ -284,7 +314,10 @@ CUEMM_EXTERN CUresult cuemm_defer_cleanup_end(cuemm_manager *m);
 /* With cuemm_config.pool = CUEMM_POOL_VMM (CUEMM_POOL=vmm), a manager
  * reserves pool_reserve bytes of virtual addresses at creation and maps
  * physical memory into them (cuMemCreate, cuMemMap, cuMemSetAccess) only
- * when a request does not fit, at least pool_chunk bytes at a time.  Blocks
+ * when a request does not fit, at least pool_chunk bytes at a time.  A
+ * large growth is made of several physical allocations (pieces, see
+ * pool_piece) mapped side by side, with one cuMemSetAccess for the whole;
+ * each piece is a chunk, released on its own once wholly free.  Blocks
  * are sub-allocated from the mapped memory and never move.  Frees of pool
  * blocks are deferred like any other (same queue, same thresholds, same
  * defer scopes); a flush that holds pool blocks calls cuCtxSynchronize once
@@ -295,6 +328,10 @@ CUEMM_EXTERN CUresult cuemm_defer_cleanup_end(cuemm_manager *m);
  * pool_release_threshold bytes are free, wholly free chunks go back to the
  * driver; an automatic release that fails returns the driver's error from
  * the call that caused it, and the memory stays mapped and usable. */
+
+/* Piece size classes measured (cuemm_pool_stats.piece_cost_us): 2 MiB << k
+ * for k below this, 2 MiB .. 512 GiB. */
+#define CUEMM_POOL_PIECE_CLASSES 19
 
 typedef struct cuemm_pool_stats {
   int enabled;                 /* 0: the manager has no pool (all else 0) */
@@ -320,6 +357,16 @@ typedef struct cuemm_pool_stats {
   uint64_t fallback_allocs;    /* requests larger than the pool, given to cuMemAlloc */
   unsigned int peers;          /* devices granted access besides the owner */
   double fragmentation;        /* 1 - largest_free_block / free_bytes; 0 when nothing is free */
+  int limit_hard;              /* pool_limit_hard */
+  size_t piece_pinned;         /* pool_piece: 0 when the piece size is chosen by measurement */
+  size_t piece_bytes;          /* the piece size of the last growth (0 before the first) */
+  /* What growth has measured on this device, process-wide (every manager of
+   * the device adds to it): for pieces of 2 MiB << k bytes, the best cost
+   * seen of one piece's cuMemCreate + cuMemMap, in microseconds (from the
+   * best cost per byte among pieces of that class; 0: never timed), and how
+   * many pieces were timed. */
+  double piece_cost_us[CUEMM_POOL_PIECE_CLASSES];
+  unsigned int piece_samples[CUEMM_POOL_PIECE_CLASSES];
 } cuemm_pool_stats;
 
 /* A consistent snapshot of the pool's state.  A manager without a pool

@@ -63,6 +63,13 @@ static const knob knobs[] = {
   { "CUEMM_POOL_IPC", "pool_ipc", KNOB_FLAG,
     offsetof(cuemm_config, pool_ipc), 0, 0, 1, 0,
     "0 or 1" },
+  { "CUEMM_POOL_LIMIT_HARD", "pool_limit_hard", KNOB_FLAG,
+    offsetof(cuemm_config, pool_limit_hard), 0, 0, 1, 0,
+    "0 or 1" },
+  { "CUEMM_POOL_PIECE", "pool_piece", KNOB_SIZE,
+    offsetof(cuemm_config, pool_piece), 0, 0, SIZE_MAX_ACCEPTED, 0,
+    "a size in bytes, a multiple of CUEMM_POOL_CHUNK and of the allocation granularity (2MiB), such as 1GiB "
+    "(0: chosen by measurement)" },
   { "CUEMM_STREAM_REUSE", "stream_reuse", KNOB_REUSE,
     offsetof(cuemm_config, stream_reuse), CUEMM_STREAM_REUSE_EVENT, CUEMM_STREAM_REUSE_EVENT,
     CUEMM_STREAM_REUSE_WAIT, 0, "\"event\" or \"wait\"" },

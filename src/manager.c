@@ -376,6 +376,19 @@ failed:
   return r;
 }
 
+/* ---- the hard limit (CUEMM_POOL_LIMIT_HARD) -------------------------------- */
+
+/* A request larger than a hard limit: refused, never given to cuMemAlloc.
+ * No flush and retry, as no freed memory could make the pool serve it. */
+static __attribute__((noinline)) CUresult pool_refuse(cuemm_manager *m, cuemm__pool *pool, size_t size)
+{
+  cuemm__lock_acquire(&m->lock);
+  m->st.alloc_failures++;
+  CUresult r = cuemm__pool_refuse(pool, size);
+  cuemm__lock_release(&m->lock);
+  return r;
+}
+
 CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
 {
   CHECK_MANAGER(m, "cuemm_alloc");
@@ -388,6 +401,8 @@ CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
   cuemm__pool *pool = m->pool;
   if (pool && size - 1 < cuemm__pool_capacity(pool))
     r = pool_alloc(m, pool, size, &out);
+  else if (pool && pool->limit_hard && size) /* CUEMM_POOL_LIMIT_HARD */
+    r = pool_refuse(m, pool, size);
   else
     r = cuemm__alloc(m, CUEMM__KIND_DEVICE, size, 0, &out);
   if (out) /* also when only restoring the caller's context failed */

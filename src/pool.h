@@ -46,6 +46,9 @@ typedef struct cuemm__pool {
   size_t granularity;     /* the driver's minimum granularity */
   size_t threshold;       /* free bytes kept mapped */
   size_t limit;           /* cap on mapped bytes (== reserved when none) */
+  int limit_hard;         /* CUEMM_POOL_LIMIT_HARD: nothing past the limit goes to cuMemAlloc */
+  size_t piece;           /* CUEMM_POOL_PIECE: pinned piece size; 0: chosen by measurement (piece.c) */
+  size_t last_piece;      /* the piece size of the last growth */
   size_t mapped;
   size_t chunks;
   size_t release_floor;   /* free bytes at their low point since the last release attempt */
@@ -77,7 +80,8 @@ static inline int cuemm__pool_contains(const cuemm__pool *p, CUdeviceptr a)
   return a >= p->base && a - p->base < p->reserved;
 }
 
-/* The largest request the pool serves; larger ones go to cuMemAlloc. */
+/* The largest request the pool serves; larger ones go to cuMemAlloc, or
+ * are refused when the limit is hard. */
 static inline size_t cuemm__pool_capacity(const cuemm__pool *p) { return p->limit; }
 
 /* Takes a block of at least `size` bytes (256-byte aligned) from mapped free
@@ -95,11 +99,13 @@ static inline int cuemm__pool_take(cuemm__pool *p, size_t size, uintptr_t *ptr, 
 /* Returns a block.  The caller guarantees no GPU work still uses it. */
 static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk) { cuemm__sa_free(&p->sa, blk); }
 
-/* Maps a new chunk, at the lowest place where it lets a request of `size`
- * bytes fit (extending free space below it when there is some), with one
- * cuMemCreate, one cuMemMap and one cuMemSetAccess for every device with
- * access.  A failed step is rolled back.  CUDA_ERROR_OUT_OF_MEMORY when the
- * limit or the reservation leaves no room, or the driver's error. */
+/* Maps new memory at the lowest place where it lets a request of `size`
+ * bytes fit (extending free space below it when there is some): one chunk
+ * per piece (one cuMemCreate and one cuMemMap each, piece.c chooses their
+ * size), side by side, then one cuMemSetAccess over the whole run for every
+ * device with access.  A failed step rolls back every piece of it.
+ * CUDA_ERROR_OUT_OF_MEMORY when the limit or the reservation leaves no
+ * room, or the driver's error. */
 CUresult cuemm__pool_grow(cuemm__pool *p, size_t size);
 
 /* Unmaps and releases wholly free chunks, highest address first, as long as
@@ -151,6 +157,10 @@ static inline CUdeviceptr cuemm__pool_unit_addr(const cuemm__pool *p, size_t u)
 }
 
 void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s);
+
+/* With a hard limit, the refusal of a request larger than the limit:
+ * CUDA_ERROR_OUT_OF_MEMORY with the figures in the message. */
+CUresult cuemm__pool_refuse(const cuemm__pool *p, size_t size);
 
 /* "N bytes mapped, N used, largest free block N" for messages. */
 void cuemm__pool_describe(const cuemm__pool *p, char *buf, size_t n);

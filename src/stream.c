@@ -434,12 +434,12 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: size is 0 (cuMemAllocAsync refuses "
                         "zero-byte allocations)");
   if (size > cuemm__pool_capacity(m->pool)) {
-    /* Too large for the pool: cuMemAlloc's memory is idle from the start,
-     * so it serves any stream; its free is deferred like cuemm_free's. */
-    uintptr_t out = 0;
-    CUresult r = cuemm__alloc(m, CUEMM__KIND_DEVICE, size, 0, &out);
-    if (out)
-      *p = (CUdeviceptr)out;
+    /* Too large for the pool: cuemm_alloc's way (cuMemAlloc, whose memory
+     * is idle from the start and so serves any stream, its free deferred;
+     * or the refusal of a hard limit). */
+    CUresult r = cuemm_alloc(m, p, size);
+    if (r != CUDA_SUCCESS)
+      cuemm__error_append(" (cuemm_alloc_async on stream %p)", (void *)stream);
     return r;
   }
   CUresult r;

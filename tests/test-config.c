@@ -10,7 +10,8 @@
 #define RATIO "CUEMM_MAX_PENDING_DEALLOCS_RATIO"
 
 static const char *pool_vars[] = { "CUEMM_POOL", "CUEMM_POOL_RESERVE", "CUEMM_POOL_CHUNK",
-                                   "CUEMM_POOL_RELEASE_THRESHOLD", "CUEMM_POOL_LIMIT", "CUEMM_POOL_IPC" };
+                                   "CUEMM_POOL_RELEASE_THRESHOLD", "CUEMM_POOL_LIMIT", "CUEMM_POOL_IPC",
+                                   "CUEMM_POOL_LIMIT_HARD", "CUEMM_POOL_PIECE" };
 
 static void clear_env(void)
 {
@@ -103,6 +104,29 @@ static void pool_knobs(void)
   c.pool_ipc = 2;
   is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.pool_ipc = 2 refused");
   like(cuemm_last_error(), "cuemm_config.pool_ipc", "naming the field");
+
+  clear_env();
+  cuemm_config_init(&c);
+  is(c.pool_limit_hard, 0, "the limit is soft by default");
+  is(c.pool_piece, 0, "the piece size is measured by default");
+  setenv("CUEMM_POOL_LIMIT_HARD", "1", 1);
+  is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_POOL_LIMIT_HARD=1 accepted");
+  is(c.pool_limit_hard, 1, "and makes the limit hard");
+  invalid("CUEMM_POOL_LIMIT_HARD", "yes");
+  like(cuemm_last_error(), "CUEMM_POOL_LIMIT_HARD=\"yes\" is invalid: expected 0 or 1", "message says 0 or 1");
+  clear_env();
+  cuemm_config_init(&c);
+  c.pool_limit_hard = -1;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.pool_limit_hard = -1 refused");
+  like(cuemm_last_error(), "cuemm_config.pool_limit_hard", "naming the field");
+  valid_size("CUEMM_POOL_PIECE", "1GiB", offsetof(cuemm_config, pool_piece), (size_t)1 << 30);
+  valid_size("CUEMM_POOL_PIECE", "0", offsetof(cuemm_config, pool_piece), 0);
+  invalid("CUEMM_POOL_PIECE", "1GB");
+  like(cuemm_last_error(), "CUEMM_POOL_PIECE=\"1GB\" is invalid: expected a size in bytes, a multiple of "
+       "CUEMM_POOL_CHUNK", "message says what sizes are accepted");
+  invalid("CUEMM_POOL_PIECE", "-64M");
+  invalid("CUEMM_POOL_PIECE", "0.5G");
+  clear_env();
 }
 
 static void valid(const char *var, const char *value, size_t want_count, double want_ratio)

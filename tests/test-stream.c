@@ -299,6 +299,24 @@ static void test_mixing(void)
   else
     skip(1, SIM_REASON);
   CHECK_CU(cuemm_destroy(m));
+
+  /* A hard limit holds on this path too. */
+  cuemm_config c = test_config(10, 0.2);
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_reserve = 256 * MIB;
+  c.pool_limit = 64 * MIB;
+  c.pool_limit_hard = 1;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  if (sim_present)
+    sim.calls_reset();
+  is(cuemm_alloc_async(m, &big, 65 * MIB, s), CUDA_ERROR_OUT_OF_MEMORY, "past a hard limit: refused");
+  like(cuemm_last_error(), "hard limit", "the message names the hard limit");
+  like(cuemm_last_error(), "cuemm_alloc_async", "and the stream call");
+  if (sim_present)
+    is(calls("cuMemAlloc"), 0, "nothing went to cuMemAlloc");
+  else
+    skip(1, SIM_REASON);
+  CHECK_CU(cuemm_destroy(m));
   CHECK_CU(cuStreamDestroy(s));
 }
 

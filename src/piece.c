@@ -1,0 +1,149 @@
+/* piece.c: owns the choice of piece size for the pool's large growths, and
+ * the process-wide record of what cuMemCreate costs on each device that
+ * the choice rests on.
+ *
+ * One cuMemCreate of N bytes does not cost in proportion to N: on an H100
+ * (driver 580) 64 MiB took 75 us, 1 GiB 67 us, 8 GiB 3011 us.  Small
+ * creations cost a fixed ~70 us, and past some size the cost grows faster
+ * than the size, so a large growth is cheapest made of pieces of the size
+ * in between, mapped side by side (the pool then sets access once for the
+ * whole run).  Where that optimum lies depends on the GPU and the driver,
+ * so it is measured, not written down.
+ *
+ * The measurement is the pool's own work: each piece's cuMemCreate and
+ * cuMemMap are timed (clock_gettime) as the pool grows, and for each size
+ * class (a power of two) the best cost per byte seen is kept.  The best,
+ * not the mean: a measurement can only be spoiled upwards (a preempted
+ * thread, a driver busy scrubbing what was just freed), so the minimum is
+ * the honest figure of what the size costs, and it costs nothing to keep.
+ * Nothing is timed that the pool would not do anyway; a one-time
+ * calibration would instead charge its first large growth with creating
+ * and releasing memory it does not keep, and would be as noisy as one
+ * sample of each size.  The record is per device and process-wide, behind
+ * one lock: every manager of a device (each context has its own) sees the
+ * same driver, so what one learns serves all.
+ *
+ * The choice is a pure function of the record (cuemm__piece_choose, which
+ * the tests drive with made-up costs): among the candidate sizes (the
+ * pool's unit times a power of two, up to the growth), the class with the
+ * lowest cost per byte wins, ties to the larger piece (fewer calls).  With
+ * nothing measured it starts from a guess of 1 GiB.  Exploration is
+ * bounded hill climbing: while a neighbour of the winner (twice or half its
+ * size) that fits the growth has been timed on fewer than
+ * CUEMM__PIECE_EXPLORE pieces, that neighbour is used instead, so each
+ * class is tried at most once (one growth) over the life of the process,
+ * and only next to the best one so far, where the optimum may lie.  A
+ * growth up to CUEMM__PIECE_SPLIT is always one piece: there every
+ * creation costs about the same fixed time, and splitting could only add
+ * calls.  CUEMM_POOL_PIECE pins the size instead (pool.c); pinned growths
+ * are still timed and recorded.
+ */
+#include <string.h>
+
+#include "lock.h"
+#include "piece.h"
+
+#define PIECE_MAX_DEVICES 64
+
+static cuemm__lock piece_lock;
+static cuemm__piece_table tables[PIECE_MAX_DEVICES];
+
+int cuemm__piece_class(size_t bytes)
+{
+  if (bytes < ((size_t)1 << CUEMM__PIECE_MIN_SHIFT))
+    return -1;
+  int k = 0;
+  while (k + 1 < CUEMM__PIECE_CLASSES && (bytes >> (CUEMM__PIECE_MIN_SHIFT + k + 1)) != 0)
+    k++;
+  /* Beyond the last class's range: not recorded rather than lumped in. */
+  return (bytes >> (CUEMM__PIECE_MIN_SHIFT + k + 1)) != 0 ? -1 : k;
+}
+
+void cuemm__piece_record(cuemm__piece_table *t, size_t bytes, double ns, uint32_t count)
+{
+  int k = cuemm__piece_class(bytes);
+  if (k < 0 || count == 0 || !(ns > 0))
+    return;
+  double c = ns / (double)bytes;
+  if (t->ns_per_byte[k] == 0 || c < t->ns_per_byte[k])
+    t->ns_per_byte[k] = c;
+  t->samples[k] = t->samples[k] > UINT32_MAX - count ? UINT32_MAX : t->samples[k] + count;
+}
+
+/* Whether `piece` is a candidate for a growth of `bytes`. */
+static int candidate(size_t unit, size_t bytes, size_t min_piece, size_t piece)
+{
+  return piece >= unit && piece <= bytes && piece >= min_piece && piece % unit == 0 &&
+         ((piece / unit) & (piece / unit - 1)) == 0;
+}
+
+static int explore(const cuemm__piece_table *t, size_t unit, size_t bytes, size_t min_piece, size_t piece)
+{
+  int k = cuemm__piece_class(piece);
+  return candidate(unit, bytes, min_piece, piece) && k >= 0 && t->samples[k] < CUEMM__PIECE_EXPLORE;
+}
+
+size_t cuemm__piece_choose(const cuemm__piece_table *t, size_t unit, size_t bytes, size_t min_piece)
+{
+  if (bytes <= CUEMM__PIECE_SPLIT || unit == 0)
+    return bytes;
+  size_t best = 0, guess = 0, smallest = 0;
+  double best_cost = 0;
+  for (size_t piece = unit; piece <= bytes && piece >= unit; piece <<= 1) {
+    if (piece < min_piece)
+      continue;
+    if (!smallest)
+      smallest = piece;
+    if (piece <= CUEMM__PIECE_GUESS)
+      guess = piece;
+    int k = cuemm__piece_class(piece);
+    if (k < 0 || t->samples[k] == 0)
+      continue;
+    double c = t->ns_per_byte[k];
+    if (!best || c <= best_cost) { /* <=: ties to the larger piece */
+      best = piece;
+      best_cost = c;
+    }
+    if (piece > SIZE_MAX / 2)
+      break;
+  }
+  if (!smallest)
+    return bytes;
+  if (!best)
+    return guess ? guess : smallest;
+  if (best <= SIZE_MAX / 2 && explore(t, unit, bytes, min_piece, best * 2))
+    return best * 2;
+  if (explore(t, unit, bytes, min_piece, best / 2))
+    return best / 2;
+  return best;
+}
+
+size_t cuemm__piece_pick(int dev, size_t unit, size_t bytes, size_t min_piece)
+{
+  static const cuemm__piece_table none;
+  if (dev < 0 || dev >= PIECE_MAX_DEVICES)
+    return cuemm__piece_choose(&none, unit, bytes, min_piece);
+  cuemm__lock_acquire(&piece_lock);
+  size_t piece = cuemm__piece_choose(&tables[dev], unit, bytes, min_piece);
+  cuemm__lock_release(&piece_lock);
+  return piece;
+}
+
+void cuemm__piece_note(int dev, size_t bytes, double ns, uint32_t count)
+{
+  if (dev < 0 || dev >= PIECE_MAX_DEVICES)
+    return;
+  cuemm__lock_acquire(&piece_lock);
+  cuemm__piece_record(&tables[dev], bytes, ns, count);
+  cuemm__lock_release(&piece_lock);
+}
+
+void cuemm__piece_snapshot(int dev, cuemm__piece_table *out)
+{
+  memset(out, 0, sizeof *out);
+  if (dev < 0 || dev >= PIECE_MAX_DEVICES)
+    return;
+  cuemm__lock_acquire(&piece_lock);
+  *out = tables[dev];
+  cuemm__lock_release(&piece_lock);
+}
