@@ -32,18 +32,21 @@
  * memory); any failing step undoes the earlier ones and leaves the
  * descriptors in the table, so a failed open changes nothing.  Pool
  * mappings join the table of mappings, keyed by exporter, device and chunk
- * list, so opening one block twice maps it once.
+ * list, so opening one block twice maps it once.  The mappings a manager
+ * still holds are closed by cuemm_destroy and forgotten by cuemm_abandon,
+ * through the manager's extension hooks (manager.h).
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "error.h"
-#include "manager.h"
+#include "ipc.h"
 #include "pool.h"
 
 _Static_assert(sizeof(cuemm_ipc_handle) == CUEMM_IPC_HANDLE_SIZE, "handle is 128 bytes");
@@ -777,18 +780,8 @@ CUEMM_EXTERN CUresult cuemm_ipc_close(cuemm_manager *m, CUdeviceptr p)
 
 /* ---- the manager goes away ----------------------------------------------------- */
 
-static size_t drop_all(cuemm_manager *m, int close);
-
-size_t cuemm__ipc_close_all(cuemm_manager *m)
-{
-  return drop_all(m, 1);
-}
-
-size_t cuemm__ipc_forget_all(cuemm_manager *m)
-{
-  return drop_all(m, 0);
-}
-
+/* Unlinks every mapping opened through m, closing it first when
+ * `close`; returns how many there were.  m's lock held. */
 static size_t drop_all(cuemm_manager *m, int close)
 {
   size_t closed = 0;
@@ -815,6 +808,23 @@ static size_t drop_all(cuemm_manager *m, int close)
   pthread_mutex_unlock(&ipc_lock);
   return closed;
 }
+
+static void ipc_destroy(cuemm_manager *m, char *note, size_t cap)
+{
+  size_t closed = drop_all(m, 1);
+  if (closed)
+    snprintf(note, cap, "closed %zu IPC mappings the program had not closed", closed);
+}
+
+static void ipc_abandon(cuemm_manager *m)
+{
+  drop_all(m, 0);
+}
+
+const cuemm__extension cuemm__ipc_extension = {
+  .destroy = ipc_destroy,
+  .abandon = ipc_abandon,
+};
 
 /* ---- handles and descriptors over a Unix domain socket ---------------------------- */
 
