@@ -7,9 +7,11 @@
  * alloc/free/flush policy over them, and host.c adds pinned host memory on
  * the same paths.  Above the manager, and never called by it: registry.c
  * maps contexts to managers and holds the drop-ins (cuemm_get,
- * cuemm_mem_alloc, cuemm_mem_free); ipc.c shares allocations with other
- * processes.  Those that keep state per manager hear of its creation and
- * end as extensions (below), which extensions.c lists in the order they run.
+ * cuemm_mem_alloc, cuemm_mem_free); ipc.c (the handle, legacy device IPC,
+ * the table of opened mappings) and ipc-fd.c (pool memory passed as file
+ * descriptors) share allocations with other processes.  Those that keep
+ * state per manager hear of its creation and end as extensions (below),
+ * which extensions.c lists in the order they run.
  *
  * Locking rule: m->lock guards everything below it in the struct and is
  * held across the driver calls of one operation (a flush included), so a
