@@ -769,7 +769,7 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
   cuemm__lock_init(&m->lock);
   cuemm__owned_init(&m->owned);
   cuemm__pending_init(&m->pending, m->st.max_pending_count, m->st.max_pending_bytes);
-  if ((r = cuemm__registry_add(m)) != CUDA_SUCCESS) {
+  if ((r = cuemm__extensions_attach(m)) != CUDA_SUCCESS) {
     if (m->pool) {
       char msg[512];
       snprintf(msg, sizeof msg, "%s", cuemm_last_error());
@@ -843,8 +843,8 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
                         "use cuemm_abandon if the context was destroyed");
     return r;
   }
-  cuemm__registry_remove(m);
-  size_t ipc_closed = cuemm__ipc_close_all(m);
+  char note[256];
+  cuemm__extensions_destroy(m, note, sizeof note);
 
   /* Force: the manager is going away, scopes or not.  On a failing free,
    * skip it and go on: nothing may stay owned by a manager that no longer
@@ -891,13 +891,10 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
   if (w.outstanding)
     cuemm__error(CUDA_SUCCESS, "cuemm_destroy: freed %zu outstanding allocations (%zu bytes) the program had not freed",
                  w.outstanding, w.outstanding_bytes);
-  if (ipc_closed) {
-    if (w.outstanding)
-      cuemm__error_append("; ");
-    else
-      cuemm__error(CUDA_SUCCESS, "cuemm_destroy: ");
-    cuemm__error_append("closed %zu IPC mappings the program had not closed", ipc_closed);
-  }
+  if (note[0] && w.outstanding)
+    cuemm__error_append("; %s", note);
+  else if (note[0])
+    cuemm__error(CUDA_SUCCESS, "cuemm_destroy: %s", note);
   return CUDA_SUCCESS;
 }
 
@@ -905,8 +902,7 @@ CUEMM_EXTERN CUresult cuemm_abandon(cuemm_manager *m)
 {
   CHECK_MANAGER(m, "cuemm_abandon");
   cuemm__lock_acquire(&m->lock);
-  cuemm__registry_remove(m);
-  cuemm__ipc_forget_all(m);
+  cuemm__extensions_abandon(m);
   size_t live = m->st.live_count + m->st.host_live_count + m->st.pinned_count + cuemm__stream_live(m, NULL);
   size_t pending = m->pending.count;
   free_manager(m);

@@ -1,10 +1,21 @@
 /* manager.h: the manager structure and the internal calls its files share.
  *
- * manager.c owns the lifecycle and the alloc/free/flush policy; host.c adds
- * pinned host memory on top of the same paths; registry.c maps contexts to
- * managers; ipc.c shares allocations with other processes.  Locking rule: m->lock guards everything below it in the struct
- * and is held across the driver calls of one operation (a flush included),
- * so a pointer is never in the table and the driver's free list at once.
+ * Where each policy lives, bottom up: driver.c loads libcuda, config.c
+ * reads the CUEMM_* settings, error.c keeps the thread's message; pending.c
+ * is the deferred-free queue, owned.c the table of live allocations, pool.c
+ * (on suballoc.c) the VMM pool; manager.c owns the lifecycle and the
+ * alloc/free/flush policy over them, and host.c adds pinned host memory on
+ * the same paths.  Above the manager, and never called by it: registry.c
+ * maps contexts to managers and holds the drop-ins (cuemm_get,
+ * cuemm_mem_alloc, cuemm_mem_free); ipc.c (the handle, legacy device IPC,
+ * the table of opened mappings) and ipc-fd.c (pool memory passed as file
+ * descriptors) share allocations with other processes.  Those that keep
+ * state per manager hear of its creation and end as extensions (below),
+ * which extensions.c lists in the order they run.
+ *
+ * Locking rule: m->lock guards everything below it in the struct and is
+ * held across the driver calls of one operation (a flush included), so a
+ * pointer is never in the table and the driver's free list at once.
  */
 #ifndef CUEMM_MANAGER_H
 #define CUEMM_MANAGER_H
@@ -77,15 +88,27 @@ size_t cuemm__stream_live(cuemm_manager *m, size_t *bytes);
 /* Frees the heaps (their events with the driver when `use_driver`). */
 void cuemm__stream_fini(cuemm_manager *m, int use_driver);
 
-/* Registry (registry.c). */
-CUresult cuemm__registry_add(cuemm_manager *m);
-void cuemm__registry_remove(cuemm_manager *m);
+/* An extension: a layer above the manager that keeps state of its own per
+ * manager (the registry, the IPC mappings) and must hear when a manager
+ * starts and ends.  The manager calls no extension by name; extensions.c
+ * lists them, and the runners below call each one's hook in that order
+ * (any hook may be NULL). */
+typedef struct cuemm__extension {
+  /* cuemm_create, once m is whole and before anyone else can see it (m's
+   * lock not held).  A failure refuses the creation: the extensions attached
+   * before it are abandoned again, and the message is the failure's. */
+  CUresult (*attach)(cuemm_manager *m);
+  /* cuemm_destroy, with m's lock held and its context current: release
+   * what the extension holds for m.  What the program had left open goes
+   * into `note` (empty if nothing), for cuemm_destroy's message. */
+  void (*destroy)(cuemm_manager *m, char *note, size_t cap);
+  /* cuemm_abandon, with m's lock held: forget m without a driver call. */
+  void (*abandon)(cuemm_manager *m);
+} cuemm__extension;
 
-/* IPC (ipc.c): closes every mapping opened with cuemm_ipc_open on m and
- * returns how many there were.  cuemm_destroy calls it with m's lock held:
- * ipc.c never takes a manager's lock while it holds its own. */
-size_t cuemm__ipc_close_all(cuemm_manager *m);
-/* The same without driver calls, for a manager whose context is gone. */
-size_t cuemm__ipc_forget_all(cuemm_manager *m);
+CUresult cuemm__extensions_attach(cuemm_manager *m);
+/* Runs every destroy hook; `note` gets their notes joined with "; ". */
+void cuemm__extensions_destroy(cuemm_manager *m, char *note, size_t cap);
+void cuemm__extensions_abandon(cuemm_manager *m);
 
 #endif

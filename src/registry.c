@@ -1,6 +1,9 @@
 /* registry.c: owns the map from CUDA contexts to their managers, and the
- * drop-in calls (cuemm_mem_alloc / cuemm_mem_free) that find the manager of
- * the calling thread's current context through it.
+ * drop-in calls (cuemm_get, cuemm_mem_alloc, cuemm_mem_free) that find the
+ * manager of the calling thread's current context through it.  It sits above
+ * the manager: it calls the manager's public functions, and learns of
+ * managers created and destroyed as an extension (manager.h), so the
+ * manager never calls it.
  *
  * Keys are the driver's context ids, not CUcontext handles: a handle is an
  * address, and a context destroyed and created again may reuse it, while an
@@ -12,7 +15,7 @@
 #include <stdlib.h>
 
 #include "error.h"
-#include "manager.h"
+#include "registry.h"
 
 typedef struct slot {
   unsigned long long ctx_id;
@@ -38,7 +41,7 @@ static cuemm_manager *find_locked(unsigned long long id)
   return NULL;
 }
 
-CUresult cuemm__registry_add(cuemm_manager *m)
+static CUresult registry_add(cuemm_manager *m)
 {
   CUresult r = CUDA_SUCCESS;
   pthread_mutex_lock(&reg_lock);
@@ -62,7 +65,7 @@ CUresult cuemm__registry_add(cuemm_manager *m)
   return r;
 }
 
-void cuemm__registry_remove(cuemm_manager *m)
+static void registry_remove(cuemm_manager *m)
 {
   pthread_mutex_lock(&reg_lock);
   for (size_t i = 0; i < nslots; i++)
@@ -73,6 +76,18 @@ void cuemm__registry_remove(cuemm_manager *m)
   atomic_fetch_add(&generation, 1);
   pthread_mutex_unlock(&reg_lock);
 }
+
+static void registry_destroy(cuemm_manager *m, char *note, size_t cap)
+{
+  (void)note, (void)cap; /* leaving the registry leaves nothing open */
+  registry_remove(m);
+}
+
+const cuemm__extension cuemm__registry_extension = {
+  .attach = registry_add,
+  .destroy = registry_destroy,
+  .abandon = registry_remove,
+};
 
 CUEMM_EXTERN CUresult cuemm_get(cuemm_manager **out)
 {

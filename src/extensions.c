@@ -1,0 +1,55 @@
+/* extensions.c: owns the list of extensions (manager.h), the layers above
+ * the manager that keep state per manager, and the order the manager's
+ * lifecycle runs them in.  It is the one place that names them, so the
+ * manager calls up into no other file.
+ *
+ * The registry comes first: once a manager's teardown has begun, cuemm_get
+ * must no longer hand it out.
+ */
+#include <stdio.h>
+
+#include "ipc.h"
+#include "registry.h"
+
+static const cuemm__extension *const extensions[] = {
+  &cuemm__registry_extension,
+  &cuemm__ipc_extension,
+};
+enum { NEXT = sizeof extensions / sizeof extensions[0] };
+
+CUresult cuemm__extensions_attach(cuemm_manager *m)
+{
+  for (size_t i = 0; i < NEXT; i++) {
+    CUresult r = extensions[i]->attach ? extensions[i]->attach(m) : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+      continue;
+    while (i-- > 0)
+      if (extensions[i]->abandon)
+        extensions[i]->abandon(m);
+    return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+void cuemm__extensions_destroy(cuemm_manager *m, char *note, size_t cap)
+{
+  size_t used = 0;
+  note[0] = 0;
+  for (size_t i = 0; i < NEXT; i++) {
+    if (!extensions[i]->destroy)
+      continue;
+    char one[256] = "";
+    extensions[i]->destroy(m, one, sizeof one);
+    if (one[0] && used < cap) {
+      int k = snprintf(note + used, cap - used, "%s%s", used ? "; " : "", one);
+      used = k < 0 ? used : used + (size_t)k;
+    }
+  }
+}
+
+void cuemm__extensions_abandon(cuemm_manager *m)
+{
+  for (size_t i = 0; i < NEXT; i++)
+    if (extensions[i]->abandon)
+      extensions[i]->abandon(m);
+}
