@@ -5,9 +5,10 @@
  * contexts), sim-mem.c (the address-region registry, device and pinned host
  * memory, copies and fills), sim-stream.c (streams, events, the work queue,
  * the ordering between streams and the controls about it), sim-vmm.c
- * (virtual memory management) and sim-ipc.c (legacy IPC).  This header holds the list of entry points, from which sim-core.c builds its
- * table and every file its entry hook, and the few data structures that more
- * than one file has to see.
+ * (virtual memory management) and sim-ipc.c (legacy IPC).  This header
+ * holds the list of entry points, from which sim-core.c builds its table and
+ * every file its entry hook, and the few data structures that more than one
+ * file has to see.
  *
  * Locking: one recursive mutex guards all state.  It is recursive because a
  * host function run from a queue may call back into the driver, and a
