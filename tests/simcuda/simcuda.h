@@ -125,7 +125,13 @@ size_t simcuda_stream_queued(CUstream s);
  * Work on s itself never counts: stream order covers it.  Nonzero means an
  * early reuse; (size_t)-1 means s does not resolve.  Host functions and
  * cuMemFreeAsync are not counted: simcuda does not know what memory they
- * touch. */
+ * touch.  Typical use, in queue mode:
+ *
+ *   cuMemsetD8Async(p, 1, n, a);          // work on the block, left pending
+ *   free_on_stream(p, a);                 // the allocator under test
+ *   q = alloc_on_stream(n, b);            // may hand p out again
+ *   is(simcuda_reuse_check(b, q, n), 0, "%s", simcuda_reuse_explain());
+ */
 size_t simcuda_reuse_check(CUstream s, CUdeviceptr p, size_t n);
 /* For a failure message: the first offending item of the calling thread's
  * latest simcuda_reuse_check (stream and its kind, device, what the item
