@@ -543,6 +543,611 @@ static void test_queue(void)
   CK(cuEventDestroy(t1));
 }
 
+/* ---- streams and events stepped one item at a time ---- */
+
+/* A device block of `n` bytes set to `v`, with nothing queued on it. */
+static CUdeviceptr block(size_t n, int v)
+{
+  CUdeviceptr p = 0;
+  CK(cuMemAlloc(&p, n));
+  memset((void *)(uintptr_t)p, v, n);
+  return p;
+}
+
+#define BYTES(p) ((void *)(uintptr_t)(p))
+
+static void test_stream_run(void)
+{
+  CUstream s, s2;
+  CUevent e;
+  CUdeviceptr a = block(4096, 0);
+  CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  simcuda_set_queue_mode(1);
+
+  CK(cuMemsetD8Async(a, 1, 4096, s));
+  CK(cuMemsetD8Async(a, 2, 1024, s));
+  CK(cuEventRecord(e, s));
+  CK(cuMemsetD8Async(a + 1024, 3, 1024, s));
+  is(simcuda_stream_queued(s), 4, "four items queued on the stream");
+  is(simcuda_stream_queued(s2), 0, "none on the other");
+  is(cuEventQuery(e), CUDA_ERROR_NOT_READY, "record queued: NOT_READY");
+  is(simcuda_stream_run(s, 1), 1, "run 1: one item ran");
+  ok(all_bytes(BYTES(a), 1, 4096), "the first memset ran, the second not");
+  is(simcuda_stream_queued(s), 3, "three left");
+  is(cuStreamQuery(s), CUDA_ERROR_NOT_READY, "cuStreamQuery: NOT_READY with work left");
+  is(cuEventQuery(e), CUDA_ERROR_NOT_READY, "record not reached: still NOT_READY");
+  is(simcuda_stream_run(s, 2), 2, "run 2: two items ran");
+  ok(all_bytes(BYTES(a), 2, 1024) && all_bytes(BYTES(a + 1024), 1, 3072), "the second memset ran, the third not");
+  CK(cuEventQuery(e));
+  is(simcuda_stream_queued(s), 1, "one left");
+  is(simcuda_stream_run(s, 0), 1, "run 0: the one left ran");
+  ok(all_bytes(BYTES(a + 1024), 3, 1024), "the third memset ran");
+  is(simcuda_stream_run(s, 0), 0, "run of an empty stream: 0");
+  CK(cuStreamQuery(s));
+  is(simcuda_stream_run((CUstream)&e, 0), 0, "run of a non-stream: 0");
+  is(simcuda_stream_queued((CUstream)&e), 0, "queued of a non-stream: 0");
+
+  /* A wait runs, on the other stream, only what the record needs. */
+  CK(cuMemsetD8Async(a, 4, 16, s));
+  CK(cuEventRecord(e, s));
+  CK(cuMemsetD8Async(a + 16, 5, 16, s));
+  CK(cuStreamWaitEvent(s2, e, 0));
+  CK(cuMemsetD8Async(a + 32, 6, 16, s2));
+  is(simcuda_stream_queued(s2), 2, "the wait is an item of s2");
+  is(simcuda_stream_run(s2, 1), 1, "run 1 of s2: the wait, counted as one");
+  ok(all_bytes(BYTES(a), 4, 16), "the wait ran s's work up to the record");
+  ok(all_bytes(BYTES(a + 16), 2, 16), "but not beyond it");
+  is(simcuda_stream_queued(s), 1, "s has its last item left");
+  CK(cuEventQuery(e));
+  ok(all_bytes(BYTES(a + 32), 2, 16), "s2's memset after the wait has not run");
+  is(simcuda_stream_run(s2, 5), 1, "run 5 of s2 runs the one left");
+  ok(all_bytes(BYTES(a + 32), 6, 16), "s2's memset ran");
+  is(simcuda_stream_run(s, 0), 1, "s's last item");
+
+  /* The default streams by their three names. */
+  CK(cuMemsetD8Async(a, 7, 16, NULL));
+  is(simcuda_stream_queued(NULL), 1, "queued on the legacy stream by 0");
+  is(simcuda_stream_queued(CU_STREAM_LEGACY), 1, "the same stream as CU_STREAM_LEGACY");
+  is(simcuda_stream_queued(CU_STREAM_PER_THREAD), 0, "the per-thread stream is another");
+  CK(cuMemsetD8Async(a + 16, 8, 16, CU_STREAM_PER_THREAD));
+  is(simcuda_stream_queued(CU_STREAM_PER_THREAD), 1, "one queued on the per-thread stream");
+  is(simcuda_stream_run(CU_STREAM_LEGACY, 0), 1, "run of CU_STREAM_LEGACY");
+  ok(all_bytes(BYTES(a), 7, 16), "the legacy memset ran");
+  is(simcuda_stream_run(CU_STREAM_PER_THREAD, 0), 1, "run of CU_STREAM_PER_THREAD");
+  ok(all_bytes(BYTES(a + 16), 8, 16), "the per-thread memset ran");
+  is(simcuda_queued_work(), 0, "nothing queued");
+
+  simcuda_set_queue_mode(0);
+  CK(cuEventDestroy(e));
+  CK(cuStreamDestroy(s));
+  CK(cuStreamDestroy(s2));
+  CK(cuMemFree(a));
+}
+
+static void test_event_query(void)
+{
+  CUstream s1, s2;
+  CUevent e, never;
+  CUdeviceptr a = block(64, 0);
+  CK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  CK(cuEventCreate(&never, CU_EVENT_DISABLE_TIMING));
+  simcuda_set_queue_mode(1);
+
+  CK(cuEventQuery(never));
+  CK(cuEventSynchronize(never));
+  CK(cuStreamWaitEvent(s1, never, 0));
+  is(simcuda_stream_queued(s1), 0, "a wait on a never recorded event queues nothing");
+
+  /* Re-recorded: the query follows the latest record. */
+  CK(cuEventRecord(e, s1));
+  is(cuEventQuery(e), CUDA_ERROR_NOT_READY, "recorded, not run: NOT_READY");
+  simcuda_stream_run(s1, 0);
+  CK(cuEventQuery(e));
+  CK(cuMemsetD8Async(a, 1, 64, s1));
+  CK(cuEventRecord(e, s1));
+  is(cuEventQuery(e), CUDA_ERROR_NOT_READY, "re-recorded behind a memset: NOT_READY again");
+  simcuda_stream_run(s1, 1);
+  is(cuEventQuery(e), CUDA_ERROR_NOT_READY, "memset ran, record not: NOT_READY");
+  simcuda_stream_run(s1, 1);
+  CK(cuEventQuery(e));
+
+  /* Two records pending on two streams: only the latest one counts. */
+  CK(cuEventRecord(e, s1));
+  CK(cuEventRecord(e, s2));
+  simcuda_stream_run(s1, 0);
+  is(cuEventQuery(e), CUDA_ERROR_NOT_READY, "the earlier record ran, the latest not: NOT_READY");
+  simcuda_stream_run(s2, 0);
+  CK(cuEventQuery(e));
+  CK(cuEventRecord(e, s1));
+  CK(cuEventRecord(e, s2));
+  simcuda_stream_run(s2, 0);
+  CK(cuEventQuery(e));
+  simcuda_stream_run(s1, 0);
+  CK(cuEventQuery(e));
+
+  /* A wait takes the record current at the call, not a later one. */
+  CK(cuMemsetD8Async(a, 2, 64, s1));
+  CK(cuEventRecord(e, s1));
+  CK(cuStreamWaitEvent(s2, e, 0));
+  CK(cuEventRecord(e, s2));
+  simcuda_stream_run(s2, 1);
+  ok(all_bytes(BYTES(a), 2, 64), "the wait ran s1's memset although the event was re-recorded on s2");
+  simcuda_stream_run(s2, 0);
+  CK(cuEventQuery(e));
+
+  /* cuEventSynchronize runs the latest record's stream that far. */
+  CK(cuMemsetD8Async(a, 3, 64, s1));
+  CK(cuEventRecord(e, s1));
+  CK(cuMemsetD8Async(a, 4, 64, s1));
+  CK(cuEventSynchronize(e));
+  CK(cuEventQuery(e));
+  ok(all_bytes(BYTES(a), 3, 64), "cuEventSynchronize ran up to the record only");
+  is(simcuda_stream_queued(s1), 1, "the memset after it is still queued");
+  float ms;
+  is(cuEventElapsedTime(&ms, e, e), CUDA_ERROR_INVALID_HANDLE, "CU_EVENT_DISABLE_TIMING: no elapsed time");
+
+  simcuda_set_queue_mode(0);
+  CK(cuStreamSynchronize(s1));
+  CK(cuEventDestroy(e));
+  CK(cuEventDestroy(never));
+  CK(cuStreamDestroy(s1));
+  CK(cuStreamDestroy(s2));
+  CK(cuMemFree(a));
+}
+
+/* ---- early-reuse detection ---- */
+
+static void test_reuse_check(void)
+{
+  CUstream s1, s2, s3, s4;
+  CUevent e, e3;
+  CUdeviceptr a = block(4096, 0), b = block(4096, 0);
+  CK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CK(cuStreamCreate(&s3, CU_STREAM_NON_BLOCKING));
+  CK(cuStreamCreate(&s4, CU_STREAM_NON_BLOCKING));
+  CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  CK(cuEventCreate(&e3, CU_EVENT_DISABLE_TIMING));
+  simcuda_set_queue_mode(1);
+
+  is(simcuda_reuse_check(s2, a, 4096), 0, "nothing queued: no early reuse");
+  is_str(simcuda_reuse_explain(), "no early reuse", "explain says so");
+
+  /* Work pending on another stream. */
+  CK(cuMemsetD8Async(a + 1024, 1, 1024, s1));
+  is(simcuda_reuse_check(s2, a, 4096), 1, "a memset pending on s1: early reuse on s2");
+  like(simcuda_reuse_explain(), "non-blocking stream", "explain names the stream's kind");
+  like(simcuda_reuse_explain(), "memset writing", "explain names what the item does");
+  char want[64];
+  snprintf(want, sizeof want, "[0x%llx, 0x%llx)", (unsigned long long)(a + 1024), (unsigned long long)(a + 2048));
+  like(simcuda_reuse_explain(), want, "explain gives the item's range");
+  is(simcuda_reuse_check(s1, a, 4096), 0, "on the stream that queued it: stream order, not counted");
+  is(simcuda_reuse_check(s2, a, 1024), 0, "a range below it: not counted");
+  is(simcuda_reuse_check(s2, a + 2048, 2048), 0, "a range above it: not counted");
+  is(simcuda_reuse_check(s2, a + 2047, 1), 1, "its last byte: counted");
+  is(simcuda_reuse_check(s2, a, 0), 0, "an empty range: not counted");
+
+  /* A copy counts on both sides; each pending item counts. */
+  CK(cuMemcpyDtoDAsync(b, a, 512, s1));
+  is(simcuda_reuse_check(s2, b, 4096), 1, "a copy writing b: counted");
+  like(simcuda_reuse_explain(), "memcpy writing", "explain: the copy writes it");
+  is(simcuda_reuse_check(s2, a, 512), 1, "a copy reading a: counted");
+  like(simcuda_reuse_explain(), "memcpy reading", "explain: the copy reads it");
+  is(simcuda_reuse_check(s2, a, 4096), 2, "the memset and the copy on a: two");
+  is(simcuda_reuse_check((CUstream)&e, a, 4096), (size_t)-1, "an unknown stream: (size_t)-1");
+  like(simcuda_reuse_explain(), "does not resolve", "explain says the stream did not resolve");
+
+  /* A wait on an event recorded after the work orders it, queued or run. */
+  CK(cuEventRecord(e, s1));
+  CK(cuStreamWaitEvent(s2, e, 0));
+  is(simcuda_reuse_check(s2, a, 4096), 0, "s2 waits on a record after the work: ordered");
+  is(simcuda_reuse_check(s3, a, 4096), 2, "s3 does not wait: still two");
+  /* Through another stream's wait: s3 waits on s1, s4 on s3. */
+  CK(cuStreamWaitEvent(s3, e, 0));
+  CK(cuEventRecord(e3, s3));
+  CK(cuStreamWaitEvent(s4, e3, 0));
+  is(simcuda_reuse_check(s4, a, 4096), 0, "s4 waits on s3, which waits on s1: ordered");
+  CK(cuEventDestroy(e3));
+  is(simcuda_reuse_check(s4, a, 4096), 0, "a wait stands when its event is destroyed");
+  CK(cuEventCreate(&e3, CU_EVENT_DISABLE_TIMING));
+  /* Work queued after the record is not ordered by it. */
+  CK(cuMemsetD8Async(a, 2, 16, s1));
+  is(simcuda_reuse_check(s2, a, 4096), 1, "a memset after the record: counted");
+  is(simcuda_reuse_check(s2, a + 16, 4080), 0, "but not outside its range");
+  is(simcuda_stream_run(s2, 0), 1, "s2's wait runs");
+  is(simcuda_stream_queued(s1), 1, "only the memset after the record is left on s1");
+  is(simcuda_reuse_check(s2, a, 4096), 1, "the wait having run changes nothing: still one");
+  CK(cuEventRecord(e, s1));
+  is(simcuda_reuse_check(s2, a, 4096), 1, "a record s2 does not wait on orders nothing");
+  CK(cuStreamWaitEvent(s2, e, 0));
+  is(simcuda_reuse_check(s2, a, 4096), 0, "waiting on it does");
+
+  /* A record before the work orders nothing after it. */
+  simcuda_stream_run(s1, 0);
+  simcuda_stream_run(s2, 0);
+  CK(cuEventRecord(e, s1));
+  CK(cuMemsetD8Async(a, 3, 16, s1));
+  CK(cuStreamWaitEvent(s2, e, 0));
+  is(simcuda_reuse_check(s2, a, 4096), 1, "wait on a record before the work: counted");
+  CK(cuStreamSynchronize(s1));
+  is(simcuda_reuse_check(s2, a, 4096), 0, "after cuStreamSynchronize of s1: nothing pending");
+
+  /* The pattern an allocator follows: free on s1, record, hand out on s2 after a wait. */
+  CK(cuMemsetD8Async(a, 4, 4096, s1));
+  CK(cuEventRecord(e, s1));
+  is(simcuda_reuse_check(s2, a, 4096), 1, "handed to s2 with no wait: early reuse");
+  CK(cuStreamWaitEvent(s2, e, 0));
+  is(simcuda_reuse_check(s2, a, 4096), 0, "handed to s2 after cuStreamWaitEvent: correct");
+  CK(cuEventSynchronize(e));
+  is(simcuda_reuse_check(s3, a, 4096), 0, "handed to s3 once the event completed: correct");
+
+  simcuda_set_queue_mode(0);
+  CK(cuCtxSynchronize());
+  is(simcuda_queued_work(), 0, "all ran");
+  CK(cuEventDestroy(e));
+  CK(cuEventDestroy(e3));
+  CK(cuStreamDestroy(s1));
+  CK(cuStreamDestroy(s2));
+  CK(cuStreamDestroy(s3));
+  CK(cuStreamDestroy(s4));
+  CK(cuMemFree(a));
+  CK(cuMemFree(b));
+}
+
+/* ---- the default streams ---- */
+
+struct pt_arg {
+  CUcontext ctx;
+  CUdeviceptr p;
+  CUresult r;
+  size_t queued_seen;
+  pthread_barrier_t *bar;
+};
+
+/* Queues on its own per-thread stream, then waits for the main thread's
+ * checks before running it. */
+static void *thread_per_thread(void *p)
+{
+  struct pt_arg *a = p;
+  a->r = cuCtxSetCurrent(a->ctx);
+  a->queued_seen = simcuda_stream_queued(CU_STREAM_PER_THREAD);
+  if (a->r == CUDA_SUCCESS)
+    a->r = cuMemsetD8Async(a->p, 9, 64, CU_STREAM_PER_THREAD);
+  pthread_barrier_wait(a->bar);
+  pthread_barrier_wait(a->bar);
+  simcuda_stream_run(CU_STREAM_PER_THREAD, 0);
+  return NULL;
+}
+
+static void test_legacy_order(void)
+{
+  CUstream b1, b2, nb;
+  CUdeviceptr a = block(4096, 0), c = block(64, 0);
+  CK(cuStreamCreate(&b1, 0));
+  CK(cuStreamCreate(&b2, 0));
+  CK(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING));
+  simcuda_set_queue_mode(1);
+
+  /* Work pending on a blocking stream. */
+  CK(cuMemsetD8Async(a, 1, 4096, b1));
+  is(simcuda_reuse_check(NULL, a, 4096), 0, "blocking stream's work, reused on the legacy stream: ordered");
+  is(simcuda_reuse_check(CU_STREAM_LEGACY, a, 4096), 0, "the same by CU_STREAM_LEGACY");
+  is(simcuda_reuse_check(nb, a, 4096), 1, "reused on a non-blocking stream: counted");
+  is(simcuda_reuse_check(b2, a, 4096), 1, "reused on another blocking stream: counted");
+  like(simcuda_reuse_explain(), "blocking stream", "explain names a blocking stream");
+  is(simcuda_reuse_check(CU_STREAM_PER_THREAD, a, 4096), 1, "reused on the per-thread stream: counted");
+  /* Legacy work queued after it orders it before every blocking stream. */
+  CK(cuMemsetD8Async(c, 2, 64, NULL));
+  is(simcuda_reuse_check(b2, a, 4096), 0, "b1, then the legacy stream, then b2: ordered");
+  is(simcuda_reuse_check(CU_STREAM_PER_THREAD, a, 4096), 0, "and the per-thread stream: ordered");
+  is(simcuda_reuse_check(nb, a, 4096), 1, "not the non-blocking stream");
+  is(simcuda_stream_run(NULL, 0), 1, "run the legacy stream: one item of its own");
+  ok(all_bytes(BYTES(a), 1, 4096), "b1's memset ran before it");
+  ok(all_bytes(BYTES(c), 2, 64), "then the legacy memset");
+  is(simcuda_stream_queued(b1), 0, "b1 is empty");
+
+  /* Work pending on the legacy stream. */
+  CK(cuMemsetD8Async(a, 3, 4096, NULL));
+  is(simcuda_reuse_check(b1, a, 4096), 0, "legacy work, reused on a blocking stream: ordered");
+  is(simcuda_reuse_check(CU_STREAM_PER_THREAD, a, 4096), 0, "reused on the per-thread stream: ordered");
+  is(simcuda_reuse_check(nb, a, 4096), 1, "reused on a non-blocking stream: counted");
+  like(simcuda_reuse_explain(), "legacy default stream", "explain names the legacy stream");
+  CK(cuMemsetD8Async(c, 4, 64, b1));
+  is(simcuda_stream_run(b1, 1), 1, "run b1's memset");
+  ok(all_bytes(BYTES(a), 3, 4096), "the legacy memset queued before it ran first");
+  ok(all_bytes(BYTES(c), 4, 64), "then b1's");
+
+  /* Non-blocking streams neither wait nor are waited for. */
+  CK(cuMemsetD8Async(a, 5, 4096, nb));
+  CK(cuMemsetD8Async(c, 6, 64, NULL));
+  is(simcuda_reuse_check(NULL, a, 4096), 1, "non-blocking work, reused on the legacy stream: counted");
+  is(simcuda_stream_run(NULL, 0), 1, "run the legacy stream");
+  is(simcuda_stream_queued(nb), 1, "the non-blocking stream's memset did not run");
+  ok(all_bytes(BYTES(a), 3, 4096), "its memory is untouched");
+  CK(cuMemsetD8Async(c, 7, 64, nb));
+  CK(cuMemsetD8Async(a, 8, 64, NULL));
+  is(simcuda_stream_run(nb, 0), 2, "run the non-blocking stream");
+  ok(all_bytes(BYTES(a), 5, 4096), "the legacy memset queued before did not run");
+  is(simcuda_stream_run(NULL, 0), 1, "run the legacy stream");
+
+  /* Per-thread streams: one per thread, each blocking. */
+  unsigned fl = 1;
+  CK(cuStreamGetFlags(CU_STREAM_PER_THREAD, &fl));
+  is(fl, 0, "cuStreamGetFlags of the per-thread stream: 0");
+  fl = 1;
+  CK(cuStreamGetFlags(NULL, &fl));
+  is(fl, 0, "cuStreamGetFlags of the legacy stream: 0");
+  CK(cuStreamGetFlags(nb, &fl));
+  is(fl, CU_STREAM_NON_BLOCKING, "cuStreamGetFlags of a non-blocking stream");
+  CUcontext cur, sc = NULL;
+  CK(cuCtxGetCurrent(&cur));
+  CK(cuStreamGetCtx(CU_STREAM_PER_THREAD, &sc));
+  ok(sc == cur, "cuStreamGetCtx of the per-thread stream: the current context");
+
+  CK(cuMemsetD8Async(a, 10, 64, CU_STREAM_PER_THREAD));
+  pthread_barrier_t bar;
+  pthread_barrier_init(&bar, NULL, 2);
+  struct pt_arg arg = {cur, a + 64, CUDA_ERROR_UNKNOWN, 99, &bar};
+  pthread_t th;
+  pthread_create(&th, NULL, thread_per_thread, &arg);
+  pthread_barrier_wait(&bar);
+  is(arg.r, CUDA_SUCCESS, "the thread queued on its per-thread stream");
+  is(arg.queued_seen, 0, "it saw nothing queued there: not the main thread's stream");
+  is(simcuda_stream_queued(CU_STREAM_PER_THREAD), 1, "the main thread's per-thread stream holds its own item only");
+  is(simcuda_queued_work(), 2, "two items in all");
+  is(simcuda_reuse_check(CU_STREAM_PER_THREAD, a + 64, 64), 1, "the other thread's work, reused on ours: counted");
+  like(simcuda_reuse_explain(), "per-thread default stream", "explain names a per-thread stream");
+  is(simcuda_reuse_check(NULL, a + 64, 64), 0, "reused on the legacy stream: ordered");
+  pthread_barrier_wait(&bar);
+  pthread_join(th, NULL);
+  pthread_barrier_destroy(&bar);
+  ok(all_bytes(BYTES(a + 64), 9, 64), "the thread ran its stream");
+  is(simcuda_stream_run(CU_STREAM_PER_THREAD, 0), 1, "ours still had its item");
+  ok(all_bytes(BYTES(a), 10, 64), "and it ran");
+
+  /* Another context's legacy stream orders nothing here. */
+  CUcontext other;
+  CK(cuCtxCreate(&other, NULL, 0, dev0));
+  CK(cuMemsetD8Async(a, 11, 64, NULL));
+  CK(cuCtxSetCurrent(cur));
+  is(simcuda_reuse_check(NULL, a, 64), 1, "work on another context's legacy stream: counted");
+  like(simcuda_reuse_explain(), "legacy default stream", "explain names that legacy stream");
+  CK(cuCtxDestroy(other));
+  ok(all_bytes(BYTES(a), 11, 64), "destroying that context ran its work");
+
+  simcuda_set_queue_mode(0);
+  CK(cuCtxSynchronize());
+  CK(cuStreamDestroy(b1));
+  CK(cuStreamDestroy(b2));
+  CK(cuStreamDestroy(nb));
+  CK(cuMemFree(a));
+  CK(cuMemFree(c));
+}
+
+/* ---- destroyed streams ---- */
+
+static void test_destroyed_stream(void)
+{
+  CUstream s, s2;
+  CUevent e;
+  CUdeviceptr a = block(64, 0);
+  simcuda_live l0, l;
+  simcuda_live_get(&l0);
+  CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  simcuda_set_queue_mode(1);
+
+  CK(cuMemsetD8Async(a, 1, 64, s));
+  CK(cuEventRecord(e, s));
+  CK(cuStreamDestroy(s));
+  is(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE, "its handle is dead at once");
+  is(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE, "cuStreamQuery of it: INVALID_HANDLE");
+  simcuda_live_get(&l);
+  is(l.streams, l0.streams + 1, "it no longer counts as live");
+  is(simcuda_queued_work(), 2, "its work is still queued");
+  ok(all_bytes(BYTES(a), 0, 64), "and has not run");
+  is(cuEventQuery(e), CUDA_ERROR_NOT_READY, "its event: NOT_READY");
+  is(simcuda_reuse_check(s2, a, 64), 1, "its pending memset still counts as early reuse");
+  like(simcuda_reuse_explain(), "destroyed non-blocking stream", "explain says it was destroyed");
+  CK(cuStreamWaitEvent(s2, e, 0));
+  is(simcuda_reuse_check(s2, a, 64), 0, "a wait on its event orders it");
+  CK(cuEventSynchronize(e));
+  CK(cuEventQuery(e));
+  ok(all_bytes(BYTES(a), 1, 64), "cuEventSynchronize ran its work");
+  is(simcuda_stream_queued(s2), 1, "s2's wait is queued still");
+  is(simcuda_stream_run(s2, 0), 1, "and runs");
+
+  /* A wait of another stream runs it too; so does cuCtxSynchronize. */
+  CUstream t;
+  CK(cuStreamCreate(&t, 0));
+  CK(cuMemsetD8Async(a, 2, 64, t));
+  CK(cuEventRecord(e, t));
+  CK(cuStreamDestroy(t));
+  CK(cuStreamWaitEvent(s2, e, 0));
+  is(simcuda_stream_run(s2, 0), 1, "s2's wait on the destroyed stream's event");
+  CK(cuEventQuery(e));
+  ok(all_bytes(BYTES(a), 2, 64), "ran the destroyed stream's work");
+  CK(cuStreamCreate(&t, 0));
+  CK(cuMemsetD8Async(a, 3, 64, t));
+  CK(cuEventRecord(e, t));
+  CK(cuStreamDestroy(t));
+  CK(cuCtxSynchronize());
+  CK(cuEventQuery(e));
+  ok(all_bytes(BYTES(a), 3, 64), "cuCtxSynchronize ran it");
+  is(simcuda_queued_work(), 0, "nothing queued");
+
+  simcuda_set_queue_mode(0);
+  CK(cuEventDestroy(e));
+  CK(cuStreamDestroy(s2));
+  CK(cuMemFree(a));
+  simcuda_live_get(&l);
+  is(l.streams, l0.streams, "no stream left");
+}
+
+/* ---- the stream and event entry points under the controls ---- */
+
+static CUresult call_entry(const char *name, CUstream s, CUevent e)
+{
+  CUstream ns;
+  CUevent ne;
+  CUcontext c;
+  unsigned fl;
+  if (!strcmp(name, "cuStreamCreate"))
+    return cuStreamCreate(&ns, 0);
+  if (!strcmp(name, "cuStreamDestroy"))
+    return cuStreamDestroy(s);
+  if (!strcmp(name, "cuStreamQuery"))
+    return cuStreamQuery(s);
+  if (!strcmp(name, "cuStreamSynchronize"))
+    return cuStreamSynchronize(s);
+  if (!strcmp(name, "cuStreamWaitEvent"))
+    return cuStreamWaitEvent(s, e, 0);
+  if (!strcmp(name, "cuStreamGetCtx"))
+    return cuStreamGetCtx(s, &c);
+  if (!strcmp(name, "cuStreamGetFlags"))
+    return cuStreamGetFlags(s, &fl);
+  if (!strcmp(name, "cuEventCreate"))
+    return cuEventCreate(&ne, CU_EVENT_DISABLE_TIMING);
+  if (!strcmp(name, "cuEventRecord"))
+    return cuEventRecord(e, s);
+  if (!strcmp(name, "cuEventQuery"))
+    return cuEventQuery(e);
+  if (!strcmp(name, "cuEventSynchronize"))
+    return cuEventSynchronize(e);
+  if (!strcmp(name, "cuEventDestroy"))
+    return cuEventDestroy(e);
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+typedef CUresult (*get_ctx_v2_fn)(CUstream, CUcontext *, CUgreenCtx *);
+
+static void test_stream_entries(void)
+{
+  static const char *names[] = {"cuStreamCreate", "cuStreamDestroy", "cuStreamQuery", "cuStreamSynchronize",
+                                "cuStreamWaitEvent", "cuStreamGetCtx", "cuStreamGetFlags", "cuEventCreate",
+                                "cuEventRecord", "cuEventQuery", "cuEventSynchronize", "cuEventDestroy"};
+  CUstream s;
+  CUevent e;
+  CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  simcuda_live l0, l;
+  simcuda_live_get(&l0);
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    simcuda_calls_reset();
+    is(simcuda_fail(names[i], 1, CUDA_ERROR_LAUNCH_FAILED), 0, "%s can be failed", names[i]);
+    is(call_entry(names[i], s, e), CUDA_ERROR_LAUNCH_FAILED, "%s: the injected error", names[i]);
+    is(simcuda_calls(names[i]), 1, "%s: counted", names[i]);
+  }
+  simcuda_live_get(&l);
+  ok(l.streams == l0.streams && l.events == l0.events, "the failed calls created and destroyed nothing");
+
+  CUcontext cur, c = NULL;
+  unsigned fl = 0;
+  CK(cuCtxGetCurrent(&cur));
+  CK(cuStreamGetCtx(s, &c));
+  ok(c == cur, "cuStreamGetCtx: the context the stream was created in");
+  c = NULL;
+  CK(cuStreamGetCtx(NULL, &c));
+  ok(c == cur, "cuStreamGetCtx of the legacy stream: the current context");
+  is(cuStreamGetCtx(s, NULL), CUDA_ERROR_INVALID_VALUE, "cuStreamGetCtx(s, NULL): INVALID_VALUE");
+  is(cuStreamGetCtx((CUstream)&fl, &c), CUDA_ERROR_INVALID_HANDLE, "cuStreamGetCtx of a non-stream: INVALID_HANDLE");
+  CK(cuStreamGetFlags(s, &fl));
+  is(fl, CU_STREAM_NON_BLOCKING, "cuStreamGetFlags: the flags it was created with");
+  is(cuStreamGetFlags(s, NULL), CUDA_ERROR_INVALID_VALUE, "cuStreamGetFlags(s, NULL): INVALID_VALUE");
+  is(cuStreamGetFlags((CUstream)&fl, &fl), CUDA_ERROR_INVALID_HANDLE, "cuStreamGetFlags of a non-stream: INVALID_HANDLE");
+
+  void *fn = NULL;
+  CUdriverProcAddressQueryResult st;
+  CK(cuGetProcAddress("cuStreamGetCtx", &fn, 12000, 0, &st));
+  ok(same_fn(fn, FN(cuStreamGetCtx)), "cuStreamGetCtx at 12000: the 2-argument function");
+  CK(cuGetProcAddress("cuStreamGetCtx", &fn, 13000, 0, &st));
+  ok(same_fn(fn, FN(cuStreamGetCtx_v2)), "cuStreamGetCtx at 13000: cuStreamGetCtx_v2");
+  get_ctx_v2_fn v2;
+  memcpy(&v2, &fn, sizeof fn);
+  CUgreenCtx g = (CUgreenCtx)&fl;
+  c = NULL;
+  CK(v2(s, &c, &g));
+  ok(c == cur && g == NULL, "cuStreamGetCtx_v2: the context, no green context");
+  CK(cuGetProcAddress("cuStreamGetFlags", &fn, 13000, 0, &st));
+  ok(same_fn(fn, FN(cuStreamGetFlags)), "cuStreamGetFlags resolves");
+  simcuda_calls_reset();
+  CK(cuEventDestroy(e));
+  CK(cuStreamDestroy(s));
+}
+
+/* Threads stepping streams, events and the detector at once: the lock must
+ * hold on every path, and everything must come out run and freed. */
+struct churn_arg {
+  CUcontext ctx;
+  CUdeviceptr p;
+  int bad;
+};
+
+static void *thread_churn(void *p)
+{
+  struct churn_arg *a = p;
+  if (cuCtxSetCurrent(a->ctx) != CUDA_SUCCESS)
+    a->bad++;
+  for (int i = 0; i < 200; i++) {
+    CUstream s, s2;
+    CUevent e;
+    a->bad += cuStreamCreate(&s, i % 2 ? CU_STREAM_NON_BLOCKING : 0) != CUDA_SUCCESS;
+    a->bad += cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS;
+    a->bad += cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS;
+    a->bad += cuMemsetD8Async(a->p, (unsigned char)i, 256, s) != CUDA_SUCCESS;
+    a->bad += cuEventRecord(e, s) != CUDA_SUCCESS;
+    a->bad += cuStreamWaitEvent(s2, e, 0) != CUDA_SUCCESS;
+    a->bad += simcuda_reuse_check(s2, a->p, 256) != 0;
+    a->bad += cuMemsetD8Async(a->p, (unsigned char)i, 256, CU_STREAM_PER_THREAD) != CUDA_SUCCESS;
+    if (i % 3 == 0)
+      simcuda_stream_run(s, 1);
+    a->bad += cuStreamDestroy(s) != CUDA_SUCCESS;
+    simcuda_stream_run(s2, 0);
+    a->bad += cuEventQuery(e) != CUDA_SUCCESS;
+    a->bad += cuEventDestroy(e) != CUDA_SUCCESS;
+    a->bad += cuStreamDestroy(s2) != CUDA_SUCCESS;
+    simcuda_stream_run(CU_STREAM_PER_THREAD, 0);
+  }
+  return NULL;
+}
+
+static void test_stream_threads(void)
+{
+  enum { N = 4 };
+  CUcontext cur;
+  CK(cuCtxGetCurrent(&cur));
+  CUdeviceptr p;
+  CK(cuMemAlloc(&p, N * 256));
+  simcuda_live l0, l;
+  simcuda_live_get(&l0);
+  simcuda_set_queue_mode(1);
+  struct churn_arg args[N];
+  pthread_t th[N];
+  for (int i = 0; i < N; i++) {
+    args[i].ctx = cur;
+    args[i].p = p + (CUdeviceptr)i * 256;
+    args[i].bad = 0;
+    pthread_create(&th[i], NULL, thread_churn, &args[i]);
+  }
+  int bad = 0;
+  for (int i = 0; i < N; i++) {
+    pthread_join(th[i], NULL);
+    bad += args[i].bad;
+  }
+  is(bad, 0, "%d threads x 200 rounds of streams, events, waits and checks: no unexpected result", N);
+  is(simcuda_queued_work(), 0, "all their work ran");
+  simcuda_live_get(&l);
+  ok(l.streams == l0.streams && l.events == l0.events, "no stream or event left");
+  ok(all_bytes(BYTES(p), 199, 256) && all_bytes(BYTES(p + 3 * 256), 199, 256), "each thread's last memset landed");
+  simcuda_set_queue_mode(0);
+  CK(cuMemFree(p));
+}
+
 /* ---- pinned host memory ---- */
 
 static void test_host(void)
@@ -862,7 +1467,7 @@ int main(void)
   unsetenv("SIMCUDA_QUEUE");
   if (simcuda_reset() != 0)
     tap_skip_all("simcuda_reset failed: objects live at start");
-  tap_plan(430);
+  tap_plan(785);
   test_init();
   test_errors();
   test_proc_address();
@@ -871,6 +1476,13 @@ int main(void)
   test_counters_faults();
   test_memory();
   test_queue();
+  test_stream_run();
+  test_event_query();
+  test_reuse_check();
+  test_legacy_order();
+  test_destroyed_stream();
+  test_stream_entries();
+  test_stream_threads();
   test_host();
   test_vmm();
   test_ipc();

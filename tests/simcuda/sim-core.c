@@ -5,7 +5,8 @@
  * counter, fault rule), the hook every entry point starts with, the global
  * lock, the configuration read from the environment, cuInit and
  * cuDriverGetVersion, the error names and strings, cuGetProcAddress, and the
- * simcuda_* control functions including the live-object report.  Keeping
+ * simcuda_* control functions including the live-object report (those that
+ * step streams and check their ordering are in sim-stream.c).  Keeping
  * counting and fault injection in this one hook is what makes every entry
  * point behave the same way under the controls.
  */
@@ -139,6 +140,13 @@ static const struct { enum sim_ep ep; int newest_since; void (*older)(void); } s
   {SIM_EP_cuCtxCreate, 12050, (void (*)(void))&cuCtxCreate_v2},
   {SIM_EP_cuEventElapsedTime, 12080, (void (*)(void))&sim_cuEventElapsedTime_v1},
   {SIM_EP_cuGetProcAddress, 12000, (void (*)(void))&sim_cuGetProcAddress_v1},
+};
+
+/* Newer ABI variants with a name of their own in cuda.h, handed out from the
+ * version they appeared in under the base name, as the real cuGetProcAddress
+ * does. */
+static const struct { enum sim_ep ep; int since; void (*newer)(void); } sim_newer[] = {
+  {SIM_EP_cuStreamGetCtx, 12050, (void (*)(void))&cuStreamGetCtx_v2},
 };
 
 static int entry_index(const char *name)
@@ -375,6 +383,9 @@ static CUresult get_proc(const char *symbol, void **pfn, int version, cuuint64_t
   for (size_t k = 0; k < sizeof sim_older / sizeof sim_older[0]; k++)
     if ((int)sim_older[k].ep == i && version < sim_older[k].newest_since)
       fn = sim_older[k].older;
+  for (size_t k = 0; k < sizeof sim_newer / sizeof sim_newer[0]; k++)
+    if ((int)sim_newer[k].ep == i && version >= sim_newer[k].since)
+      fn = sim_newer[k].newer;
   /* The API hands functions out as void *; POSIX makes that work, ISO C
    * has no cast for it. */
   memcpy(pfn, &fn, sizeof *pfn);

@@ -3,11 +3,12 @@
  * simcuda is split by concern: sim-core.c (entry table, counters, faults,
  * init, errors, cuGetProcAddress, live report), sim-ctx.c (devices and
  * contexts), sim-mem.c (the address-region registry, device and pinned host
- * memory, copies and fills), sim-stream.c (streams, events, the work queue),
- * sim-vmm.c (virtual memory management) and sim-ipc.c (legacy IPC).  This
- * header holds the list of entry points, from which sim-core.c builds its
- * table and every file its entry hook, and the few data structures that more
- * than one file has to see.
+ * memory, copies and fills), sim-stream.c (streams, events, the work queue,
+ * the ordering between streams and the controls about it), sim-vmm.c
+ * (virtual memory management) and sim-ipc.c (legacy IPC).  This header
+ * holds the list of entry points, from which sim-core.c builds its table and
+ * every file its entry hook, and the few data structures that more than one
+ * file has to see.
  *
  * Locking: one recursive mutex guards all state.  It is recursive because a
  * host function run from a queue may call back into the driver, and a
@@ -20,6 +21,7 @@
 #define _GNU_SOURCE
 #endif
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -112,6 +114,8 @@
   X(cuStreamSynchronize, 2000, 0)                                              \
   X(cuStreamQuery, 2000, 0)                                                    \
   X(cuStreamWaitEvent, 3020, 0)                                                \
+  X(cuStreamGetCtx, 9020, 0)                                                   \
+  X(cuStreamGetFlags, 5050, 0)                                                 \
   X(cuEventCreate, 2000, 0)                                                    \
   X(cuEventDestroy, 4000, 0)                                                   \
   X(cuEventRecord, 2000, 0)                                                    \
@@ -262,6 +266,21 @@ enum sim_work_kind { SIM_W_MEMSET, SIM_W_MEMCPY, SIM_W_HOSTFN, SIM_W_RECORD, SIM
 
 struct sim_event;
 
+/* A point in one stream's order: the items of stream `stream` (an id, see
+ * sim_stream.id) up to and including position `seq`. */
+struct sim_point {
+  unsigned long long stream, seq;
+};
+
+/* What a stream's next item is ordered after, as one point per other stream
+ * (a vector clock): an item X of stream T comes before it when X's position
+ * is at most the point kept for T.  Built from cuStreamWaitEvent and the
+ * legacy default stream's rules; an item's own stream orders it implicitly. */
+struct sim_clock {
+  struct sim_point *p;
+  size_t n, cap;
+};
+
 struct sim_work {
   struct sim_work *next;
   enum sim_work_kind kind;
@@ -273,22 +292,34 @@ struct sim_work {
   CUhostFn fn;
   void *user;
   struct sim_event *event;
-  unsigned long long seq;
+  unsigned long long seq;         /* record: event's record count; free: buffer id */
+  unsigned long long pos;         /* position in its stream, from 1 */
+  struct sim_point wait;          /* SIM_W_WAIT: the record waited for */
+  struct sim_point *deps;         /* legacy-stream ordering: run these first */
+  size_t ndeps;
 };
 
 struct sim_stream {
   struct sim_stream *next;        /* registry */
   struct sim_ctx *ctx;
+  unsigned long long id;          /* never reused; names the stream in points */
   unsigned flags;
-  int is_null;
+  int is_null;                    /* a default stream, not created by the user */
+  int per_thread;                 /* the per-thread default stream of `owner` */
+  int destroyed;                  /* cuStreamDestroy'ed, queued work still to run */
+  pthread_t owner;
   struct sim_work *head, *tail;
   size_t queued;
+  unsigned long long last_pos;    /* position of the newest item queued */
+  unsigned long long done_pos;    /* position of the newest item run */
+  struct sim_clock clock;         /* what its next item is ordered after */
   CUresult error;                 /* first error of work run since last sync */
 };
 
 struct sim_stream *sim_stream_new(struct sim_ctx *ctx, unsigned flags, int is_null);
-/* Resolves a CUstream (0 and the legacy/per-thread handles: the current
- * context's default stream). */
+/* Resolves a CUstream: 0 and CU_STREAM_LEGACY give the current context's
+ * legacy default stream, CU_STREAM_PER_THREAD the calling thread's default
+ * stream of the current context (created on first use). */
 struct sim_stream *sim_stream_resolve(CUstream h, CUresult *err);
 /* Queues w (taking ownership); out of queue mode, runs the stream at once. */
 void sim_stream_submit(struct sim_stream *s, struct sim_work *w);

@@ -73,8 +73,71 @@ void   simcuda_live_report(FILE *f);
 int  simcuda_set_capacity(size_t bytes);
 /* Turn queue mode on (1) or off (0) at run time. */
 void simcuda_set_queue_mode(int on);
-/* Work items queued on all streams and not yet run. */
+/* Work items queued on all streams and not yet run (streams destroyed with
+ * work still queued included). */
 size_t simcuda_queued_work(void);
+
+/* ---- streams in queue mode ----
+ *
+ * What simcuda models, as the driver defines it:
+ *  - Each stream runs its items in order.  cuStreamWaitEvent makes the
+ *    stream's later items wait for the event's latest record as of the call
+ *    (no record, or one already run: nothing to wait for).
+ *  - The legacy default stream (0 or CU_STREAM_LEGACY) synchronizes with the
+ *    blocking streams of its context (created without
+ *    CU_STREAM_NON_BLOCKING): an item on it waits for all work queued before
+ *    it on those streams, and an item on a blocking stream for all work
+ *    queued before it on the legacy stream.  Non-blocking streams are outside
+ *    this.
+ *  - CU_STREAM_PER_THREAD is a stream of its own for each thread and context,
+ *    blocking with respect to the legacy stream; cuStreamGetFlags reports 0
+ *    for both default streams.
+ *  - Running an item first runs, on other streams, whatever these rules put
+ *    before it.
+ *  - cuEventQuery is CUDA_ERROR_NOT_READY exactly while the event's latest
+ *    record has not run; an event never recorded is complete.
+ *  - cuStreamDestroy does not run queued work: the handle is invalid at once
+ *    and the stream no longer counts as live, but its work runs later, at a
+ *    synchronization (cuCtxSynchronize, cuMemFree, cuEventSynchronize of an
+ *    event recorded on it, a wait of another stream on such an event), and
+ *    events recorded on it complete then.  Destroying its context runs it.
+ *
+ * The functions below take a stream as the entry points do (0,
+ * CU_STREAM_LEGACY and CU_STREAM_PER_THREAD resolve in the calling thread's
+ * current context) and are thread-safe. */
+
+/* Run the n oldest queued items of stream s (n = 0: until its queue is
+ * empty), each after what it waits for on other streams (cuStreamWaitEvent,
+ * the legacy stream's rules), which runs too but is not counted.  Returns how
+ * many items of s ran; 0 when s does not resolve. */
+size_t simcuda_stream_run(CUstream s, size_t n);
+/* Items queued on stream s and not yet run; 0 when s does not resolve. */
+size_t simcuda_stream_queued(CUstream s);
+
+/* Early-reuse detector.  Call it right after an allocator hands out [p, p+n)
+ * for use on stream s.  Returns how many queued, not yet run copies and fills
+ * on streams other than s touch [p, p+n) (writing it, or reading it as a
+ * copy's source) and are not ordered before the next work queued on s, i.e.
+ * work that could still run on the device while s already uses the memory.
+ * An item X of stream A is ordered before it when s has waited (queued or
+ * already run, directly or through other streams' waits) on an event whose
+ * record came after X on A, or when the legacy stream's rules put X first.
+ * Work on s itself never counts: stream order covers it.  Nonzero means an
+ * early reuse; (size_t)-1 means s does not resolve.  Host functions and
+ * cuMemFreeAsync are not counted: simcuda does not know what memory they
+ * touch.  Typical use, in queue mode:
+ *
+ *   cuMemsetD8Async(p, 1, n, a);          // work on the block, left pending
+ *   free_on_stream(p, a);                 // the allocator under test
+ *   q = alloc_on_stream(n, b);            // may hand p out again
+ *   is(simcuda_reuse_check(b, q, n), 0, "%s", simcuda_reuse_explain());
+ */
+size_t simcuda_reuse_check(CUstream s, CUdeviceptr p, size_t n);
+/* For a failure message: the first offending item of the calling thread's
+ * latest simcuda_reuse_check (stream and its kind, device, what the item
+ * does, its address range, its position in its stream), or "no early
+ * reuse".  The text is per thread and valid until its next check. */
+const char *simcuda_reuse_explain(void);
 
 /* Re-read the environment (SIMCUDA_DEVICES, _CAPACITY, _QUEUE, _REPORT),
  * disarm every fault rule and zero the call counters.  Only while no object
