@@ -4,16 +4,20 @@
  * manager calls up into no other file.
  *
  * The registry comes first: once a manager's teardown has begun, cuemm_get
- * must no longer hand it out.
+ * must no longer hand it out.  The stream-ordered path's caches come last:
+ * their blocks go with the pool.
  */
 #include <stdio.h>
 
+#include "error.h"
 #include "ipc.h"
 #include "registry.h"
+#include "stream.h"
 
 static const cuemm__extension *const extensions[] = {
   &cuemm__registry_extension,
   &cuemm__ipc_extension,
+  &cuemm__stream_extension,
 };
 enum { NEXT = sizeof extensions / sizeof extensions[0] };
 
@@ -52,4 +56,50 @@ void cuemm__extensions_abandon(cuemm_manager *m)
   for (size_t i = 0; i < NEXT; i++)
     if (extensions[i]->abandon)
       extensions[i]->abandon(m);
+}
+
+size_t cuemm__extensions_live(cuemm_manager *m, size_t *bytes)
+{
+  size_t n = 0, b = 0;
+  for (size_t i = 0; i < NEXT; i++)
+    if (extensions[i]->live) {
+      size_t one = 0;
+      n += extensions[i]->live(m, &one);
+      b += one;
+    }
+  if (bytes)
+    *bytes = b;
+  return n;
+}
+
+size_t cuemm__extensions_reclaim(cuemm_manager *m, int all)
+{
+  size_t given = 0;
+  for (size_t i = 0; i < NEXT; i++)
+    if (extensions[i]->reclaim)
+      given += extensions[i]->reclaim(m, all);
+  return given;
+}
+
+CUresult cuemm__extensions_give_up(cuemm_manager *m, cuemm__owned_entry *e)
+{
+  for (size_t i = 0; i < NEXT; i++)
+    if (extensions[i]->give_up)
+      return extensions[i]->give_up(m, e);
+  return cuemm__error(CUDA_ERROR_INVALID_VALUE, "internal: no extension holds the block at 0x%llx",
+                      (unsigned long long)e->key);
+}
+
+void cuemm__extensions_reset(cuemm_manager *m)
+{
+  for (size_t i = 0; i < NEXT; i++)
+    if (extensions[i]->reset)
+      extensions[i]->reset(m);
+}
+
+void cuemm__extensions_stats(cuemm_manager *m, cuemm_stats *s)
+{
+  for (size_t i = 0; i < NEXT; i++)
+    if (extensions[i]->stats)
+      extensions[i]->stats(m, s);
 }

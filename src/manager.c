@@ -237,15 +237,14 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
     return r;
   /* Blocks idle in the threads' stream caches first: the pool never maps
    * more while it could take those back. */
-  if (m->nheaps && cuemm__stream_reclaim(m, 0) && cuemm__pool_take(m->pool, size, p, blk) == 0)
+  if (cuemm__extensions_reclaim(m, 0) && cuemm__pool_take(m->pool, size, p, blk) == 0)
     return leave_after_take(m, &g, blk);
   r = cuemm__pool_grow(m->pool, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     m->st.oom_retries++;
     char why[512];
     snprintf(why, sizeof why, "%s", cuemm_last_error());
-    if (m->nheaps)
-      cuemm__stream_reclaim(m, 1);
+    cuemm__extensions_reclaim(m, 1);
     size_t count = m->pending.count, bytes = m->pending.bytes;
     CUresult fr = flush_locked(m, 0);
     (void)fr; /* a failed flush leaves its frees queued; the retry decides */
@@ -449,7 +448,7 @@ static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, cuemm__
 {
   const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_free" : "cuemm_host_free";
   if (e && e->kind == CUEMM__KIND_STREAM && kind == CUEMM__KIND_DEVICE) {
-    CUresult r = cuemm__stream_to_queue(m, e);
+    CUresult r = cuemm__extensions_give_up(m, e);
     return r == CUDA_SUCCESS ? after_queue(m) : r;
   }
   if (!e && m->pool && cuemm__pending_holds(&m->pending, p))
@@ -553,7 +552,7 @@ CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s)
   cuemm__lock_acquire(&m->lock);
   *s = m->st;
   if (m->nheaps) {
-    cuemm__stream_stats(m, s);
+    cuemm__extensions_stats(m, s);
     if (s->live_bytes > m->st.peak_bytes)
       m->st.peak_bytes = s->peak_bytes = s->live_bytes;
     if (s->live_count > m->st.peak_count)
@@ -600,8 +599,7 @@ CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m)
 {
   CHECK_POOL(m, "cuemm_pool_trim");
   cuemm__lock_acquire(&m->lock);
-  if (m->nheaps)
-    cuemm__stream_reclaim(m, 1);
+  cuemm__extensions_reclaim(m, 1);
   CUresult r = flush_locked(m, 0);
   if (r == CUDA_SUCCESS) {
     cuemm__ctx_guard g;
@@ -679,8 +677,7 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m)
   CUresult r = cuemm__ctx_enter(m, &g);
   if (r == CUDA_SUCCESS) {
     reset_walk w = { m, CUDA_SUCCESS };
-    if (m->nheaps)
-      cuemm__stream_queue_all(m);
+    cuemm__extensions_reset(m);
     cuemm__owned_each(&m->owned, reset_one, &w);
     r = cuemm__ctx_leave(m, &g, w.r);
   }
@@ -819,7 +816,6 @@ static void destroy_one(cuemm__owned_entry *e, void *arg)
 
 static void free_manager(cuemm_manager *m)
 {
-  cuemm__stream_fini(m, 0); /* destroy has finished them with the driver already */
   if (m->pool) /* destroy gave it back already; abandon drops it without driver calls */
     cuemm__pool_destroy(m->pool, 0);
   cuemm__owned_fini(&m->owned);
@@ -844,6 +840,7 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
     return r;
   }
   char note[256];
+  size_t live_bytes = 0, live = cuemm__extensions_live(m, &live_bytes);
   cuemm__extensions_destroy(m, note, sizeof note);
 
   /* Force: the manager is going away, scopes or not.  On a failing free,
@@ -863,11 +860,9 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
       m->pool_pending--;
     cuemm__pending_pop(&m->pending);
   }
-  size_t stream_bytes = 0;
-  w.outstanding += cuemm__stream_live(m, &stream_bytes);
-  w.outstanding_bytes += stream_bytes;
+  w.outstanding = live;
+  w.outstanding_bytes = live_bytes;
   cuemm__owned_each(&m->owned, destroy_one, &w);
-  cuemm__stream_fini(m, 1);
   if (m->pool) {
     /* Live blocks may still be in use by queued work: finish it before
      * unmapping. */
@@ -902,8 +897,8 @@ CUEMM_EXTERN CUresult cuemm_abandon(cuemm_manager *m)
 {
   CHECK_MANAGER(m, "cuemm_abandon");
   cuemm__lock_acquire(&m->lock);
+  size_t live = m->st.live_count + m->st.host_live_count + m->st.pinned_count + cuemm__extensions_live(m, NULL);
   cuemm__extensions_abandon(m);
-  size_t live = m->st.live_count + m->st.host_live_count + m->st.pinned_count + cuemm__stream_live(m, NULL);
   size_t pending = m->pending.count;
   free_manager(m);
   cuemm__error(CUDA_SUCCESS, "cuemm_abandon: dropped %zu live allocations and %zu pending frees without a driver call",

@@ -73,20 +73,6 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p);
  * trimming.  Lock held. */
 CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uintptr_t *p, uint32_t *blk);
 
-/* The stream-ordered path (stream.c), called with m's lock held. */
-/* Gives idle blocks of the thread heaps back to the pool (with `all`,
- * every cached block, through the pending queue); returns the bytes. */
-size_t cuemm__stream_reclaim(cuemm_manager *m, int all);
-/* cuemm_free of a block a heap holds: it joins the pending queue. */
-CUresult cuemm__stream_to_queue(cuemm_manager *m, cuemm__owned_entry *e);
-/* Every block the heaps hold, live or cached, joins the pending queue. */
-void cuemm__stream_queue_all(cuemm_manager *m);
-/* Adds the heaps' figures to *s. */
-void cuemm__stream_stats(cuemm_manager *m, cuemm_stats *s);
-/* Live blocks in the heaps (and their bytes). */
-size_t cuemm__stream_live(cuemm_manager *m, size_t *bytes);
-/* Frees the heaps (their events with the driver when `use_driver`). */
-void cuemm__stream_fini(cuemm_manager *m, int use_driver);
 
 /* An extension: a layer above the manager that keeps state of its own per
  * manager (the registry, the IPC mappings) and must hear when a manager
@@ -104,11 +90,36 @@ typedef struct cuemm__extension {
   void (*destroy)(cuemm_manager *m, char *note, size_t cap);
   /* cuemm_abandon, with m's lock held: forget m without a driver call. */
   void (*abandon)(cuemm_manager *m);
+
+  /* An extension that holds pool blocks of its own (the stream-ordered
+   * path's thread caches, stream.c) answers these, all with m's lock held
+   * and its context current. */
+  /* Its allocations still live, and their bytes (for destroy's count). */
+  size_t (*live)(cuemm_manager *m, size_t *bytes);
+  /* Gives the pool back the blocks it caches that no work can still use;
+   * with `all`, every block it caches (those that may still be in use
+   * through the pending queue, whose flush synchronizes).  Returns the
+   * bytes given back. */
+  size_t (*reclaim)(cuemm_manager *m, int all);
+  /* cuemm_free of a block the owned table says it holds
+   * (CUEMM__KIND_STREAM): the block joins the pending queue, or a double
+   * free is refused. */
+  CUresult (*give_up)(cuemm_manager *m, cuemm__owned_entry *e);
+  /* cuemm_reset: every block it holds, live or cached, joins the pending
+   * queue. */
+  void (*reset)(cuemm_manager *m);
+  /* Adds its figures to the manager's statistics. */
+  void (*stats)(cuemm_manager *m, cuemm_stats *s);
 } cuemm__extension;
 
 CUresult cuemm__extensions_attach(cuemm_manager *m);
 /* Runs every destroy hook; `note` gets their notes joined with "; ". */
 void cuemm__extensions_destroy(cuemm_manager *m, char *note, size_t cap);
 void cuemm__extensions_abandon(cuemm_manager *m);
+size_t cuemm__extensions_live(cuemm_manager *m, size_t *bytes);
+size_t cuemm__extensions_reclaim(cuemm_manager *m, int all);
+CUresult cuemm__extensions_give_up(cuemm_manager *m, cuemm__owned_entry *e);
+void cuemm__extensions_reset(cuemm_manager *m);
+void cuemm__extensions_stats(cuemm_manager *m, cuemm_stats *s);
 
 #endif

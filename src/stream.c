@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "error.h"
-#include "manager.h"
+#include "stream.h"
 
 #define STREAM_TLS_SLOTS 8
 
@@ -388,7 +388,7 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all)
   return given;
 }
 
-size_t cuemm__stream_reclaim(cuemm_manager *m, int all)
+static size_t stream_reclaim(cuemm_manager *m, int all)
 {
   size_t given = 0;
   cuemm__ctx_guard g;
@@ -840,9 +840,9 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
   return r;
 }
 
-/* ---- the manager's hooks ----------------------------------------------------------------- */
+/* ---- the manager's hooks (the extension)  ----------------------------------------------------------------- */
 
-CUresult cuemm__stream_to_queue(cuemm_manager *m, cuemm__owned_entry *e)
+static CUresult stream_give_up(cuemm_manager *m, cuemm__owned_entry *e)
 {
   cuemm__heap *o = m->heaps[e->aux];
   cuemm__heap_lock(o);
@@ -873,7 +873,7 @@ CUresult cuemm__stream_to_queue(cuemm_manager *m, cuemm__owned_entry *e)
   return CUDA_SUCCESS;
 }
 
-void cuemm__stream_queue_all(cuemm_manager *m)
+static void stream_reset(cuemm_manager *m)
 {
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
@@ -897,7 +897,7 @@ void cuemm__stream_queue_all(cuemm_manager *m)
   }
 }
 
-void cuemm__stream_stats(cuemm_manager *m, cuemm_stats *s)
+static void stream_stats(cuemm_manager *m, cuemm_stats *s)
 {
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
@@ -917,7 +917,7 @@ void cuemm__stream_stats(cuemm_manager *m, cuemm_stats *s)
   s->stream_reclaims = m->stream_reclaims;
 }
 
-size_t cuemm__stream_live(cuemm_manager *m, size_t *bytes)
+static size_t stream_live(cuemm_manager *m, size_t *bytes)
 {
   size_t n = 0, b = 0;
   for (uint32_t i = 0; i < m->nheaps; i++) {
@@ -929,7 +929,7 @@ size_t cuemm__stream_live(cuemm_manager *m, size_t *bytes)
   return n;
 }
 
-void cuemm__stream_fini(cuemm_manager *m, int use_driver)
+static void stream_fini(cuemm_manager *m, int use_driver)
 {
   pthread_mutex_lock(&g_lock);
   for (uint32_t i = 0; i < m->nheaps; i++) {
@@ -958,3 +958,25 @@ void cuemm__stream_fini(cuemm_manager *m, int use_driver)
     if (tls[i].m == m)
       tls[i] = (tls_slot){ 0 };
 }
+
+static void stream_destroy(cuemm_manager *m, char *note, size_t cap)
+{
+  (void)note;
+  (void)cap;
+  stream_fini(m, 1);
+}
+
+static void stream_abandon(cuemm_manager *m)
+{
+  stream_fini(m, 0);
+}
+
+const cuemm__extension cuemm__stream_extension = {
+  .destroy = stream_destroy,
+  .abandon = stream_abandon,
+  .live = stream_live,
+  .reclaim = stream_reclaim,
+  .give_up = stream_give_up,
+  .reset = stream_reset,
+  .stats = stream_stats,
+};
