@@ -246,7 +246,8 @@ CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p);
  * device pointer p (its start, or any byte inside it): a cuMemAlloc
  * allocation or a pool block, with the size cuemm_alloc was asked for.
  * Either out pointer may be NULL.  m NULL: the manager of the calling
- * thread's current context (cuemm_get).  No driver call.
+ * thread's current context (cuemm_get, which may create it).  The answer
+ * comes from the manager's own records, without a driver call.
  *
  * Warning: the driver's cuMemGetAddressRange does not know pool blocks.  On
  * pool memory it answers with the whole mapping around the block (one or
