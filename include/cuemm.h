@@ -290,6 +290,30 @@ CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
  * queued all the same and the failed frees stay queued for the next flush. */
 CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p);
 
+/* *base and *size = the start and size of the allocation of m that holds
+ * device pointer p (its start, or any byte inside it): a cuMemAlloc
+ * allocation or a pool block, with the size cuemm_alloc was asked for.
+ * Either out pointer may be NULL.  m NULL: the manager of the calling
+ * thread's current context (cuemm_get, which may create it).  The answer
+ * comes from the manager's own records, without a driver call.
+ *
+ * Warning: the driver's cuMemGetAddressRange does not know pool blocks.  On
+ * pool memory it answers with the whole mapping around the block (one or
+ * more chunks, many blocks), so a copy or memset sized from its answer
+ * overwrites other blocks or runs off the mapping.  Ask cuemm for memory
+ * cuemm handed out; for other memory, ask the driver.
+ *
+ * Errors: CUDA_ERROR_NOT_FOUND (what cuMemGetAddressRange answers for an
+ * unknown pointer) for a p inside no live device allocation of m: 0, another
+ * manager's or cuMemAlloc's memory, host memory (cuemm_host_alloc and
+ * cuemm_host_pin memory included), a pointer opened with cuemm_ipc_open, or
+ * an allocation freed already (pending release or released); the message
+ * says which.  Errors of cuemm_get when m is NULL.  *base and *size are
+ * written only on success.
+ * Thread-safety: holds m's lock; an interior pointer costs a walk of m's
+ * table of live allocations, a start one lookup. */
+CUEMM_EXTERN CUresult cuemm_mem_get_address_range(cuemm_manager *m, CUdeviceptr *base, size_t *size, CUdeviceptr p);
+
 /* Releases every pending free now, in the order they were queued, with the
  * manager's context current.  A no-op while a defer scope is open.  If a
  * driver free fails, the frees not yet released (the failed one first) stay

@@ -18,9 +18,12 @@
 # sitecustomize.py that sets numpy.row_stack = numpy.vstack.
 #
 # OUTDIR (default numba-compare-out) receives env.txt (versions),
-# default.log and cuemm.log (the runs), and summary.txt (both summaries and
-# the differences).  NUMBA_COMPARE_RUNS="default cuemm" (the default) says
-# which runs to do; with one of them, the other's log is reused when present.
+# default.log, cuemm.log and cuemm-pool.log (the runs), and summary.txt (the
+# summaries and the differences).  NUMBA_COMPARE_RUNS="default cuemm" (the
+# default) says which runs to do, among default, cuemm and cuemm-pool (the
+# plugin with cuemm's pool: CUEMM_POOL=vmm); a run not done reuses its log
+# when present.  NUMBA_COMPARE_POOL=1 adds cuemm-pool to the runs, so that
+# one call compares Numba's manager, cuemm without the pool and cuemm with it.
 # NUMBA_COMPARE_ARGS (default "-v -m 16 numba.cuda.tests") are the arguments
 # of `python3 -m numba.runtests`.  Exit status: 0 when no test passing under
 # the default manager fails, errors or is skipped under cuemm.
@@ -38,6 +41,9 @@ out=${2:-numba-compare-out}
 b=${CUEMM_BUILDDIR:-.}
 py=${PYTHON:-python3}
 runs=${NUMBA_COMPARE_RUNS:-default cuemm}
+if test "${NUMBA_COMPARE_POOL:-0}" = 1; then
+  case " $runs " in *" cuemm-pool "*) ;; *) runs="$runs cuemm-pool" ;; esac
+fi
 args=${NUMBA_COMPARE_ARGS:--v -m 16 numba.cuda.tests}
 
 mkdir -p "$out" || exit 1
@@ -101,6 +107,20 @@ ctx = cuda.current_context()
 print("Numba uses", type(ctx.memory_manager).__module__, "- memory info", ctx.get_memory_info())
 ' 2>&1 | tee "$out/plugin-check.txt"
 grep -q "Numba uses cuemm_numba" "$out/plugin-check.txt" || { echo "numba-compare: the plugin does not work" >&2; exit 1; }
+case " $runs " in
+*" cuemm-pool "*)
+  CUEMM_POOL=vmm CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba "$py" -c '
+import cuemm_numba
+from numba import cuda
+a = cuda.device_array(1000, dtype="u1")
+st = cuda.current_context().memory_manager.cuemm.stats()
+from numba.cuda.cudadrv import driver
+print("pool run: live", st["live_count"], "- device_memory_size of a 1000-byte array:",
+      driver.device_memory_size(a))
+' 2>&1 | tee -a "$out/plugin-check.txt"
+  grep -q "device_memory_size of a 1000-byte array: 1000$" "$out/plugin-check.txt" ||
+    echo "numba-compare: with CUEMM_POOL=vmm, Numba does not see pool blocks' own sizes" >&2 ;;
+esac
 
 for r in $runs; do
   start=$(date +%s)
@@ -110,8 +130,12 @@ for r in $runs; do
     env -u NUMBA_CUDA_MEMORY_MANAGER PYTHONPATH=$base_pp "$py" -m numba.runtests $args > "$out/default.log" 2>&1 ;;
   cuemm)
     # shellcheck disable=SC2086
-    CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba \
+    env -u CUEMM_POOL CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba \
       "$py" -m numba.runtests $args > "$out/cuemm.log" 2>&1 ;;
+  cuemm-pool)
+    # shellcheck disable=SC2086
+    CUEMM_POOL=vmm CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba \
+      "$py" -m numba.runtests $args > "$out/cuemm-pool.log" 2>&1 ;;
   *) echo "numba-compare: unknown run $r" >&2; exit 2 ;;
   esac
   echo "run $r: exit $?, $(( $(date +%s) - start )) s"
@@ -161,14 +185,19 @@ def traceback_of(text, test):
 
 
 dt, dtail, d = parse("default")
-ct, ctail, c = parse("cuemm")
+others = [(name,) + parse(name) for name in ("cuemm", "cuemm-pool")]
 lines = []
-for name, tail, res in (("default", dtail, d), ("cuemm", ctail, c)):
+for name, tail, res in [("default", dtail, d)] + [(n, tl, r) for n, _, tl, r in others]:
+    if name != "default" and tail == "" and not res:
+        continue
     lines.append("== %s manager: %s" % (name, "no log" if tail == "" and not res else ""))
     lines.append(tail)
     lines.append("per-test lines: %s" % counts(res))
-diff = []
-if d and c:
+diff_total = 0
+for name, ct, ctail, c in others:
+    if not (d and c):
+        continue
+    diff = []
     for t in sorted(k for k in d if not k.endswith("#why")):
         if d[t] != "ok":
             continue
@@ -181,15 +210,16 @@ if d and c:
         elif st in ("FAIL", "ERROR"):
             entry += "\n" + traceback_of(ct, t)
         diff.append(entry)
+    diff_total += len(diff)
     better = [t for t in c if not t.endswith("#why") and c[t] == "ok" and d.get(t) not in ("ok", None)]
     lines.append("")
-    lines.append("== passing under default, not under cuemm: %d" % len(diff))
+    lines.append("== passing under default, not under %s: %d" % (name, len(diff)))
     lines.extend(diff)
     lines.append("")
-    lines.append("== passing under cuemm, not under default: %d" % len(better))
+    lines.append("== passing under %s, not under default: %d" % (name, len(better)))
     lines.extend("%-10s %s" % (d[t], t) for t in sorted(better))
 text = "\n".join(lines) + "\n"
 open(os.path.join(out, "summary.txt"), "w").write(text)
 sys.stdout.write(text)
-sys.exit(1 if diff else 0)
+sys.exit(1 if diff_total else 0)
 PY

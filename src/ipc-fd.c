@@ -203,10 +203,12 @@ CUresult cuemm__ipc_map_pool(cuemm_manager *m, const cuemm_ipc_handle *h, const 
                         (unsigned long long)mp->base, h->alloc_size, (int)m->dev, h->source_pid);
     goto undo;
   }
-  /* The mappings hold the memory now; a failing release would only leave
-   * the driver a reference to drop at exit, so it does not fail the open. */
+  /* The mappings hold the memory now.  A failing release does not fail
+   * the open, but the handle is kept for the close to release: left alone
+   * it would hold the chunk's memory until this process exits. */
   for (unsigned i = 0; i < nimported; i++)
-    d->MemRelease(imported[i]);
+    if (d->MemRelease(imported[i]) != CUDA_SUCCESS)
+      mp->unreleased[mp->nunreleased++] = imported[i];
   *out = mp;
   return CUDA_SUCCESS;
 
@@ -240,6 +242,13 @@ CUresult cuemm__ipc_pool_unmap(const cuemm__driver_table *d, cuemm__ipc_mapping 
       return cuemm__driver_error(r, "cuMemAddressFree(0x%llx, %" PRIu64 " bytes) closing pool memory from pid %"
                                  PRIu32, (unsigned long long)mp->base, mp->alloc_size, mp->pid);
     mp->reserved = 0;
+  }
+  while (mp->nunreleased > 0) {
+    CUresult r = d->MemRelease(mp->unreleased[mp->nunreleased - 1]);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuMemRelease of a chunk imported from pid %" PRIu32 " (its release at the open "
+                                 "had failed too)", mp->pid);
+    mp->nunreleased--;
   }
   return CUDA_SUCCESS;
 }

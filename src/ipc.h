@@ -41,6 +41,11 @@ typedef struct cuemm__ipc_mapping {
   cuemm_ipc_pieces pieces;
   unsigned pmapped;
   int reserved;
+  /* Imported handles whose cuMemRelease failed at the open: each would keep
+   * its chunk's memory alive in this process after the unmap, so the close
+   * releases them, and a close that cannot stays open to be tried again. */
+  CUmemGenericAllocationHandle unreleased[MAX_PIECES];
+  unsigned nunreleased;
   unsigned long long ctx_id;      /* the importing context */
   cuemm_manager *m;
   CUdeviceptr base;

@@ -140,8 +140,8 @@ static CUresult flush_locked(cuemm_manager *m, int force)
     return CUDA_SUCCESS;
   if (!cuemm__pending_front(&m->pending))
     return CUDA_SUCCESS;
-  cuemm__ctx_guard g;
-  CUresult r = cuemm__ctx_enter(m, &g);
+  cuemm__ctx_guard g = { 0 };
+  CUresult r = force ? CUDA_SUCCESS : cuemm__ctx_enter(m, &g); /* destroy has entered it */
   if (r != CUDA_SUCCESS)
     return r;
   /* One synchronization makes every queued pool block idle: work queued

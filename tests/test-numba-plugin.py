@@ -259,6 +259,158 @@ else:
 m.free(p)
 m.flush()
 
+# ---- extents: Numba's device_extents / device_memory_size through cuemm -----
+#
+# A stand-in for numba.cuda.cudadrv.driver: the same two functions as Numba
+# writes them (device_memory_size looks device_extents up in its module's
+# globals), asking the driver with cuMemGetAddressRange.  With CUEMM_POOL=vmm
+# the driver's answer for a pool block is the whole mapping, and a memset of
+# that many bytes fails (numba-cuda's test_host_alloc_pinned did).
+
+import types
+
+_cu_u64 = ctypes.c_uint64
+for _name, _args in (("cuMemGetAddressRange_v2", (ctypes.POINTER(_cu_u64), ctypes.POINTER(ctypes.c_size_t), _cu_u64)),
+                     ("cuMemAlloc_v2", (ctypes.POINTER(_cu_u64), ctypes.c_size_t)),
+                     ("cuMemFree_v2", (_cu_u64,)),
+                     ("cuMemsetD8_v2", (_cu_u64, ctypes.c_ubyte, ctypes.c_size_t)),
+                     ("cuMemcpyHtoD_v2", (_cu_u64, ctypes.c_void_p, ctypes.c_size_t)),
+                     ("cuMemcpyDtoH_v2", (ctypes.c_void_p, _cu_u64, ctypes.c_size_t)),
+                     ("cuCtxCreate_v2", (ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint, ctypes.c_int)),
+                     ("cuCtxDestroy_v2", (ctypes.c_void_p,))):
+    getattr(cuda, _name).restype = ctypes.c_int
+    getattr(cuda, _name).argtypes = _args
+
+fake = types.ModuleType("fake_numba_driver")
+fake.__dict__.update(ctypes=ctypes, cuda=cuda, _cu_u64=_cu_u64)
+exec("""
+calls = []
+USE_NV_BINDING = False
+
+class Mem(object):
+    __cuda_memory__ = True
+
+    def __init__(self, ptr):
+        self.device_ctypes_pointer = ctypes.c_void_p(ptr)
+
+
+def device_ctypes_pointer(obj):
+    return obj.device_ctypes_pointer
+
+
+def device_extents(devmem):
+    calls.append(devmem)
+    s, n = _cu_u64(), ctypes.c_size_t()
+    rc = cuda.cuMemGetAddressRange_v2(ctypes.byref(s), ctypes.byref(n), device_ctypes_pointer(devmem).value)
+    if rc:
+        raise RuntimeError("cuMemGetAddressRange: %d" % rc)
+    return s.value, s.value + n.value
+
+
+def device_memory_size(devmem):
+    sz = getattr(devmem, "_cuda_memsize_", None)
+    if sz is None:
+        s, e = device_extents(devmem)
+        sz = e - s
+        devmem._cuda_memsize_ = sz
+    return sz
+""", fake.__dict__)
+numba_extents = fake.device_extents
+
+# A second context whose manager has a pool (cuemm_get reads CUEMM_POOL).
+ctx2 = ctypes.c_void_p()
+ok(cuda.cuCtxCreate_v2(ctypes.byref(ctx2), 0, dev) == 0 and ctx2.value, "a second context")
+cuda.cuemm_cuCtxPopCurrent(ctypes.byref(ctypes.c_void_p()))
+os.environ["CUEMM_POOL"] = "vmm"
+try:
+    pm = cn.Manager.for_context(ctx2)
+finally:
+    del os.environ["CUEMM_POOL"]
+a, b, c = pm.alloc(4096), pm.alloc(5000), pm.alloc(4096)
+cuda.cuCtxSetCurrent(ctx2)  # for the driver calls below, as Numba has its context current
+ok(pm.address_range(b + 4999) == (b, 5000), "Manager.address_range of a pool block's last byte: the block")
+ok(pm.address_range(b + 5000) is None, "one past its end: None (CUDA_ERROR_NOT_FOUND)")
+ok(m.address_range(b) is None, "another manager's block: None")
+ok(cn.Manager.find_range(b + 100) == (b, 5000), "Manager.find_range looks through every manager")
+
+installed = cn.install_extents(fake)
+ok(fake.device_extents is installed and cn.install_extents(fake) is installed,
+   "install_extents replaces device_extents, once")
+ok(installed.numba_extents is numba_extents, "and keeps Numba's own for other memory")
+
+s0, e0 = numba_extents(fake.Mem(b + 10))
+ok(s0 <= a and e0 >= c + 4096 and e0 - s0 > 5000,
+   "the driver's extent of a pool block is the mapping: %d bytes from 0x%x" % (e0 - s0, s0))
+del fake.calls[:]
+ok(fake.device_extents(fake.Mem(b + 10)) == (b, b + 5000), "device_extents of a pool block: the block")
+mem = fake.Mem(b)
+ok(fake.device_memory_size(mem) == 5000, "device_memory_size of a pool block: 5000",
+   getattr(mem, "_cuda_memsize_", None))
+ok(not fake.calls, "Numba's own device_extents was not asked", fake.calls)
+
+pattern = (ctypes.c_ubyte * 4096)(*([0x11] * 4096))
+ok(cuda.cuMemcpyHtoD_v2(a, pattern, 4096) == 0 and cuda.cuMemcpyHtoD_v2(c, pattern, 4096) == 0,
+   "the neighbours hold a pattern")
+ok(cuda.cuMemsetD8_v2(b, 0, fake.device_memory_size(fake.Mem(b))) == 0,
+   "cuMemsetD8 over device_memory_size succeeds (as test_host_alloc_pinned does)")
+back = (ctypes.c_ubyte * 4096)()
+ok(cuda.cuMemcpyDtoH_v2(back, a, 4096) == 0 and bytes(back) == bytes(pattern) and
+   cuda.cuMemcpyDtoH_v2(back, c, 4096) == 0 and bytes(back) == bytes(pattern),
+   "and leaves the neighbours intact")
+
+p = m.alloc(3000)
+ok(fake.device_extents(fake.Mem(p + 2999)) == (p, p + 3000), "cuMemAlloc memory of a manager without a pool")
+m.free(p)
+m.flush()
+foreign = ctypes.c_uint64()
+ok(cuda.cuMemAlloc_v2(ctypes.byref(foreign), 8192) == 0, "memory from cuMemAlloc, not from cuemm")
+del fake.calls[:]
+ok(fake.device_extents(fake.Mem(foreign.value + 8)) == (foreign.value, foreign.value + 8192)
+   and len(fake.calls) == 1, "its extent comes from Numba's own device_extents", fake.calls)
+cuda.cuMemFree_v2(foreign)
+pm.free(b)
+pm.flush()
+del fake.calls[:]
+ok(fake.device_extents(fake.Mem(a + 1)) == (a, a + 4096) and not fake.calls, "a live neighbour still answers")
+s1, e1 = fake.device_extents(fake.Mem(b))
+ok(len(fake.calls) == 1 and (s1, e1) == numba_extents(fake.Mem(b)), "a freed block goes to Numba's own")
+
+
+class FakePtr(object):
+    def __init__(self, v):
+        self.v = v
+
+    def __int__(self):
+        return self.v
+
+
+fake.USE_NV_BINDING = True
+fake.binding = types.SimpleNamespace(CUdeviceptr=FakePtr)
+s2, e2 = fake.device_extents(fake.Mem(c + 4))
+ok(isinstance(s2, FakePtr) and (int(s2), int(e2)) == (c, c + 4096),
+   "with the NVIDIA binding, CUdeviceptr objects as Numba returns them")
+fake.USE_NV_BINDING = False
+
+# The plugin installs it when Numba sets it up (initialize).
+fake2 = types.ModuleType("fake_numba_driver2")
+fake2.device_extents = numba_extents
+saved = cn._nbdrv
+cn._nbdrv = fake2
+try:
+    plugin = cls(context=types.SimpleNamespace(handle=ctx2.value))
+    plugin.initialize()
+    ok(getattr(fake2.device_extents, "_cuemm", False) and plugin.cuemm is pm,
+       "initialize installs the extents on Numba's driver module")
+finally:
+    cn._nbdrv = saved
+pm.free(a)
+pm.free(c)
+pm.flush()
+cuda.cuCtxSetCurrent(None)
+ok(cn.load_library().cuemm_destroy(pm.handle) == 0, "the pool manager is destroyed")
+del cn.Manager._by_handle[pm.handle]
+ok(cuda.cuCtxDestroy_v2(ctx2) == 0, "and its context")
+
 gc.collect()
 print("1..%d" % _n)
 sys.exit(1 if _failed else 0)
