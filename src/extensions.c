@@ -103,3 +103,14 @@ void cuemm__extensions_stats(cuemm_manager *m, cuemm_stats *s)
     if (extensions[i]->stats)
       extensions[i]->stats(m, s);
 }
+
+size_t cuemm__extensions_live_size(cuemm_manager *m, const cuemm__owned_entry *e)
+{
+  if (e->kind != CUEMM__KIND_STREAM)
+    return e->pending ? 0 : e->size;
+  size_t bytes = 0;
+  for (size_t i = 0; i < NEXT; i++)
+    if (extensions[i]->live_size)
+      return extensions[i]->live_size(m, e, &bytes) ? bytes : 0;
+  return 0;
+}

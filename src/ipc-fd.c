@@ -34,7 +34,7 @@
 /* The live pool block of m holding p: its start and the manager's entry.
  * Lock held. */
 static CUresult pool_block_locked(cuemm_manager *m, CUdeviceptr p, const char *fn, CUdeviceptr *start,
-                                  cuemm__owned_entry **entry)
+                                  size_t *bytes)
 {
   cuemm__pool *pool = m->pool;
   uint32_t i = cuemm__sa_find(&pool->sa, (size_t)(p - pool->base));
@@ -43,11 +43,15 @@ static CUresult pool_block_locked(cuemm_manager *m, CUdeviceptr p, const char *f
                         "or freed and returned to the pool)", fn, (unsigned long long)p);
   *start = pool->base + (CUdeviceptr)pool->sa.b[i].off;
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, (uintptr_t)*start);
-  if (!e || e->kind != CUEMM__KIND_POOL)
+  if (e && e->kind == CUEMM__KIND_STREAM && (*bytes = cuemm__extensions_live_size(m, e)) == 0)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%llx lies in a pool block at 0x%llx that the program has "
+                        "freed already (cuemm_free_async)", fn, (unsigned long long)p, (unsigned long long)*start);
+  if (!e || (e->kind != CUEMM__KIND_POOL && e->kind != CUEMM__KIND_STREAM))
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%llx lies in a pool block at 0x%llx that the program has "
                         "freed already (it waits in the pending queue)", fn, (unsigned long long)p,
                         (unsigned long long)*start);
-  *entry = e;
+  if (e->kind == CUEMM__KIND_POOL)
+    *bytes = e->size;
   return CUDA_SUCCESS;
 }
 
@@ -63,19 +67,19 @@ CUresult cuemm__ipc_describe_pool(cuemm_manager *m, CUdeviceptr p, size_t size, 
                         "pool IPC with CUEMM_POOL_IPC=1 (or cuemm_config.pool_ipc = 1) when the manager is created, "
                         "or allocate the buffer through a manager without the pool", (unsigned long long)p);
   CUdeviceptr start;
-  cuemm__owned_entry *e;
-  CUresult r = pool_block_locked(m, p, "cuemm_ipc_export", &start, &e);
+  size_t bytes = 0;
+  CUresult r = pool_block_locked(m, p, "cuemm_ipc_export", &start, &bytes);
   if (r != CUDA_SUCCESS)
     return r;
   size_t off = (size_t)(p - start);
-  if (off >= e->size)
+  if (off >= bytes)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: 0x%llx is past the end of its pool block "
-                        "(0x%llx, %zu bytes)", (unsigned long long)p, (unsigned long long)start, e->size);
+                        "(0x%llx, %zu bytes)", (unsigned long long)p, (unsigned long long)start, bytes);
   if (size == 0)
-    size = e->size - off;
-  else if (size > e->size - off)
+    size = bytes - off;
+  else if (size > bytes - off)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: %zu bytes from offset %zu run past the end of "
-                        "the pool block (%zu bytes)", size, off, e->size);
+                        "the pool block (%zu bytes)", size, off, bytes);
   cuemm__pool_piece pc[MAX_PIECES];
   size_t n = 0;
   int got = cuemm__pool_pieces(pool, p, size, pc, MAX_PIECES, &n);
@@ -276,13 +280,13 @@ static CUresult export_fds_locked(cuemm_manager *m, const cuemm_ipc_handle *h, i
                         "exported it", pc->serial);
   CUdeviceptr a = cuemm__pool_unit_addr(pool, (size_t)head) + (CUdeviceptr)h->offset;
   CUdeviceptr start;
-  cuemm__owned_entry *e;
-  CUresult r = pool_block_locked(m, a, "cuemm_ipc_send", &start, &e);
+  size_t bytes = 0;
+  CUresult r = pool_block_locked(m, a, "cuemm_ipc_send", &start, &bytes);
   if (r != CUDA_SUCCESS)
     return r;
   cuemm__pool_piece now[MAX_PIECES];
   size_t count = 0;
-  int same = a + h->size <= start + e->size &&
+  int same = a + h->size <= start + bytes &&
              cuemm__pool_pieces(pool, a, (size_t)h->size, now, MAX_PIECES, &count) == 0 && count == pc->count;
   for (size_t i = 0; same && i < count; i++)
     same = now[i].bytes == pc->bytes[i];

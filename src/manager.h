@@ -110,6 +110,10 @@ typedef struct cuemm__extension {
   void (*reset)(cuemm_manager *m);
   /* Adds its figures to the manager's statistics. */
   void (*stats)(cuemm_manager *m, cuemm_stats *s);
+  /* For the owned entry of a block it holds (CUEMM__KIND_STREAM, whose size
+   * is the block's rounded size): whether the program still holds the block
+   * (not freed on a stream), and the bytes it last asked for. */
+  int (*live_size)(cuemm_manager *m, const cuemm__owned_entry *e, size_t *bytes);
 } cuemm__extension;
 
 CUresult cuemm__extensions_attach(cuemm_manager *m);
@@ -121,5 +125,8 @@ size_t cuemm__extensions_reclaim(cuemm_manager *m, int all);
 CUresult cuemm__extensions_give_up(cuemm_manager *m, cuemm__owned_entry *e);
 void cuemm__extensions_reset(cuemm_manager *m);
 void cuemm__extensions_stats(cuemm_manager *m, cuemm_stats *s);
+/* An owned entry's live size: its size, or for a block an extension holds
+ * what that extension says (0 when the block is freed). */
+size_t cuemm__extensions_live_size(cuemm_manager *m, const cuemm__owned_entry *e);
 
 #endif

@@ -79,13 +79,22 @@ CUEMM_EXTERN CUresult cuemm_mem_get_address_range(cuemm_manager *m, CUdeviceptr 
     return cuemm__error(CUDA_ERROR_NOT_FOUND, "cuemm_mem_get_address_range: the pointer is 0");
   cuemm__lock_acquire(&m->lock);
   cuemm__owned_entry *e = find_containing(&m->owned, a);
-  if (!e || e->pending || (e->kind != CUEMM__KIND_DEVICE && e->kind != CUEMM__KIND_POOL)) {
+  size_t live = e && e->kind == CUEMM__KIND_STREAM ? cuemm__extensions_live_size(m, e) : 0;
+  if (e && e->kind == CUEMM__KIND_STREAM && a - e->key >= live) {
+    CUresult r = cuemm__error(CUDA_ERROR_NOT_FOUND, "cuemm_mem_get_address_range: 0x%" PRIxPTR " lies in a block of "
+                              "this manager (0x%" PRIxPTR ") that was freed already (cuemm_free_async), or past "
+                              "its end", a, e->key);
+    cuemm__lock_release(&m->lock);
+    return r;
+  }
+  if (!e || e->pending ||
+      (e->kind != CUEMM__KIND_DEVICE && e->kind != CUEMM__KIND_POOL && e->kind != CUEMM__KIND_STREAM)) {
     CUresult r = not_found(m, a, e);
     cuemm__lock_release(&m->lock);
     return r;
   }
   uintptr_t start = e->key;
-  size_t bytes = e->size;
+  size_t bytes = e->kind == CUEMM__KIND_STREAM ? live : e->size;
   cuemm__lock_release(&m->lock);
   if (base)
     *base = (CUdeviceptr)start;

@@ -476,7 +476,9 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   if (r == CUDA_SUCCESS) {
     cuemm__heap_lock(h);
     uint32_t rec = cuemm__heap_insert(h, ptr, rs, blk, hs, size);
-    if (rec != CUEMM__HEAP_NIL && cuemm__owned_add(&m->owned, ptr, size, CUEMM__KIND_STREAM, h->index) != 0) {
+    /* The owned entry records the block's rounded size, which every later
+     * use of the block fits in (stream_live_size gives the use's). */
+    if (rec != CUEMM__HEAP_NIL && cuemm__owned_add(&m->owned, ptr, rs, CUEMM__KIND_STREAM, h->index) != 0) {
       cuemm__heap_remove(h, rec);
       rec = CUEMM__HEAP_NIL;
     }
@@ -666,6 +668,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   }
   e->kind = CUEMM__KIND_STREAM;
   e->aux = h->index;
+  e->size = size;
   cuemm__heap_lock(h);
   uint32_t hs = cuemm__heap_stream(h, stream);
   if (hs == CUEMM__HEAP_NIL)
@@ -959,6 +962,18 @@ static void stream_fini(cuemm_manager *m, int use_driver)
       tls[i] = (tls_slot){ 0 };
 }
 
+static int stream_live_size(cuemm_manager *m, const cuemm__owned_entry *e, size_t *bytes)
+{
+  cuemm__heap *o = m->heaps[e->aux];
+  cuemm__heap_lock(o);
+  uint32_t rec = cuemm__heap_find(o, e->key);
+  int live = rec != CUEMM__HEAP_NIL && o->b[rec].state == CUEMM__HB_LIVE;
+  if (live)
+    *bytes = o->b[rec].req;
+  cuemm__heap_unlock(o);
+  return live;
+}
+
 static void stream_destroy(cuemm_manager *m, char *note, size_t cap)
 {
   (void)note;
@@ -979,4 +994,5 @@ const cuemm__extension cuemm__stream_extension = {
   .give_up = stream_give_up,
   .reset = stream_reset,
   .stats = stream_stats,
+  .live_size = stream_live_size,
 };

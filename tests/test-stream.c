@@ -478,6 +478,47 @@ static void test_release_and_reset(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
+/* The block's own range and IPC export, as for cuemm_alloc's blocks. */
+static void test_range_and_ipc(void)
+{
+  cuemm_config c = test_config(10, 0.2);
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_reserve = 256 * MIB;
+  c.pool_ipc = 1;
+  cuemm_manager *m = NULL;
+  CUresult cr = cuemm_create(&m, ctx, &c);
+  if (cr == CUDA_ERROR_NOT_SUPPORTED) {
+    skip(8, "the device cannot export pool memory as file descriptors");
+    return;
+  }
+  CHECK_CU(cr);
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p, base = 0;
+  size_t size = 0;
+  CHECK_CU(cuemm_alloc_async(m, &p, 3000, s));
+  CHECK_CU(cuemm_mem_get_address_range(m, &base, &size, p + 2999));
+  ok(base == p && size == 3000, "the range of a stream block, from its last byte: its start and size (%zu)", size);
+  is(cuemm_mem_get_address_range(m, &base, &size, p + 3000), CUDA_ERROR_NOT_FOUND, "one past its end: not found");
+  cuemm_ipc_handle h;
+  CHECK_CU(cuemm_ipc_export(m, p + 1000, 0, &h));
+  ok(h.kind == CUEMM_IPC_KIND_POOL && h.size == 2000, "a stream block exports as a pool handle (%llu bytes)",
+     (unsigned long long)h.size);
+  CHECK_CU(cuemm_free_async(m, p, s));
+  is(cuemm_mem_get_address_range(m, &base, &size, p), CUDA_ERROR_NOT_FOUND, "freed on its stream: not found");
+  like(cuemm_last_error(), "freed already", "the message says it was freed");
+  is(cuemm_ipc_export(m, p, 0, &h), CUDA_ERROR_INVALID_VALUE, "and its export is refused");
+  /* Reused for a larger request of the same rounded size: the range follows. */
+  CUdeviceptr q;
+  CHECK_CU(cuemm_alloc_async(m, &q, 3070, s));
+  CHECK_CU(cuemm_mem_get_address_range(m, &base, &size, q + 3050));
+  ok(q == p && base == q && size == 3070, "reused for 3070 bytes: the range is the new request's");
+  CHECK_CU(cuemm_free_async(m, q, s));
+  CHECK_CU(cuemm_destroy(m));
+  pass("destroyed with the exported block freed");
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 static void test_exit_per_thread(void)
 {
   cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
@@ -511,6 +552,7 @@ int main(void)
   test_threshold();
   test_release_and_reset();
   test_exit_per_thread();
+  test_range_and_ipc();
   sim_check_nothing_left(live0);
   test_release_primary(0);
   return tap_done();
