@@ -155,6 +155,13 @@ typedef struct cuemm_config {
    * more is free after frees were released, wholly free chunks go back to
    * the driver until at most about this much stays.  Default 1 GiB. */
   size_t pool_release_threshold;
+  /* How long, in milliseconds, memory that a growth needed stays mapped
+   * past the release threshold (CUEMM_POOL_RELEASE_DELAY): a release keeps
+   * what the largest growth of the last one to two such periods served, so
+   * a program that frees most of its memory and takes it again every
+   * iteration does not unmap and map it every iteration.  0: only the
+   * threshold counts.  Default 1000. */
+  size_t pool_release_delay_ms;
   /* A cap on the pool's mapped bytes (CUEMM_POOL_LIMIT); 0: none (the
    * reservation is the cap).  Rounded down to whole chunks.  A request the
    * pool could serve only by growing past it fails with

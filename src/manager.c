@@ -188,7 +188,7 @@ static CUresult flush_locked(cuemm_manager *m, int force)
   if (r != CUDA_SUCCESS)
     cuemm__error_append("; %zu frees stay queued for the next flush", m->pending.count);
   else if (returned && cuemm__pool_release_due(m->pool))
-    r = cuemm__pool_release(m->pool, m->pool->threshold);
+    r = cuemm__pool_release(m->pool, cuemm__pool_keep(m->pool));
   r = cuemm__ctx_leave(m, &g, r);
   if (released || returned)
     m->st.flushes++;
@@ -239,6 +239,10 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
    * more while it could take those back. */
   if (cuemm__extensions_reclaim(m, 0) && cuemm__pool_take(m->pool, size, p, blk) == 0)
     return leave_after_take(m, &g, blk);
+  /* Enough is free, only not in one piece: what is wholly free goes back
+   * first, so that the growth replaces it rather than adds to it. */
+  if (m->pool->sa.free_bytes >= size)
+    cuemm__pool_release(m->pool, 0);
   r = cuemm__pool_grow(m->pool, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     m->st.oom_retries++;

@@ -61,6 +61,24 @@ static CUmemAllocationProp chunk_prop(CUdevice dev, int ipc)
 
 /* ---- creation ---------------------------------------------------------------- */
 
+static uint64_t clock_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Starts a new epoch when the current one is over. */
+static void roll_epoch(cuemm__pool *p)
+{
+  uint64_t now = clock_ns();
+  if (now - p->epoch_start_ns < p->delay_ns)
+    return;
+  p->recent_need[1] = now - p->epoch_start_ns < 2 * p->delay_ns ? p->recent_need[0] : 0;
+  p->recent_need[0] = 0;
+  p->epoch_start_ns = now;
+}
+
 CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUdevice dev,
                             const cuemm_config *cfg, size_t total)
 {
@@ -129,6 +147,8 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   p->unit = unit;
   p->granularity = gran;
   p->threshold = cfg->pool_release_threshold;
+  p->delay_ns = (uint64_t)cfg->pool_release_delay_ms * 1000000u;
+  p->epoch_start_ns = clock_ns();
   p->limit = limit;
   p->limit_hard = cfg->pool_limit_hard != 0;
   p->piece = cfg->pool_piece;
@@ -327,6 +347,9 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "the pool's reservation (CUEMM_POOL_RESERVE, %zu bytes) has no "
                         "unmapped range where %zu bytes fit: %s", p->reserved, need, what);
   }
+  roll_epoch(p);
+  if (p->sa.used_bytes + need > p->recent_need[0])
+    p->recent_need[0] = p->sa.used_bytes + need;
   size_t head = best_off / p->unit, n = best_bytes / p->unit, pieces = 0;
   CUresult r = map_run(p, head, n, &pieces);
   if (r != CUDA_SUCCESS) {
@@ -427,10 +450,19 @@ CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
   return r;
 }
 
-int cuemm__pool_release_due(const cuemm__pool *p)
+size_t cuemm__pool_keep(cuemm__pool *p)
+{
+  roll_epoch(p);
+  size_t peak = p->recent_need[0] > p->recent_need[1] ? p->recent_need[0] : p->recent_need[1];
+  size_t used = p->sa.used_bytes;
+  size_t need = peak > used ? peak - used : 0;
+  return need > p->threshold ? need : p->threshold;
+}
+
+int cuemm__pool_release_due(cuemm__pool *p)
 {
   size_t f = p->sa.free_bytes;
-  return f > p->threshold && f >= p->release_floor + p->unit;
+  return f > p->threshold && f >= p->release_floor + p->unit && f > cuemm__pool_keep(p);
 }
 
 /* ---- peers ------------------------------------------------------------------- */

@@ -52,6 +52,13 @@ typedef struct cuemm__pool {
   size_t mapped;
   size_t chunks;
   size_t release_floor;   /* free bytes at their low point since the last release attempt */
+  /* Hysteresis: the most bytes in use that a growth served, in this epoch
+   * and the one before; memory that met such a peak is kept mapped past the
+   * threshold for one to two epochs of `delay_ns` (CUEMM_POOL_RELEASE_DELAY),
+   * so a program that frees and allocates again every iteration does not
+   * release and map its memory every iteration. */
+  size_t recent_need[2];
+  uint64_t epoch_start_ns, delay_ns;
   cuemm__pool_unit *units;
   size_t nunits;
   cuemm__sa sa;
@@ -123,11 +130,16 @@ static inline void cuemm__pool_note_low(cuemm__pool *p)
     p->release_floor = p->sa.free_bytes;
 }
 
-/* Whether an automatic release is due after blocks came back: more than the
- * threshold is free, and at least a unit more than at the low point since
- * the last attempt (otherwise no chunk can have become wholly free that was
- * not already, and the walk is skipped). */
-int cuemm__pool_release_due(const cuemm__pool *p);
+/* Free bytes an automatic release keeps mapped: the threshold, or what the
+ * recent peak (see recent_need) needs beyond what is in use now, whichever
+ * is more. */
+size_t cuemm__pool_keep(cuemm__pool *p);
+
+/* Whether an automatic release is due after blocks came back: more than
+ * cuemm__pool_keep is free, and at least a unit more than at the low point
+ * since the last attempt (otherwise no chunk can have become wholly free
+ * that was not already, and the walk is skipped). */
+int cuemm__pool_release_due(cuemm__pool *p);
 
 /* Gives `peer` read-write access to every chunk mapped now and to come. */
 CUresult cuemm__pool_grant(cuemm__pool *p, CUdevice peer);

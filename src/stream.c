@@ -713,7 +713,7 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
     if (given) {
       m->stream_reclaims++;
       if (cuemm__pool_release_due(m->pool))
-        cuemm__pool_release(m->pool, m->pool->threshold);
+        cuemm__pool_release(m->pool, cuemm__pool_keep(m->pool));
     }
     cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   }

@@ -11,7 +11,8 @@
 
 static const char *pool_vars[] = { "CUEMM_POOL", "CUEMM_POOL_RESERVE", "CUEMM_POOL_CHUNK",
                                    "CUEMM_POOL_RELEASE_THRESHOLD", "CUEMM_POOL_LIMIT", "CUEMM_POOL_IPC",
-                                   "CUEMM_POOL_LIMIT_HARD", "CUEMM_POOL_PIECE" };
+                                   "CUEMM_POOL_LIMIT_HARD", "CUEMM_POOL_PIECE", "CUEMM_POOL_RELEASE_DELAY",
+                                   "CUEMM_STREAM_REUSE" };
 
 static void clear_env(void)
 {
@@ -126,6 +127,28 @@ static void pool_knobs(void)
        "CUEMM_POOL_CHUNK", "message says what sizes are accepted");
   invalid("CUEMM_POOL_PIECE", "-64M");
   invalid("CUEMM_POOL_PIECE", "0.5G");
+
+  clear_env();
+  cuemm_config_init(&c);
+  is(c.pool_release_delay_ms, 1000, "the release delay is 1000 ms by default");
+  is(c.stream_reuse, CUEMM_STREAM_REUSE_EVENT, "cross-stream reuse waits for events by default");
+  setenv("CUEMM_POOL_RELEASE_DELAY", "0", 1);
+  setenv("CUEMM_STREAM_REUSE", "wait", 1);
+  is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_POOL_RELEASE_DELAY=0 and CUEMM_STREAM_REUSE=wait accepted");
+  ok(c.pool_release_delay_ms == 0 && c.stream_reuse == CUEMM_STREAM_REUSE_WAIT, "and set");
+  clear_env();
+  invalid("CUEMM_POOL_RELEASE_DELAY", "1s");
+  like(cuemm_last_error(), "CUEMM_POOL_RELEASE_DELAY=\"1s\" is invalid: expected a whole number of milliseconds",
+       "the delay's message says milliseconds");
+  invalid("CUEMM_POOL_RELEASE_DELAY", "86400001");
+  invalid("CUEMM_STREAM_REUSE", "Wait");
+  like(cuemm_last_error(), "CUEMM_STREAM_REUSE=\"Wait\" is invalid: expected \"event\" or \"wait\"",
+       "the reuse rule's message lists both");
+  clear_env();
+  cuemm_config_init(&c);
+  c.stream_reuse = (cuemm_stream_reuse)7;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.stream_reuse = 7 refused");
+  like(cuemm_last_error(), "cuemm_config.stream_reuse", "naming the field");
   clear_env();
 }
 

@@ -20,6 +20,7 @@
 static cuemm_config pool_config(size_t chunk, size_t reserve, size_t threshold, size_t limit, size_t count)
 {
   cuemm_config c = test_config(count, 1.0);
+  c.pool_release_delay_ms = 0; /* the threshold alone; the delay has tests of its own */
   c.pool = CUEMM_POOL_VMM;
   c.pool_chunk = chunk;
   c.pool_reserve = reserve;
@@ -681,6 +682,49 @@ static void configuration(void)
   unsetenv("CUEMM_POOL_RESERVE");
 }
 
+/* Hysteresis: memory a recent growth needed stays mapped past the threshold
+ * for the release delay; and when enough is free but not in one piece, the
+ * wholly free chunks go back before the pool grows. */
+static void hysteresis(void)
+{
+  cuemm_config c = pool_config(2 * MiB, 256 * MiB, 0, 0, 0);
+  c.pool_release_delay_ms = 60000;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CUdeviceptr v[8];
+  for (int i = 0; i < 8; i++)
+    CHECK_CU(cuemm_alloc(m, &v[i], 4 * MiB));
+  for (int i = 0; i < 8; i++)
+    CHECK_CU(cuemm_free(m, v[i])); /* max_pending_count 0: each free flushes */
+  is(pstats(m).mapped_bytes, 32 * MiB, "threshold 0, delay 60 s: the memory the last growths needed stays mapped");
+  is(pstats(m).chunks_released, 0, "nothing released");
+  CHECK_CU(cuemm_pool_trim(m));
+  is(pstats(m).mapped_bytes, 0, "trim releases it all the same");
+  CHECK_CU(cuemm_destroy(m));
+
+  /* Fragmented: 4 MiB blocks with every other one freed leave 16 MiB free
+   * in 4 MiB pieces; a 6 MiB request releases those before it grows. */
+  c = pool_config(2 * MiB, 256 * MiB, 64 * MiB, 0, 0);
+  c.pool_release_delay_ms = 60000;
+  CHECK_CU(cuemm_create(&m, NULL, &c));
+  for (int i = 0; i < 8; i++)
+    CHECK_CU(cuemm_alloc(m, &v[i], 4 * MiB));
+  for (int i = 0; i < 8; i += 2)
+    CHECK_CU(cuemm_free(m, v[i]));
+  cuemm_pool_stats ps = pstats(m);
+  ok(ps.mapped_bytes == 32 * MiB && ps.free_bytes == 16 * MiB && ps.largest_free_block == 4 * MiB,
+     "16 MiB free in 4 MiB pieces (largest %zu)", ps.largest_free_block);
+  CUdeviceptr big;
+  CHECK_CU(cuemm_alloc(m, &big, 6 * MiB));
+  ps = pstats(m);
+  is(ps.mapped_bytes, 22 * MiB, "a 6 MiB request: the four free pieces went back, 6 MiB were mapped for it");
+  ok(ps.chunks_released >= 4, "their chunks were released (%llu)", (unsigned long long)ps.chunks_released);
+  for (int i = 1; i < 8; i += 2)
+    CHECK_CU(cuemm_free(m, v[i]));
+  CHECK_CU(cuemm_free(m, big));
+  CHECK_CU(cuemm_destroy(m));
+}
+
 int main(void)
 {
   sim_init();
@@ -696,6 +740,7 @@ int main(void)
   peers();
   threads();
   configuration();
+  hysteresis();
   sim_check_nothing_left(live0);
   test_release_primary(0);
   return tap_done();

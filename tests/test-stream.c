@@ -415,6 +415,7 @@ static void test_threshold(void)
   c.pool_reserve = 64 * MIB;
   c.pool_chunk = 2 * MIB;
   c.pool_release_threshold = 4 * MIB;
+  c.pool_release_delay_ms = 0;
   cuemm_manager *m = NULL;
   CHECK_CU(cuemm_create(&m, ctx, &c));
   CUstream s;
