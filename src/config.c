@@ -21,7 +21,11 @@
 #include "error.h"
 #include "config.h"
 
-typedef enum { KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL, KNOB_FLAG } knob_type;
+typedef enum { KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL, KNOB_FLAG, KNOB_MEMORY, KNOB_LOCATION } knob_type;
+
+/* The names of the enumerated knobs' values, in the order of their values. */
+static const char *const memory_names[] = { "device", "managed", "system" };
+static const char *const location_names[] = { "none", "device", "cpu" };
 
 /* Sizes are checked in doubles: every bound below is exact in one. */
 #define MIB (1024.0 * 1024.0)
@@ -63,6 +67,22 @@ static const knob knobs[] = {
   { "CUEMM_POOL_IPC", "pool_ipc", KNOB_FLAG,
     offsetof(cuemm_config, pool_ipc), 0, 0, 1, 0,
     "0 or 1" },
+  { "CUEMM_MEMORY", "memory", KNOB_MEMORY,
+    offsetof(cuemm_config, memory), CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_SYSTEM, 0,
+    "\"device\", \"managed\" or \"system\"" },
+  { "CUEMM_MANAGED_PREFETCH", "managed_prefetch", KNOB_FLAG,
+    offsetof(cuemm_config, managed_prefetch), 0, 0, 1, 0,
+    "0 or 1" },
+  { "CUEMM_MANAGED_PREFERRED_LOCATION", "managed_preferred_location", KNOB_LOCATION,
+    offsetof(cuemm_config, managed_preferred_location), CUEMM_LOCATION_NONE, CUEMM_LOCATION_NONE,
+    CUEMM_LOCATION_CPU, 0,
+    "\"none\", \"device\" or \"cpu\"" },
+  { "CUEMM_MANAGED_ACCESSED_BY", "managed_accessed_by", KNOB_LOCATION,
+    offsetof(cuemm_config, managed_accessed_by), CUEMM_LOCATION_NONE, CUEMM_LOCATION_NONE, CUEMM_LOCATION_CPU, 0,
+    "\"none\", \"device\" or \"cpu\"" },
+  { "CUEMM_MANAGED_LIMIT", "managed_limit", KNOB_SIZE,
+    offsetof(cuemm_config, managed_limit), 0, 0, SIZE_MAX_ACCEPTED, 0,
+    "a size in bytes up to 256TiB, such as 64GiB (0: no limit)" },
 };
 
 #define NKNOBS (sizeof knobs / sizeof knobs[0])
@@ -76,6 +96,10 @@ static void set_field(cuemm_config *cfg, const knob *k, double v)
     *(cuemm_pool_kind *)(void *)base = (cuemm_pool_kind)(int)v;
   else if (k->type == KNOB_FLAG)
     *(int *)(void *)base = (int)v;
+  else if (k->type == KNOB_MEMORY)
+    *(cuemm_memory_kind *)(void *)base = (cuemm_memory_kind)(int)v;
+  else if (k->type == KNOB_LOCATION)
+    *(cuemm_location *)(void *)base = (cuemm_location)(int)v;
   else
     *(double *)(void *)base = v;
 }
@@ -89,6 +113,10 @@ static double get_field(const cuemm_config *cfg, const knob *k)
     return (double)*(const cuemm_pool_kind *)(const void *)base;
   if (k->type == KNOB_FLAG)
     return (double)*(const int *)(const void *)base;
+  if (k->type == KNOB_MEMORY)
+    return (double)*(const cuemm_memory_kind *)(const void *)base;
+  if (k->type == KNOB_LOCATION)
+    return (double)*(const cuemm_location *)(const void *)base;
   return *(const double *)(const void *)base;
 }
 
@@ -138,6 +166,15 @@ static int parse(const knob *k, const char *text, double *out)
     else
       return -1;
     return 0;
+  }
+  if (k->type == KNOB_MEMORY || k->type == KNOB_LOCATION) {
+    const char *const *names = k->type == KNOB_MEMORY ? memory_names : location_names;
+    for (int i = 0; i < 3; i++)
+      if (strcmp(text, names[i]) == 0) {
+        *out = i;
+        return 0;
+      }
+    return -1;
   }
   if (k->type == KNOB_FLAG) {
     if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0)

@@ -33,6 +33,7 @@ struct cuemm_manager {
   cuemm__pool *pool;          /* NULL without a pool */
   size_t pool_pending;        /* pool blocks in `pending` */
   uint64_t fallback_allocs;   /* requests too large for the pool */
+  struct cuemm__managed *managed;  /* managed.c: CUEMM_MEMORY=managed|system, else NULL */
 };
 
 /* Makes m's context current for the calling thread if it is not, remembering
@@ -48,6 +49,10 @@ CUresult cuemm__ctx_leave(cuemm_manager *m, cuemm__ctx_guard *g, CUresult r);
 /* Allocates with the out-of-memory flush-and-retry policy and records the
  * allocation.  `flags` go to cuMemHostAlloc for CUEMM__KIND_HOST. */
 CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out);
+
+/* Releases the pending frees unless a defer scope is open (cuemm_flush with
+ * the lock held). */
+CUresult cuemm__flush_locked(cuemm_manager *m);
 
 /* Queues the free of an allocation of the given kind, flushing when due. */
 CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p);
