@@ -292,7 +292,11 @@ CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m);
  * device's memory; the message names the size (and, for the pool, its
  * mapped and used bytes and its largest free block); a driver error of the
  * pool's growth (cuMemCreate, cuMemMap, cuMemSetAccess) as reported, with
- * the call named, after the growth step was undone. */
+ * the call named, after the growth step was undone.
+ * With cuemm_config.memory = CUEMM_MEMORY_MANAGED or CUEMM_MEMORY_SYSTEM,
+ * the memory is managed or system memory instead (see "Managed and system
+ * memory" below, for its errors too: managed_limit, a failing prefetch, the
+ * oversubscription warning left as the thread's message on success). */
 CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size);
 
 /* Frees device memory allocated by cuemm_alloc on this manager: queues it,
