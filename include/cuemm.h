@@ -244,7 +244,12 @@ typedef struct cuemm_manager cuemm_manager;
  * Errors: CUDA_ERROR_INVALID_VALUE for m == NULL or an invalid configuration
  * (message names the field or variable); CUDA_ERROR_INVALID_CONTEXT when ctx
  * is NULL and no context is current; CUDA_ERROR_ALREADY_ACQUIRED when the
- * context already has a manager; driver errors as reported. */
+ * context already has a manager; CUDA_ERROR_NOT_SUPPORTED for
+ * CUEMM_MEMORY=managed where the driver or device has no managed memory (or
+ * no prefetch when managed_prefetch is set), and for CUEMM_MEMORY=system on
+ * a device without CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS (the message
+ * names the attribute); CUDA_ERROR_INVALID_VALUE for CUEMM_MEMORY=managed
+ * with CUEMM_POOL=vmm; driver errors as reported. */
 CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **m, CUcontext ctx, const cuemm_config *cfg);
 
 /* Destroys a manager: releases every pending free (defer scopes or not),

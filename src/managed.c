@@ -122,15 +122,16 @@ CUresult cuemm__managed_create(cuemm_manager *m)
   mp->total = m->st.total_bytes;
   if (mp->kind == CUEMM_MEMORY_MANAGED) {
     /* Room for eight times the device's memory (or the limit), gaps
-     * included: oversubscription past that is out of memory here. */
+     * included: oversubscription past that is out of memory here.  At
+     * least 4096 units, at most 2^20 (16 MiB of bookkeeping; with 32 MiB
+     * segments, 32 TiB of managed memory), and no more than the address
+     * space holds. */
     mp->unit = m->cfg.pool_chunk;
     size_t cap = mp->limit > mp->total ? mp->limit : mp->total;
-    size_t n = cap / mp->unit + 1;
-    mp->nunits = n > SIZE_MAX / 8 / mp->unit ? SIZE_MAX / mp->unit / 2 : n * 8;
-    if (mp->nunits < 4096)
-      mp->nunits = 4096;
-    if (mp->nunits > UINT32_MAX)
-      mp->nunits = UINT32_MAX;
+    size_t n = cap / mp->unit + 1, most = (size_t)1 << 20;
+    mp->nunits = n > most / 8 ? most : n * 8 < 4096 ? 4096 : n * 8;
+    if (mp->nunits > SIZE_MAX / 2 / mp->unit)
+      mp->nunits = SIZE_MAX / 2 / mp->unit;
     mp->span = mp->nunits * mp->unit;
     mp->units = calloc(mp->nunits, sizeof *mp->units);
     if (!mp->units || cuemm__sa_init(&mp->sa, mp->span) != 0) {
@@ -203,9 +204,9 @@ static void describe(const cuemm__managed *mp, char *buf, size_t n)
  * cuMemAllocManaged, then the configured advice.  Context entered. */
 static CUresult grow(cuemm__managed *mp, size_t size)
 {
+  char state[200];
   size_t need = round_up(size, CUEMM__SA_ALIGN);
   size_t bytes = round_up(need, mp->unit);
-  char state[200];
   if (mp->limit && (bytes > mp->limit || mp->held > mp->limit - bytes)) {
     mp->limit_refusals++;
     describe(mp, state, sizeof state);
@@ -392,6 +393,12 @@ static CUresult managed_alloc(cuemm_manager *m, size_t size, CUdeviceptr *out)
   int entered = 0;
   CUresult r = CUDA_SUCCESS;
   const char *warned = mp->warning[0] ? mp->warning : NULL;
+  if (size > mp->span / 2) { /* also keeps the rounding below from overflowing */
+    char state[200];
+    describe(mp, state, sizeof state);
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: %zu bytes requested, more than the managed pool can "
+                        "place (its span is %zu bytes): %s", size, mp->span, state);
+  }
   if (take(mp, size, &p, &blk) != 0) {
     if ((r = cuemm__ctx_enter(m, &g)) != CUDA_SUCCESS)
       return r;

@@ -123,6 +123,10 @@ static void basics(void)
   is(test_stats(m).pending_count, 1, "the queue holds it once");
   is(cuemm_alloc(m, &q, 0), CUDA_ERROR_INVALID_VALUE, "size 0 refused");
   like(cuemm_last_error(), "size is 0", "with a message");
+  q = 0;
+  is(cuemm_alloc(m, &q, SIZE_MAX - 100), CUDA_ERROR_OUT_OF_MEMORY, "a request of nearly SIZE_MAX bytes refused");
+  like(cuemm_last_error(), "more than the managed pool can place", "with a message");
+  is(q, 0, "p untouched");
 
   /* A request larger than a segment gets a segment of its own. */
   CUdeviceptr big;
