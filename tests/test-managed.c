@@ -648,6 +648,44 @@ static void configuration(void)
   CHECK_CU(cuemm_destroy(m));
 }
 
+/* ---- the driver's two ABI variants (simcuda) ---------------------------------------------- */
+
+/* cuemm resolves cuMemPrefetchAsync and cuMemAdvise at API version 12000,
+ * where they take a CUdevice; cuda.h 13 names the CUmemLocation variants.
+ * Both reach simcuda's one implementation with the same meaning. */
+static void driver_variants(void)
+{
+#if CUDA_VERSION >= 13000
+  if (!sim_present || !sim_managed_get) {
+    skip(7, SIM_REASON);
+    return;
+  }
+  CUdeviceptr p, q;
+  CHECK_CU(cuMemAllocManaged(&p, 8192, CU_MEM_ATTACH_GLOBAL));
+  CUmemLocation host = { .type = CU_MEM_LOCATION_TYPE_HOST, .id = 0 };
+  CHECK_CU(cuMemPrefetchAsync(p, 4096, host, 0, NULL));
+  simcuda_managed_range r;
+  sim_managed_get(p, &r);
+  is(r.last_prefetch_dst, CU_DEVICE_CPU, "the CUmemLocation variant prefetches to the host");
+  void *fn = NULL;
+  CUdriverProcAddressQueryResult st;
+  CHECK_CU(cuGetProcAddress("cuMemPrefetchAsync", &fn, 12000, 0, &st));
+  CUresult (*v1)(CUdeviceptr, size_t, CUdevice, CUstream);
+  memcpy(&v1, &fn, sizeof fn);
+  CHECK_CU(v1(p, 4096, 1, NULL));
+  sim_managed_get(p, &r);
+  is(r.last_prefetch_dst, 1, "the variant of version 12000 takes a CUdevice");
+  is(v1(p + 4096, 4097, 0, NULL), CUDA_ERROR_INVALID_VALUE, "a range past the allocation's end refused");
+  is(v1(p, 0, 0, NULL), CUDA_ERROR_INVALID_VALUE, "0 bytes refused");
+  is(v1(p, 16, 5, NULL), CUDA_ERROR_INVALID_DEVICE, "a device that does not exist refused");
+  is(cuMemAllocManaged(&q, 0, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_INVALID_VALUE, "cuMemAllocManaged of 0 bytes");
+  is(cuMemAllocManaged(&q, 16, 7), CUDA_ERROR_INVALID_VALUE, "cuMemAllocManaged with unknown flags");
+  CHECK_CU(cuMemFree(p));
+#else
+  skip(7, "cuda.h before 13.0 names the CUdevice variants itself");
+#endif
+}
+
 int main(void)
 {
   sim_init();
@@ -666,6 +704,7 @@ int main(void)
   faults();
   system_memory();
   configuration();
+  driver_variants();
   sim_check_nothing_left(live0);
   test_release_primary(0);
   return tap_done();
