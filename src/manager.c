@@ -450,7 +450,9 @@ static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, cuemm__
     return cuemm__error(CUDA_ERROR_INVALID_VALUE,
                         "%s: 0x%" PRIxPTR " is not the start of an allocation of this manager "
                         "(allocated elsewhere, an interior pointer, or freed and released already)", fn, p);
-  if (e->kind != (uint8_t)kind && !(e->kind >= CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE))
+  if (e->kind != (uint8_t)kind && !(kind == CUEMM__KIND_DEVICE && (e->kind == CUEMM__KIND_POOL ||
+                                                                    e->kind == CUEMM__KIND_MANAGED ||
+                                                                    e->kind == CUEMM__KIND_SYSTEM)))
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%" PRIxPTR " is %s, not %s", fn, p,
                         kind_name((cuemm__kind)e->kind), kind_name(kind));
   if (e->pending)

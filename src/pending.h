@@ -16,8 +16,9 @@ typedef enum cuemm__kind {
   CUEMM__KIND_HOST = 2,     /* cuMemHostAlloc */
   CUEMM__KIND_PINNED = 3,   /* cuMemHostRegister: never queued, unpinned at once */
   CUEMM__KIND_POOL = 4,     /* a block of the manager's pool */
-  CUEMM__KIND_MANAGED = 5,  /* a block of a managed segment (managed.c) */
-  CUEMM__KIND_SYSTEM = 6,   /* a system allocation (managed.c) */
+  /* 5 is kept for the stream-ordered path's blocks */
+  CUEMM__KIND_MANAGED = 6,  /* a block of a managed segment (managed.c); aux: its sub-allocator descriptor */
+  CUEMM__KIND_SYSTEM = 7,   /* a system allocation (managed.c) */
 } cuemm__kind;
 
 typedef struct cuemm__pending_entry {

@@ -127,7 +127,8 @@ void simcuda_managed_totals_get(simcuda_managed_totals *out);
 /* SIMCUDA_PAGEABLE at run time (0, 1 or 2); returns 0 or -1. */
 int simcuda_set_pageable(int level);
 
-/* Re-read the environment (SIMCUDA_DEVICES, _CAPACITY, _QUEUE, _REPORT),
+/* Re-read the environment (SIMCUDA_DEVICES, _CAPACITY, _QUEUE, _REPORT,
+ * _PAGEABLE, _MANAGED_CAPACITY),
  * disarm every fault rule and zero the call counters.  Only while no object
  * is live (simcuda_live_count() == 0); returns 0 or -1. */
 int simcuda_reset(void);
