@@ -8,7 +8,7 @@
 #                               the device pool's, the first access with and
 #                               without prefetch, the system-memory detection
 #   OUTDIR/test-managed.log     tests/test-managed on the system's driver
-# Takes about 1 minute (the benchmark stops itself at 2 minutes; the test
+# Takes under a minute (the benchmark is stopped by `timeout` at 2 minutes; the test
 # runs in seconds).  Exit status: 0 when the test passed and the benchmark
 # ran to its end (a target missed is reported in its output, not here).
 set -u

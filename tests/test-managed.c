@@ -576,6 +576,14 @@ static void system_memory(void)
   is(cuemm_ipc_export(m, p[0], 0, &h), CUDA_ERROR_NOT_SUPPORTED, "system memory cannot be exported either");
   CHECK_CU(cuemm_destroy(m));
   like(cuemm_last_error(), "freed 1 outstanding allocations", "destroy frees the live one");
+  /* Abandoning a system-memory manager still frees its host memory: it is
+   * the process's, not the context's (a leak checker would say otherwise). */
+  m = make(&c);
+  CHECK_CU(cuemm_alloc(m, &p[0], 4096));
+  CHECK_CU(cuemm_alloc(m, &p[1], 4096));
+  CHECK_CU(cuemm_free(m, p[1]));
+  CHECK_CU(cuemm_abandon(m));
+  like(cuemm_last_error(), "dropped 1 live allocations and 1 pending frees", "abandon drops the system blocks");
   if (sim_set_pageable)
     sim_set_pageable(0);
 }
