@@ -8,9 +8,10 @@
 #                               the device pool's, the first access with and
 #                               without prefetch, the system-memory detection
 #   OUTDIR/test-managed.log     tests/test-managed on the system's driver
-# Takes under a minute (the benchmark is stopped by `timeout` at 2 minutes; the test
-# runs in seconds).  Exit status: 0 when the test passed and the benchmark
-# ran to its end (a target missed is reported in its output, not here).
+# Takes under a minute: the benchmark 10 to 30 seconds (stopped by
+# `timeout` at 2 minutes), the test seconds.  Exit status: 0 when the
+# test passed and the benchmark ran to its end (a target missed is
+# reported in its output, not here).
 set -u
 out=${1:?usage: scripts/gpu-managed.sh OUTDIR}
 mkdir -p "$out"
