@@ -40,6 +40,16 @@
  *   CUEMM_STREAM_REUSE                "event" or "wait": how a block freed on
  *                                     one stream serves another (default
  *                                     "event"; see cuemm_alloc_async)
+ *   CUEMM_MEMORY                      what cuemm_alloc hands out: "device"
+ *                                     (default), "managed" (unified memory
+ *                                     from a segment pool) or "system"
+ *                                     (plain host memory the GPU reads
+ *                                     through HMM or ATS);
+ *                                     CUEMM_MANAGED_PREFETCH,
+ *                                     CUEMM_MANAGED_PREFERRED_LOCATION,
+ *                                     CUEMM_MANAGED_ACCESSED_BY and
+ *                                     CUEMM_MANAGED_LIMIT tune it (see
+ *                                     cuemm_config)
  */
 #ifndef CUEMM_H
 #define CUEMM_H
@@ -87,6 +97,19 @@ typedef struct cuemm_driver_info {
   int ipc;            /* legacy IPC entry points present */
   int async;          /* stream-ordered allocation entry points present */
   char path[4096];    /* the driver file that was loaded */
+  /* Managed and system-allocated memory, as device 0 reports it (see
+   * "Managed and system memory" below): */
+  int managed;        /* cuMemAllocManaged present and
+                       * CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY set */
+  int concurrent_managed;  /* CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+                            * prefetch and advice work */
+  int prefetch;       /* cuMemPrefetchAsync and cuMemAdvise present */
+  int pageable;       /* CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: the GPU
+                       * may use plain malloc memory (CUEMM_MEMORY=system) */
+  int pageable_host_page_tables;  /* CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_
+                                   * USES_HOST_PAGE_TABLES: through the host's
+                                   * page tables (ATS, Grace Hopper) rather
+                                   * than HMM's mirrored ones */
 } cuemm_driver_info;
 
 /* Loads the CUDA driver and calls cuInit(0).  Every other function loads it
@@ -129,6 +152,20 @@ typedef enum cuemm_stream_reuse {
    * dependency between the streams. */
   CUEMM_STREAM_REUSE_WAIT = 1,
 } cuemm_stream_reuse;
+/* What cuemm_alloc hands out (cuemm_config.memory, CUEMM_MEMORY). */
+typedef enum cuemm_memory_kind {
+  CUEMM_MEMORY_DEVICE = 0,   /* device memory (cuMemAlloc, or the pool) */
+  CUEMM_MEMORY_MANAGED = 1,  /* unified memory from a pool of cuMemAllocManaged segments */
+  CUEMM_MEMORY_SYSTEM = 2,   /* aligned host memory (posix_memalign) the GPU uses through HMM or ATS */
+} cuemm_memory_kind;
+
+/* Where advice points managed memory (cuemm_config.managed_preferred_location
+ * and managed_accessed_by). */
+typedef enum cuemm_location {
+  CUEMM_LOCATION_NONE = 0,    /* no advice */
+  CUEMM_LOCATION_DEVICE = 1,  /* the manager's device */
+  CUEMM_LOCATION_CPU = 2,     /* the host (CU_DEVICE_CPU) */
+} cuemm_location;
 
 typedef struct cuemm_config {
   /* A flush runs when, after a free is queued, more than this many frees are
@@ -201,6 +238,31 @@ typedef struct cuemm_config {
   /* CUEMM_STREAM_REUSE: "event" or "wait".  Default CUEMM_STREAM_REUSE_EVENT. */
   cuemm_stream_reuse stream_reuse;
 
+  /* What cuemm_alloc hands out (see "Managed and system memory" below).
+   * CUEMM_MEMORY: "device", "managed" or "system".  Managed memory comes
+   * from segments of pool_chunk bytes (or larger, for larger requests) that
+   * go back to the driver as the pool's chunks do (pool_release_threshold,
+   * cuemm_managed_trim).  Not combinable with pool = CUEMM_POOL_VMM.
+   * Default CUEMM_MEMORY_DEVICE. */
+  cuemm_memory_kind memory;
+  /* 1: every managed allocation is prefetched to the manager's device
+   * (cuMemPrefetchAsync on the legacy default stream) before cuemm_alloc
+   * returns, so the GPU's first use does not fault the pages in one by one.
+   * CUEMM_MANAGED_PREFETCH, 0 or 1.  Default 0. */
+  int managed_prefetch;
+  /* Advice given to every managed segment when it is created (cuMemAdvise):
+   * CU_MEM_ADVISE_SET_PREFERRED_LOCATION and CU_MEM_ADVISE_SET_ACCESSED_BY
+   * to the manager's device or the host.  CUEMM_MANAGED_PREFERRED_LOCATION
+   * and CUEMM_MANAGED_ACCESSED_BY: "none", "device" or "cpu".  Default
+   * CUEMM_LOCATION_NONE (the driver's own placement). */
+  cuemm_location managed_preferred_location;
+  cuemm_location managed_accessed_by;
+  /* A cap on the managed bytes the manager holds from the driver (its
+   * segments), CUEMM_MANAGED_LIMIT; 0: none.  Managed memory may exceed the
+   * device's memory (the driver evicts pages to the host); the cap is how an
+   * operator forbids that.  Default 0. */
+  size_t managed_limit;
+
   /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when
    * an environment variable was invalid, with env_error saying which.
    * cuemm_create refuses a configuration that carries an error, so an invalid
@@ -234,7 +296,12 @@ typedef struct cuemm_manager cuemm_manager;
  * Errors: CUDA_ERROR_INVALID_VALUE for m == NULL or an invalid configuration
  * (message names the field or variable); CUDA_ERROR_INVALID_CONTEXT when ctx
  * is NULL and no context is current; CUDA_ERROR_ALREADY_ACQUIRED when the
- * context already has a manager; driver errors as reported. */
+ * context already has a manager; CUDA_ERROR_NOT_SUPPORTED for
+ * CUEMM_MEMORY=managed where the driver or device has no managed memory (or
+ * no prefetch when managed_prefetch is set), and for CUEMM_MEMORY=system on
+ * a device without CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS (the message
+ * names the attribute); CUDA_ERROR_INVALID_VALUE for CUEMM_MEMORY=managed
+ * with CUEMM_POOL=vmm; driver errors as reported. */
 CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **m, CUcontext ctx, const cuemm_config *cfg);
 
 /* Destroys a manager: releases every pending free (defer scopes or not),
@@ -284,7 +351,11 @@ CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m);
  * device's memory; the message names the size (and, for the pool, its
  * mapped and used bytes and its largest free block); a driver error of the
  * pool's growth (cuMemCreate, cuMemMap, cuMemSetAccess) as reported, with
- * the call named, after the growth step was undone. */
+ * the call named, after the growth step was undone.
+ * With cuemm_config.memory = CUEMM_MEMORY_MANAGED or CUEMM_MEMORY_SYSTEM,
+ * the memory is managed or system memory instead (see "Managed and system
+ * memory" below, for its errors too: managed_limit, a failing prefetch, the
+ * oversubscription warning left as the thread's message on success). */
 CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size);
 
 /* Frees device memory allocated by cuemm_alloc on this manager: queues it,
@@ -523,6 +594,103 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr p, CUstr
  * destroyed); CUDA_ERROR_NOT_SUPPORTED without a pool; the driver's error of
  * cuEventRecord (the stream's blocks then stay as they were). */
 CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream);
+/* Managed and system memory                                                 */
+
+/* cuemm_config.memory chooses what cuemm_alloc hands out; cuemm_free,
+ * cuemm_flush, defer scopes and cuemm_reset work on it as on device memory
+ * (the same queue, the same thresholds).
+ *
+ * CUEMM_MEMORY_MANAGED: unified memory, which the CPU and the GPU both use
+ * through one pointer and which the driver migrates page by page, and may
+ * evict from the GPU to the host when the GPU's memory is full, so a
+ * program may hold more than the device has (oversubscription).  Requests
+ * are sub-allocated from segments of pool_chunk bytes (a larger request
+ * gets a segment of its own size, rounded up to whole chunks), each one
+ * cuMemAllocManaged(..., CU_MEM_ATTACH_GLOBAL), 256-byte aligned; the
+ * advice in the configuration is given to each segment as it is created.
+ * A flush holding managed blocks calls cuCtxSynchronize once before handing
+ * them out again; wholly free segments go back to the driver (cuMemFree)
+ * when more than pool_release_threshold bytes are free after a flush, or
+ * all at once with cuemm_managed_trim.  Out of memory (or past
+ * managed_limit), the pending frees are flushed, free segments released
+ * and the request tried once more.
+ *
+ * Oversubscription is made visible, not refused: when the managed bytes the
+ * manager holds first exceed the device's total memory, the allocation
+ * succeeds and leaves a warning as the thread's message (cuemm_last_error,
+ * "warning: managed memory held ... exceeds ...") which
+ * cuemm_managed_get_stats keeps too, with a counter.  cuemm writes nothing
+ * to stderr: a library does not print into a program's output; print the
+ * warning where the program reports.  To refuse instead, set
+ * managed_limit (CUEMM_MANAGED_LIMIT).
+ * Managed memory cannot be shared between processes with CUDA IPC:
+ * cuemm_ipc_export refuses it (CUDA_ERROR_NOT_SUPPORTED).
+ *
+ * CUEMM_MEMORY_SYSTEM: plain host memory (posix_memalign, 256-byte aligned)
+ * that the GPU reads and writes directly, where the platform allows it:
+ * HMM on x86 with a recent kernel and driver, or ATS on Grace Hopper
+ * (cuemm_driver_info.pageable and pageable_host_page_tables say which).
+ * cuemm_create refuses it (CUDA_ERROR_NOT_SUPPORTED) on a device whose
+ * CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS is 0.  Each request is one
+ * host allocation; frees are queued and released (free()) after the
+ * flush's synchronization, as for managed blocks. */
+
+typedef struct cuemm_managed_stats {
+  cuemm_memory_kind memory;    /* the manager's kind; for CUEMM_MEMORY_DEVICE all else is 0 */
+  size_t device_total;         /* the device's memory, against which oversubscription is measured */
+  size_t held_bytes;           /* managed bytes held from the driver (all segments) */
+  size_t peak_held_bytes;      /* highest held_bytes seen */
+  size_t segments;             /* segments held now */
+  size_t segment_bytes;        /* the segment size (pool_chunk) */
+  size_t used_bytes;           /* in blocks handed out (live or pending free), 256-byte rounded */
+  size_t free_bytes;           /* held_bytes - used_bytes */
+  size_t limit;                /* managed_limit (0: none) */
+  size_t system_bytes;         /* CUEMM_MEMORY_SYSTEM: bytes allocated (live or pending free) */
+  size_t system_count;
+  uint64_t segments_allocated; /* cuMemAllocManaged calls that succeeded */
+  uint64_t segments_released;  /* segments given back with cuMemFree */
+  uint64_t oversubscribed_grows;  /* segments added while held_bytes exceeded device_total */
+  uint64_t limit_refusals;     /* allocations refused by managed_limit */
+  uint64_t prefetches;         /* cuMemPrefetchAsync calls made (at allocation and cuemm_prefetch) */
+  uint64_t advises;            /* cuMemAdvise calls made (per segment and cuemm_advise) */
+  double oversubscription;     /* held_bytes / device_total */
+  char warning[256];           /* the oversubscription warning once given, else "" */
+} cuemm_managed_stats;
+
+/* A consistent snapshot of the manager's managed or system memory.  A
+ * device-memory manager fills zeros (memory = CUEMM_MEMORY_DEVICE) and
+ * succeeds.  Errors: CUDA_ERROR_INVALID_VALUE for m or s NULL. */
+CUEMM_EXTERN CUresult cuemm_managed_get_stats(cuemm_manager *m, cuemm_managed_stats *s);
+
+/* Flushes the pending frees (unless a defer scope is open), then gives every
+ * wholly free managed segment back to the driver, whatever the release
+ * threshold.  Errors: CUDA_ERROR_INVALID_VALUE when m is NULL or not a
+ * managed-memory manager; the driver's error of the flush or of cuMemFree
+ * (the segments not released stay usable). */
+CUEMM_EXTERN CUresult cuemm_managed_trim(cuemm_manager *m);
+
+/* Prefetches [p, p + size) to device `dst` (a CUdevice, or CU_DEVICE_CPU for
+ * the host) on `stream`, with cuMemPrefetchAsync.  The range must lie inside
+ * one live block of this manager's managed (or system) memory; size 0 means
+ * up to the block's end.
+ * Errors: CUDA_ERROR_INVALID_VALUE for m NULL, p NULL (or 0), a manager of
+ * device memory, a range that lies in no live block of m (another manager's
+ * memory, device memory, a block already freed) or that runs past its
+ * block's end (the message gives both ranges); CUDA_ERROR_INVALID_DEVICE
+ * for a dst that is neither CU_DEVICE_CPU nor a device;
+ * CUDA_ERROR_NOT_SUPPORTED when the driver lacks cuMemPrefetchAsync; driver
+ * errors as reported (for instance on a device without concurrent managed
+ * access).  Thread-safe; holds the manager's lock for the check and the
+ * call. */
+CUEMM_EXTERN CUresult cuemm_prefetch(cuemm_manager *m, CUdeviceptr p, size_t size, CUdevice dst, CUstream stream);
+
+/* Gives advice `advice` (CU_MEM_ADVISE_SET_READ_MOSTLY ..
+ * CU_MEM_ADVISE_UNSET_ACCESSED_BY) for [p, p + size) about `device` (a
+ * CUdevice or CU_DEVICE_CPU), with cuMemAdvise.  The range is checked as for
+ * cuemm_prefetch.  Errors: as cuemm_prefetch, and CUDA_ERROR_INVALID_VALUE
+ * for an unknown advice. */
+CUEMM_EXTERN CUresult cuemm_advise(cuemm_manager *m, CUdeviceptr p, size_t size, CUmem_advise advice,
+                                   CUdevice device);
 
 /* ------------------------------------------------------------------------ */
 /* Pinned host memory                                                        */
@@ -758,8 +926,11 @@ typedef struct cuemm_ipc_handle {
  * driver has no legacy IPC (for cuMemAlloc memory); for a pool block when
  * the pool was created without CUEMM_POOL_IPC=1 (cuemm_config.pool_ipc = 1;
  * the message says so), or when the range overlaps more than
- * CUEMM_IPC_POOL_MAX_PIECES chunks; driver errors of cuIpcGetMemHandle as
- * reported.  *h is written only on success. */
+ * CUEMM_IPC_POOL_MAX_PIECES chunks; for any pointer of a manager of managed
+ * or system memory (CUEMM_MEMORY=managed|system: CUDA IPC cannot share it;
+ * the message says to allocate shared buffers from a device-memory
+ * manager); driver errors of cuIpcGetMemHandle as reported.  *h is written
+ * only on success. */
 CUEMM_EXTERN CUresult cuemm_ipc_export(cuemm_manager *m, CUdeviceptr p, size_t size, cuemm_ipc_handle *h);
 
 /* Checks `len` bytes received from another process and, when they are a

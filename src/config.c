@@ -21,7 +21,12 @@
 #include "error.h"
 #include "config.h"
 
-typedef enum { KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL, KNOB_FLAG, KNOB_REUSE } knob_type;
+typedef enum { KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL, KNOB_FLAG, KNOB_REUSE, KNOB_MEMORY, KNOB_LOCATION } knob_type;
+
+/* The names of the enumerated knobs' values, in the order of their values. */
+static const char *const memory_names[] = { "device", "managed", "system" };
+static const char *const location_names[] = { "none", "device", "cpu" };
+static const char *const reuse_names[] = { "event", "wait" };
 
 /* Sizes are checked in doubles: every bound below is exact in one. */
 #define MIB (1024.0 * 1024.0)
@@ -76,6 +81,22 @@ static const knob knobs[] = {
   { "CUEMM_STREAM_REUSE", "stream_reuse", KNOB_REUSE,
     offsetof(cuemm_config, stream_reuse), CUEMM_STREAM_REUSE_EVENT, CUEMM_STREAM_REUSE_EVENT,
     CUEMM_STREAM_REUSE_WAIT, 0, "\"event\" or \"wait\"" },
+  { "CUEMM_MEMORY", "memory", KNOB_MEMORY,
+    offsetof(cuemm_config, memory), CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_SYSTEM, 0,
+    "\"device\", \"managed\" or \"system\"" },
+  { "CUEMM_MANAGED_PREFETCH", "managed_prefetch", KNOB_FLAG,
+    offsetof(cuemm_config, managed_prefetch), 0, 0, 1, 0,
+    "0 or 1" },
+  { "CUEMM_MANAGED_PREFERRED_LOCATION", "managed_preferred_location", KNOB_LOCATION,
+    offsetof(cuemm_config, managed_preferred_location), CUEMM_LOCATION_NONE, CUEMM_LOCATION_NONE,
+    CUEMM_LOCATION_CPU, 0,
+    "\"none\", \"device\" or \"cpu\"" },
+  { "CUEMM_MANAGED_ACCESSED_BY", "managed_accessed_by", KNOB_LOCATION,
+    offsetof(cuemm_config, managed_accessed_by), CUEMM_LOCATION_NONE, CUEMM_LOCATION_NONE, CUEMM_LOCATION_CPU, 0,
+    "\"none\", \"device\" or \"cpu\"" },
+  { "CUEMM_MANAGED_LIMIT", "managed_limit", KNOB_SIZE,
+    offsetof(cuemm_config, managed_limit), 0, 0, SIZE_MAX_ACCEPTED, 0,
+    "a size in bytes up to 256TiB, such as 64GiB (0: no limit)" },
 };
 
 #define NKNOBS (sizeof knobs / sizeof knobs[0])
@@ -91,6 +112,10 @@ static void set_field(cuemm_config *cfg, const knob *k, double v)
     *(cuemm_stream_reuse *)(void *)base = (cuemm_stream_reuse)(int)v;
   else if (k->type == KNOB_FLAG)
     *(int *)(void *)base = (int)v;
+  else if (k->type == KNOB_MEMORY)
+    *(cuemm_memory_kind *)(void *)base = (cuemm_memory_kind)(int)v;
+  else if (k->type == KNOB_LOCATION)
+    *(cuemm_location *)(void *)base = (cuemm_location)(int)v;
   else
     *(double *)(void *)base = v;
 }
@@ -106,6 +131,10 @@ static double get_field(const cuemm_config *cfg, const knob *k)
     return (double)*(const cuemm_stream_reuse *)(const void *)base;
   if (k->type == KNOB_FLAG)
     return (double)*(const int *)(const void *)base;
+  if (k->type == KNOB_MEMORY)
+    return (double)*(const cuemm_memory_kind *)(const void *)base;
+  if (k->type == KNOB_LOCATION)
+    return (double)*(const cuemm_location *)(const void *)base;
   return *(const double *)(const void *)base;
 }
 
@@ -156,14 +185,15 @@ static int parse(const knob *k, const char *text, double *out)
       return -1;
     return 0;
   }
-  if (k->type == KNOB_REUSE) {
-    if (strcmp(text, "event") == 0)
-      *out = CUEMM_STREAM_REUSE_EVENT;
-    else if (strcmp(text, "wait") == 0)
-      *out = CUEMM_STREAM_REUSE_WAIT;
-    else
-      return -1;
-    return 0;
+  if (k->type == KNOB_MEMORY || k->type == KNOB_LOCATION || k->type == KNOB_REUSE) {
+    const char *const *names = k->type == KNOB_MEMORY ? memory_names
+                               : k->type == KNOB_LOCATION ? location_names : reuse_names;
+    for (int i = 0; i <= (int)k->max; i++)
+      if (strcmp(text, names[i]) == 0) {
+        *out = i;
+        return 0;
+      }
+    return -1;
   }
   if (k->type == KNOB_FLAG) {
     if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0)

@@ -204,6 +204,8 @@ CUEMM_EXTERN CUresult cuemm_driver_get_info(cuemm_driver_info *info)
   const cuemm__driver_table *t = cuemm__driver(&r);
   if (!t)
     return r;
+  cuemm_driver_info out, *dst = info;
+  info = &out; /* filled whole, then copied: a failed call writes nothing */
   memset(info, 0, sizeof *info);
   info->version = t->version;
   info->api_version = CUEMM__DRIVER_API_VERSION;
@@ -211,5 +213,27 @@ CUEMM_EXTERN CUresult cuemm_driver_get_info(cuemm_driver_info *info)
   info->vmm = t->MemCreate && t->MemMap && t->MemSetAccess && t->MemAddressReserve;
   info->ipc = t->IpcGetMemHandle != NULL;
   info->async = t->MemAllocAsync != NULL;
+  info->prefetch = t->MemPrefetchAsync && t->MemAdvise;
+  /* Device 0's answers: what a program on a one-GPU machine asks. */
+  CUdevice dev;
+  int managed = 0;
+  r = t->DeviceGet(&dev, 0);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuDeviceGet(0)");
+  static const struct { CUdevice_attribute attr; const char *name; } attrs[] = {
+    { CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, "MANAGED_MEMORY" },
+    { CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, "CONCURRENT_MANAGED_ACCESS" },
+    { CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, "PAGEABLE_MEMORY_ACCESS" },
+    { CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
+      "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES" },
+  };
+  int *vals[] = { &managed, &info->concurrent_managed, &info->pageable, &info->pageable_host_page_tables };
+  for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+    r = t->DeviceGetAttribute(vals[i], attrs[i].attr, dev);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuDeviceGetAttribute(%s, device 0)", attrs[i].name);
+  }
+  info->managed = t->MemAllocManaged != NULL && managed;
+  *dst = out;
   return CUDA_SUCCESS;
 }

@@ -15,6 +15,22 @@
  * newer ABI variant than the one the prototypes below describe. */
 #define CUEMM__DRIVER_API_VERSION 12000
 
+/* cuMemPrefetchAsync and cuMemAdvise took a CUdevice until CUDA 12.2 added
+ * variants taking a CUmemLocation (cuMemPrefetchAsync_v2, cuMemAdvise_v2);
+ * since CUDA 13.0, cuda.h gives the plain names to those.  cuGetProcAddress
+ * hands out the variant that was current at the version asked for, so at
+ * 12000 it gives the CUdevice ones (the CUDA 13 driver still has them, for
+ * programs built against 12.x).  Inside cuemm the two names therefore mean
+ * the 12.0 prototypes, declared here (never defined: only their types are
+ * used), whatever cuda.h the build found. */
+CUresult CUDAAPI cuemm__cuMemPrefetchAsync_v8000(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                                                 CUstream hStream);
+CUresult CUDAAPI cuemm__cuMemAdvise_v8000(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device);
+#undef cuMemPrefetchAsync
+#undef cuMemAdvise
+#define cuMemPrefetchAsync cuemm__cuMemPrefetchAsync_v8000
+#define cuMemAdvise cuemm__cuMemAdvise_v8000
+
 /* X(name): required, O(name): optional.  `name` is the entry point without
  * its "cu" prefix; its type is the prototype cuda.h gives cu##name. */
 #define CUEMM__DRIVER_ENTRIES(X, O)                                            \
@@ -33,7 +49,8 @@
   O(MemExportToShareableHandle) O(MemImportFromShareableHandle)                \
   O(MemAllocAsync) O(MemFreeAsync) O(StreamSynchronize)                       \
   O(EventCreate) O(EventDestroy) O(EventRecord) O(EventQuery)                  \
-  O(StreamWaitEvent)
+  O(StreamWaitEvent)                                                           \
+  O(MemAllocManaged) O(MemPrefetchAsync) O(MemAdvise)
 
 typedef struct cuemm__driver_table {
 #define CUEMM__ENTRY(name) __typeof__(cu##name) *name;

@@ -213,6 +213,15 @@ CUEMM_EXTERN CUresult cuemm_ipc_export(cuemm_manager *m, CUdeviceptr p, size_t s
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: h is NULL");
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_export: p is NULL");
+  /* Managed and system memory: CUDA IPC shares neither, and the driver's
+   * own error for it would not say why. */
+  if (m->cfg.memory != CUEMM_MEMORY_DEVICE)
+    return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "cuemm_ipc_export: this manager hands out %s memory "
+                        "(CUEMM_MEMORY=%s), which cannot be shared between processes through CUDA IPC; allocate "
+                        "buffers to be shared from a manager of device memory (CUEMM_MEMORY=device, the default, "
+                        "with or without CUEMM_POOL=vmm and CUEMM_POOL_IPC=1)",
+                        m->cfg.memory == CUEMM_MEMORY_MANAGED ? "managed" : "system",
+                        m->cfg.memory == CUEMM_MEMORY_MANAGED ? "managed" : "system");
 
   cuemm_ipc_handle out;
   memset(&out, 0, sizeof out);

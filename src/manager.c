@@ -25,6 +25,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "managed.h"
 #include "manager.h"
 
 CUEMM_EXTERN const char *cuemm_version_string(void)
@@ -81,6 +82,8 @@ static const char *kind_name(cuemm__kind kind)
   case CUEMM__KIND_PINNED: return "a pinned host range (cuemm_host_pin)";
   case CUEMM__KIND_POOL: return "device memory (cuemm_alloc, from the pool)";
   case CUEMM__KIND_STREAM: return "device memory (cuemm_alloc_async)";
+  case CUEMM__KIND_MANAGED: return "managed memory (cuemm_alloc)";
+  case CUEMM__KIND_SYSTEM: return "system memory (cuemm_alloc)";
   }
   return "unknown memory";
 }
@@ -117,8 +120,17 @@ static CUresult kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, si
   case CUEMM__KIND_POOL:
   case CUEMM__KIND_STREAM:
     break; /* returned by the flush, or with the whole pool */
+  case CUEMM__KIND_MANAGED:
+  case CUEMM__KIND_SYSTEM:
+    return cuemm__managed_release(m, kind, p, size); /* managed.c */
   }
   return cuemm__error(CUDA_ERROR_INVALID_VALUE, "internal: unknown allocation kind %d", (int)kind);
+}
+
+/* Whether releasing an entry of this kind is a driver free. */
+static int kind_is_driver(cuemm__kind kind)
+{
+  return kind != CUEMM__KIND_MANAGED && kind != CUEMM__KIND_SYSTEM;
 }
 
 static void account_released(cuemm_manager *m, const cuemm__owned_entry *e)
@@ -150,11 +162,13 @@ static CUresult flush_locked(cuemm_manager *m, int force)
    * the pool is about to go. */
   CUresult sync_r = CUDA_SUCCESS;
   size_t returned = 0;
-  if (m->pool_pending) {
-    cuemm__pool_note_low(m->pool);
+  if (cuemm__managed_flush_begin(m->managed) | (m->pool_pending != 0)) {
+    if (m->pool_pending)
+      cuemm__pool_note_low(m->pool);
     sync_r = m->drv->CtxSynchronize();
     if (sync_r != CUDA_SUCCESS) {
-      cuemm__driver_error(sync_r, "cuCtxSynchronize before returning %zu freed pool blocks", m->pool_pending);
+      cuemm__driver_error(sync_r, "cuCtxSynchronize before returning %zu freed pool blocks and %zu managed or "
+                          "system blocks", m->pool_pending, m->managed ? m->managed->pending : 0);
       if (!force) {
         cuemm__ctx_leave(m, &g, sync_r);
         m->st.free_failures++;
@@ -173,6 +187,7 @@ static CUresult flush_locked(cuemm_manager *m, int force)
       returned++;
       continue;
     }
+    int driver_free = kind_is_driver(e->kind);
     r = kind_release(m, e->kind, e->ptr, e->size);
     if (r != CUDA_SUCCESS) {
       m->st.free_failures++;
@@ -182,17 +197,24 @@ static CUresult flush_locked(cuemm_manager *m, int force)
     if (o)
       cuemm__owned_remove(&m->owned, o);
     cuemm__pending_pop(&m->pending);
-    m->st.driver_frees++;
+    m->st.driver_frees += driver_free;
     released++;
   }
   if (r != CUDA_SUCCESS)
     cuemm__error_append("; %zu frees stay queued for the next flush", m->pending.count);
   else if (returned && cuemm__pool_release_due(m->pool))
     r = cuemm__pool_release(m->pool, cuemm__pool_keep(m->pool));
+  else if (m->managed && released)
+    r = cuemm__managed_flush_end(m->managed);
   r = cuemm__ctx_leave(m, &g, r);
   if (released || returned)
     m->st.flushes++;
   return r != CUDA_SUCCESS ? r : sync_r;
+}
+
+CUresult cuemm__flush_locked(cuemm_manager *m)
+{
+  return flush_locked(m, 0);
 }
 
 CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m)
@@ -397,6 +419,8 @@ CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
   CHECK_MANAGER(m, "cuemm_alloc");
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc: p is NULL");
+  if (m->managed) /* CUEMM_MEMORY=managed|system: managed.c */
+    return cuemm__managed_alloc(m, p, size);
   uintptr_t out = 0;
   CUresult r;
   /* The pool's requests first, on a path of their own: 0 < size <= capacity
@@ -427,9 +451,11 @@ static inline CUresult queue_locked(cuemm_manager *m, cuemm__owned_entry *e)
     m->st.live_bytes -= e->size;
     m->st.live_count--;
     cuemm__owned_remove(&m->owned, e);
-  } else if (e->kind == CUEMM__KIND_DEVICE) {
+  } else if (e->kind != CUEMM__KIND_HOST) {
     m->st.live_bytes -= e->size;
     m->st.live_count--;
+    if (e->kind != CUEMM__KIND_DEVICE)
+      m->managed->pending++; /* managed or system: the flush synchronizes first */
   } else {
     m->st.host_live_bytes -= e->size;
     m->st.host_live_count--;
@@ -462,7 +488,9 @@ static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, cuemm__
     return cuemm__error(CUDA_ERROR_INVALID_VALUE,
                         "%s: 0x%" PRIxPTR " is not the start of an allocation of this manager "
                         "(allocated elsewhere, an interior pointer, or freed and released already)", fn, p);
-  if (e->kind != (uint8_t)kind && !(e->kind == CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE))
+  if (e->kind != (uint8_t)kind && !(kind == CUEMM__KIND_DEVICE && (e->kind == CUEMM__KIND_POOL ||
+                                                                    e->kind == CUEMM__KIND_MANAGED ||
+                                                                    e->kind == CUEMM__KIND_SYSTEM)))
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%" PRIxPTR " is %s, not %s", fn, p,
                         kind_name((cuemm__kind)e->kind), kind_name(kind));
   if (e->pending)
@@ -754,6 +782,10 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
   }
   m->st.max_pending_count = cfg->max_pending_count;
   m->st.max_pending_bytes = (size_t)(cfg->max_pending_ratio * (double)m->st.total_bytes);
+  if (cfg->memory != CUEMM_MEMORY_DEVICE && (r = cuemm__managed_create(m)) != CUDA_SUCCESS) {
+    free(m);
+    return r;
+  }
   if (cfg->pool == CUEMM_POOL_VMM) {
     cuemm__ctx_guard g;
     if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
@@ -781,7 +813,7 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
         cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
       cuemm__error(r, "%s", msg);
     }
-    
+    cuemm__managed_destroy(m, 0); /* holds no segment yet */
     free(m);
     return r;
   }
@@ -822,6 +854,7 @@ static void free_manager(cuemm_manager *m)
 {
   if (m->pool) /* destroy gave it back already; abandon drops it without driver calls */
     cuemm__pool_destroy(m->pool, 0);
+  cuemm__managed_destroy(m, 0); /* likewise */
   cuemm__owned_fini(&m->owned);
   cuemm__pending_fini(&m->pending);
   cuemm__lock_release(&m->lock);
@@ -878,6 +911,8 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
       note_failure(&w, sr);
     m->pool = NULL;
   }
+  if (m->managed && (fr = cuemm__managed_destroy(m, 1)) != CUDA_SUCCESS)
+    note_failure(&w, fr);
   r = cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   free_manager(m);
 

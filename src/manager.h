@@ -49,6 +49,7 @@ struct cuemm_manager {
   cuemm__heap **heaps;        /* the threads' heaps of the stream-ordered path (stream.c) */
   uint32_t nheaps, capheaps;
   uint64_t stream_reclaims;
+  struct cuemm__managed *managed;  /* managed.c: CUEMM_MEMORY=managed|system, else NULL */
 };
 
 /* Makes m's context current for the calling thread if it is not, remembering
@@ -64,6 +65,10 @@ CUresult cuemm__ctx_leave(cuemm_manager *m, cuemm__ctx_guard *g, CUresult r);
 /* Allocates with the out-of-memory flush-and-retry policy and records the
  * allocation.  `flags` go to cuMemHostAlloc for CUEMM__KIND_HOST. */
 CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out);
+
+/* Releases the pending frees unless a defer scope is open (cuemm_flush with
+ * the lock held). */
+CUresult cuemm__flush_locked(cuemm_manager *m);
 
 /* Queues the free of an allocation of the given kind, flushing when due. */
 CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p);

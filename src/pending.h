@@ -17,6 +17,8 @@ typedef enum cuemm__kind {
   CUEMM__KIND_PINNED = 3,   /* cuMemHostRegister: never queued, unpinned at once */
   CUEMM__KIND_POOL = 4,     /* a block of the manager's pool */
   CUEMM__KIND_STREAM = 5,   /* a pool block held by a thread heap (stream.c); aux names the heap */
+  CUEMM__KIND_MANAGED = 6,  /* a block of a managed segment (managed.c); aux: its sub-allocator descriptor */
+  CUEMM__KIND_SYSTEM = 7,   /* a system allocation (managed.c) */
 } cuemm__kind;
 
 typedef struct cuemm__pending_entry {

@@ -45,7 +45,7 @@ int main(void)
     is(cuemm_driver_load(), CUDA_ERROR_NOT_SUPPORTED, "a driver lacking cuMemAlloc: CUDA_ERROR_NOT_SUPPORTED");
     like(cuemm_last_error(), "lacks cuMemAlloc", "message names the entry point");
     /* Optional entry points missing: the driver still loads. */
-    setenv("SIMCUDA_HIDE", "cuIpcGetMemHandle,cuMemCreate,cuMemAllocAsync", 1);
+    setenv("SIMCUDA_HIDE", "cuIpcGetMemHandle,cuMemCreate,cuMemAllocAsync,cuMemAllocManaged,cuMemPrefetchAsync", 1);
   } else {
     unsetenv("CUEMM_LIBCUDA");
     skip(4, "posing as an old driver needs the simulated driver");
@@ -60,6 +60,13 @@ int main(void)
   else
     ok(info.vmm && info.ipc && info.async, "optional entry points present (vmm %d, ipc %d, async %d)", info.vmm,
        info.ipc, info.async);
+  if (on_sim)
+    ok(!info.managed && !info.prefetch && info.concurrent_managed, "without cuMemAllocManaged and "
+       "cuMemPrefetchAsync: managed %d, prefetch %d (the device would: concurrent_managed %d)", info.managed,
+       info.prefetch, info.concurrent_managed);
+  else
+    ok(info.managed && info.prefetch, "managed memory and prefetch present (managed %d, prefetch %d)",
+       info.managed, info.prefetch);
   is(cuemm_driver_get_info(NULL), CUDA_ERROR_INVALID_VALUE, "NULL info refused");
   return tap_done();
 }

@@ -45,6 +45,8 @@ static void fork_child(void)
 
 int sim_device_count = 2;
 int sim_queue_mode;
+int sim_pageable;
+size_t sim_managed_capacity;
 static int sim_initialized;
 static int sim_report_at_exit;
 /* SIMCUDA_DRIVER_VERSION and SIMCUDA_HIDE let a test pose as an older or
@@ -82,6 +84,11 @@ static void read_environment(void)
   size_t cap = parse_size(getenv("SIMCUDA_CAPACITY"), (size_t)1 << 30);
   for (int i = 0; i < SIM_MAX_DEVICES; i++)
     sim_devices[i].capacity = cap;
+  sim_managed_capacity = parse_size(getenv("SIMCUDA_MANAGED_CAPACITY"), 8 * cap);
+  const char *pg = getenv("SIMCUDA_PAGEABLE");
+  sim_pageable = pg && *pg ? atoi(pg) : 0;
+  if (sim_pageable < 0 || sim_pageable > 2)
+    sim_pageable = 0;
   const char *q = getenv("SIMCUDA_QUEUE");
   sim_queue_mode = q && *q && strcmp(q, "0") != 0;
   const char *r = getenv("SIMCUDA_REPORT");
@@ -140,6 +147,10 @@ static const struct { enum sim_ep ep; int newest_since; void (*older)(void); } s
   {SIM_EP_cuCtxCreate, 12050, (void (*)(void))&cuCtxCreate_v2},
   {SIM_EP_cuEventElapsedTime, 12080, (void (*)(void))&sim_cuEventElapsedTime_v1},
   {SIM_EP_cuGetProcAddress, 12000, (void (*)(void))&sim_cuGetProcAddress_v1},
+#if CUDA_VERSION >= 13000
+  {SIM_EP_cuMemPrefetchAsync, 12020, (void (*)(void))&sim_cuMemPrefetchAsync_v1},
+  {SIM_EP_cuMemAdvise, 12020, (void (*)(void))&sim_cuMemAdvise_v1},
+#endif
 };
 
 /* Newer ABI variants with a name of their own in cuda.h, handed out from the
@@ -468,6 +479,7 @@ SIM_API void simcuda_live_get(simcuda_live *out)
   for (struct sim_region *r = sim_region_first(); r; r = r->next) {
     switch (r->kind) {
     case SIM_R_DEVICE: out->device_allocs++; out->device_bytes += r->size; break;
+    case SIM_R_MANAGED: out->managed_allocs++; out->managed_bytes += r->size; break;
     case SIM_R_HOST: out->host_allocs++; out->host_bytes += r->size; break;
     case SIM_R_REGISTERED: out->host_registered++; break;
     case SIM_R_VMM: out->vmm_mappings++; break;
@@ -485,7 +497,7 @@ SIM_API size_t simcuda_live_count(void)
 {
   simcuda_live l;
   simcuda_live_get(&l);
-  return l.device_allocs + l.host_allocs + l.host_registered + l.vmm_handles + l.vmm_reservations +
+  return l.device_allocs + l.managed_allocs + l.host_allocs + l.host_registered + l.vmm_handles + l.vmm_reservations +
          l.vmm_mappings + l.ipc_opened + l.streams + l.events + l.contexts;
 }
 
@@ -493,6 +505,7 @@ static const char *region_kind_name(enum sim_region_kind k)
 {
   switch (k) {
   case SIM_R_DEVICE: return "device allocation";
+  case SIM_R_MANAGED: return "managed allocation";
   case SIM_R_HOST: return "pinned host allocation";
   case SIM_R_REGISTERED: return "registered host range";
   case SIM_R_VMM: return "VMM mapping";

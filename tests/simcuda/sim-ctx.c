@@ -181,6 +181,10 @@ static int attribute_value(CUdevice_attribute a, CUdevice dev)
   case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: return 1;
   case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: return 1;
   case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: return CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: return 1;
+  case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: return 1;
+  case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: return sim_pageable >= 1;
+  case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES: return sim_pageable >= 2;
   default: return 0;
   }
 }
@@ -661,7 +665,7 @@ static CUresult primary_reset(CUdevice dev)
   deactivate(c);
   for (struct sim_region *r = sim_region_first(), *next; r; r = next) {
     next = r->next;
-    if (r->kind == SIM_R_DEVICE && r->ctx == c && r->ctx_id == c->id)
+    if ((r->kind == SIM_R_DEVICE || r->kind == SIM_R_MANAGED) && r->ctx == c && r->ctx_id == c->id)
       sim_device_free(r);
   }
   c->primary_refs = 0;

@@ -5,10 +5,11 @@
  * contexts), sim-mem.c (the address-region registry, device and pinned host
  * memory, copies and fills), sim-stream.c (streams, events, the work queue,
  * the ordering between streams and the controls about it), sim-vmm.c
- * (virtual memory management) and sim-ipc.c (legacy IPC).  This header
- * holds the list of entry points, from which sim-core.c builds its table and
- * every file its entry hook, and the few data structures that more than one
- * file has to see.
+ * (virtual memory management), sim-ipc.c (legacy IPC) and sim-managed.c
+ * (managed memory, prefetch and advice).  This header holds the list of
+ * entry points, from which sim-core.c builds its table and every file its
+ * entry hook, and the few data structures that more than one file has to
+ * see.
  *
  * Locking: one recursive mutex guards all state.  It is recursive because a
  * host function run from a queue may call back into the driver, and a
@@ -138,7 +139,10 @@
   X(cuMemExportToShareableHandle, 10020, 0)                                    \
   X(cuMemImportFromShareableHandle, 10020, 0)                                  \
   X(cuMemGetAllocationPropertiesFromHandle, 10020, 0)                          \
-  X(cuMemRetainAllocationHandle, 11000, 0)
+  X(cuMemRetainAllocationHandle, 11000, 0)                                     \
+  X(cuMemAllocManaged, 6000, 0)                                                \
+  X(cuMemPrefetchAsync, 8000, 0)                                               \
+  X(cuMemAdvise, 8000, 0)
 
 enum sim_ep {
 #define SIM_X_ENUM(name, since, flags) SIM_EP_##name,
@@ -170,10 +174,20 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult sim_cuEventElapsedTime_v1(float *ms, CUevent start, CUevent end) __asm__("cuEventElapsedTime");
 CUresult sim_cuGetProcAddress_v1(const char *symbol, void **pfn, int cudaVersion,
                                  cuuint64_t flags) __asm__("cuGetProcAddress");
+#if CUDA_VERSION >= 13000
+/* cuda.h 13 gives the plain names to the CUmemLocation variants; the
+ * CUdevice ones of CUDA 8.0 .. 12.1 keep their symbols (sim-managed.c). */
+CUresult sim_cuMemPrefetchAsync_v1(CUdeviceptr p, size_t count, CUdevice dst,
+                                   CUstream s) __asm__("cuMemPrefetchAsync");
+CUresult sim_cuMemAdvise_v1(CUdeviceptr p, size_t count, CUmem_advise advice,
+                            CUdevice dev) __asm__("cuMemAdvise");
+#endif
 
 /* ---- configuration (sim-core.c) ---- */
 extern int sim_device_count;
 extern int sim_queue_mode;
+extern int sim_pageable;             /* SIMCUDA_PAGEABLE: 0, 1 (HMM), 2 (ATS) */
+extern size_t sim_managed_capacity;  /* SIMCUDA_MANAGED_CAPACITY */
 size_t sim_round_up(size_t v, size_t to);
 
 /* ---- devices and contexts (sim-ctx.c) ---- */
@@ -213,7 +227,8 @@ enum sim_region_kind {
   SIM_R_HOST,      /* cuMemHostAlloc / cuMemAllocHost */
   SIM_R_REGISTERED,/* cuMemHostRegister */
   SIM_R_VMM,       /* a cuMemMap mapping */
-  SIM_R_IPC        /* a cuIpcOpenMemHandle mapping */
+  SIM_R_IPC,       /* a cuIpcOpenMemHandle mapping */
+  SIM_R_MANAGED    /* cuMemAllocManaged */
 };
 
 struct sim_phys;
@@ -242,6 +257,8 @@ struct sim_region {
   /* SIM_R_IPC */
   int refs;
   pid_t ipc_pid;
+  /* SIM_R_MANAGED (sim-managed.c) */
+  simcuda_managed_range m;
 };
 
 unsigned long long sim_next_buffer_id(void);

@@ -92,7 +92,7 @@ CUresult sim_check_device_range(uintptr_t addr, size_t size, int write, int dev)
   while (cur < end) {
     struct sim_region *r = sim_region_find(cur);
     if (!r)
-      return CUDA_ERROR_INVALID_VALUE;
+      return sim_pageable ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; /* HMM/ATS: any host address */
     if (r->kind == SIM_R_VMM) {
       int ok = 0;
       for (int d = 0; d < SIM_MAX_DEVICES; d++)
@@ -167,7 +167,8 @@ void sim_device_free(struct sim_region *r)
   sim_region_unlink(r);
   sim_devices[r->dev].used -= r->accounted;
   munmap((void *)r->base, r->map_size);
-  close(r->fd);
+  if (r->fd >= 0)
+    close(r->fd);
   free(r);
 }
 
@@ -219,7 +220,8 @@ static CUresult mem_free(CUdeviceptr dptr)
   if (!c)
     return r;
   struct sim_region *reg = sim_region_find((uintptr_t)dptr);
-  if (!reg || reg->kind != SIM_R_DEVICE || reg->base != (uintptr_t)dptr || reg->free_pending)
+  if (!reg || (reg->kind != SIM_R_DEVICE && reg->kind != SIM_R_MANAGED) || reg->base != (uintptr_t)dptr ||
+      reg->free_pending)
     return CUDA_ERROR_INVALID_VALUE;
   unsigned long long id = reg->buffer_id;
   sim_device_run(reg->dev);
@@ -352,8 +354,10 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, CUdevice
       return CUDA_ERROR_INVALID_VALUE;
     *(void **)data = (void *)p;
     return CUDA_SUCCESS;
-  case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
   case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    *(int *)data = r->kind == SIM_R_MANAGED;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
   case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
   case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
     *(int *)data = 0;

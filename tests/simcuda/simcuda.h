@@ -20,6 +20,15 @@
  *   SIMCUDA_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
  *   SIMCUDA_HIDE      comma-separated base names cuGetProcAddress reports as
  *                     not found (posing as a driver that lacks them)
+ *   SIMCUDA_PAGEABLE  0 (default): devices cannot access pageable host
+ *                     memory; 1: they can (CU_DEVICE_ATTRIBUTE_PAGEABLE_
+ *                     MEMORY_ACCESS, as with HMM), and copies and fills then
+ *                     accept any host address; 2: also through the host's
+ *                     page tables (..._USES_HOST_PAGE_TABLES, as with ATS)
+ *   SIMCUDA_MANAGED_CAPACITY  bytes of managed memory cuMemAllocManaged
+ *                     gives out in all before CUDA_ERROR_OUT_OF_MEMORY
+ *                     (default 8 x SIMCUDA_CAPACITY): managed memory is
+ *                     host-backed and may exceed a device's capacity
  */
 #ifndef SIMCUDA_H
 #define SIMCUDA_H
@@ -61,6 +70,7 @@ typedef struct simcuda_live {
   size_t vmm_reservations, vmm_mappings;
   size_t ipc_opened;
   size_t streams, events, contexts;
+  size_t managed_allocs, managed_bytes;
 } simcuda_live;
 void   simcuda_live_get(simcuda_live *out);
 size_t simcuda_live_count(void);
@@ -139,7 +149,49 @@ size_t simcuda_reuse_check(CUstream s, CUdeviceptr p, size_t n);
  * reuse".  The text is per thread and valid until its next check. */
 const char *simcuda_reuse_explain(void);
 
-/* Re-read the environment (SIMCUDA_DEVICES, _CAPACITY, _QUEUE, _REPORT),
+/* Managed memory (cuMemAllocManaged) is host memory with a record of what
+ * was asked of it: the prefetches and advice given for each allocation, and
+ * which bytes were prefetched to a device.  A device holds the managed
+ * bytes prefetched to it as long as they fit beside its device allocations
+ * (its capacity); a prefetch that does not fit evicts bytes that other
+ * managed allocations had on that device (counted), as the driver evicts
+ * pages to the host under oversubscription. */
+#define SIMCUDA_NONE (-2)   /* no prefetch or advice recorded */
+typedef struct simcuda_managed_range {
+  CUdeviceptr base;
+  size_t size;
+  unsigned attach_flags;        /* cuMemAllocManaged's flags */
+  unsigned long prefetches, advises;
+  CUdevice last_prefetch_dst;   /* a device, CU_DEVICE_CPU or SIMCUDA_NONE */
+  CUdeviceptr last_prefetch_ptr;
+  size_t last_prefetch_size;
+  CUstream last_prefetch_stream;
+  int last_advice;              /* CUmem_advise, or 0 */
+  CUdevice last_advice_device;
+  CUdevice preferred_location;  /* SET_PREFERRED_LOCATION's device, or SIMCUDA_NONE */
+  unsigned accessed_by;         /* SET_ACCESSED_BY: bit d for device d, bit 31 for the CPU */
+  int read_mostly;
+  int resident_dev;             /* the device the resident bytes are on, or SIMCUDA_NONE */
+  size_t resident;              /* bytes prefetched to that device and not evicted */
+} simcuda_managed_range;
+
+/* Fills *out for the managed allocation containing p; returns 0, or -1 when
+ * p lies in no managed allocation. */
+int simcuda_managed_get(CUdeviceptr p, simcuda_managed_range *out);
+
+typedef struct simcuda_managed_totals {
+  size_t allocs, bytes;       /* live managed allocations */
+  size_t resident;            /* bytes resident on devices */
+  unsigned long prefetches, advises, evictions;
+  size_t evicted_bytes;
+} simcuda_managed_totals;
+void simcuda_managed_totals_get(simcuda_managed_totals *out);
+
+/* SIMCUDA_PAGEABLE at run time (0, 1 or 2); returns 0 or -1. */
+int simcuda_set_pageable(int level);
+
+/* Re-read the environment (SIMCUDA_DEVICES, _CAPACITY, _QUEUE, _REPORT,
+ * _PAGEABLE, _MANAGED_CAPACITY),
  * disarm every fault rule and zero the call counters.  Only while no object
  * is live (simcuda_live_count() == 0); returns 0 or -1. */
 int simcuda_reset(void);
