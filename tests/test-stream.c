@@ -520,6 +520,48 @@ static void test_range_and_ipc(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
+/* On a GPU (and on simcuda in queue mode): stream A keeps writing a block
+ * through queued work while stream B allocates; B writes its own pattern;
+ * after both are done B's block holds B's pattern only, in both reuse
+ * modes. */
+static void test_busy_stream(cuemm_stream_reuse reuse)
+{
+  const size_t size = 64 * MIB, words = size / 4;
+  if (sim_present && sim.set_queue_mode)
+    sim.set_queue_mode(1);
+  cuemm_manager *m = pool_manager(reuse);
+  CUstream a, b;
+  CHECK_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p, q;
+  CHECK_CU(cuemm_alloc_async(m, &p, size, a));
+  for (unsigned i = 0; i < 40; i++) /* tens of milliseconds of writes on a GPU */
+    CHECK_CU(cuMemsetD32Async(p, 0xA0000000u + i, words, a));
+  CHECK_CU(cuemm_free_async(m, p, a));
+  CHECK_CU(cuemm_alloc_async(m, &q, size, b));
+  CHECK_CU(cuMemsetD32Async(q, 0xB0B0B0B0u, words, b));
+  CHECK_CU(cuStreamSynchronize(b));
+  CHECK_CU(cuStreamSynchronize(a));
+  static uint32_t host[64 * MIB / 4];
+  CHECK_CU(cuMemcpyDtoH(host, q, size));
+  size_t bad = 0;
+  for (size_t i = 0; i < words; i++)
+    bad += host[i] != 0xB0B0B0B0u;
+  const char *mode = reuse == CUEMM_STREAM_REUSE_WAIT ? "wait" : "event";
+  is(bad, 0, "%s mode: B's block holds B's data only after A's queued writes (%s)", mode,
+     q == p ? "same block: B waited for A" : "another block");
+  if (reuse == CUEMM_STREAM_REUSE_EVENT)
+    ok(q != p, "event mode: B did not take the block A was still writing");
+  else
+    pass("wait mode: B may take A's block");
+  CHECK_CU(cuemm_free_async(m, q, b));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(a));
+  CHECK_CU(cuStreamDestroy(b));
+  if (sim_present && sim.set_queue_mode)
+    sim.set_queue_mode(0);
+}
+
 static void test_exit_per_thread(void)
 {
   cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
@@ -554,6 +596,8 @@ int main(void)
   test_release_and_reset();
   test_exit_per_thread();
   test_range_and_ipc();
+  test_busy_stream(CUEMM_STREAM_REUSE_EVENT);
+  test_busy_stream(CUEMM_STREAM_REUSE_WAIT);
   sim_check_nothing_left(live0);
   test_release_primary(0);
   return tap_done();
