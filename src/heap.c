@@ -44,6 +44,8 @@ void cuemm__heap_fini(cuemm__heap *h)
   free(h->map);
   free(h->bins);
   free(h->st);
+  free(h->evcache);
+  h->evcache = NULL;
   h->b = NULL;
   h->map = NULL;
   h->bins = NULL;

@@ -107,13 +107,14 @@ typedef struct cuemm__heap {
   cuemm__huse *uses;
   uint32_t nuses, capuses;
   /* events created and idle, for the next batch */
-  CUevent evcache[16];
-  unsigned nev;
+  CUevent *evcache;     /* room for every event the heap made, so one always goes back */
+  unsigned nev, capev;
 
   /* counters; read under the lock by cuemm_get_stats */
   size_t live_bytes, live_count, cached_bytes, cached_count;
   size_t trim_mark;     /* cached bytes past which a free gives idle blocks back (the release threshold) */
   uint64_t allocs, frees, events_recorded, event_waits, steals;
+  unsigned events_made;
   struct cuemm__heap *gnext, *gprev;   /* process-wide list of live heaps (stream.c) */
 } cuemm__heap;
 

@@ -201,10 +201,7 @@ static CUresult stream_query(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a
       break;
     }
     a->done = a->batch[k].seq;
-    if (h->nev < sizeof h->evcache / sizeof h->evcache[0])
-      h->evcache[h->nev++] = a->batch[k].ev;
-    else
-      m->drv->EventDestroy(a->batch[k].ev);
+    h->evcache[h->nev++] = a->batch[k].ev;
     k++;
   }
   if (k) {
@@ -217,16 +214,37 @@ static CUresult stream_query(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a
 /* Records one event on stream a covering every free on it so far.  Context
  * current; `a` must not be retired, and a per-thread stream only by its own
  * thread. */
+/* An idle event of the heap's cache, or a new one (room made in the cache
+ * first, so that it can always go back).  Context current. */
+static CUresult event_get(cuemm_manager *m, cuemm__heap *h, CUevent *ev, const char *why)
+{
+  if (h->nev) {
+    *ev = h->evcache[--h->nev];
+    return CUDA_SUCCESS;
+  }
+  if (h->events_made == h->capev) {
+    unsigned cap = h->capev ? h->capev * 2 : 8;
+    CUevent *g = realloc(h->evcache, cap * sizeof *g);
+    if (!g)
+      return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for an event (%s)", why);
+    h->evcache = g;
+    h->capev = cap;
+  }
+  CUresult r = m->drv->EventCreate(ev, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuEventCreate (%s)", why);
+  h->events_made++;
+  return CUDA_SUCCESS;
+}
+
 static CUresult stream_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
 {
   if (a->covered == a->freed || a->nbatch == CUEMM__HEAP_BATCHES)
     return CUDA_SUCCESS;
   CUevent ev;
-  CUresult r;
-  if (h->nev)
-    ev = h->evcache[--h->nev];
-  else if ((r = m->drv->EventCreate(&ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
-    return cuemm__driver_error(r, "cuEventCreate (for a batch of frees on stream %p)", (void *)a->s);
+  CUresult r = event_get(m, h, &ev, "for a batch of frees");
+  if (r != CUDA_SUCCESS)
+    return r;
   r = m->drv->EventRecord(ev, a->s);
   if (r != CUDA_SUCCESS) {
     h->evcache[h->nev++] = ev;
@@ -239,19 +257,24 @@ static CUresult stream_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *
   return CUDA_SUCCESS;
 }
 
-static void heap_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver)
+/* Destroys the heap's events (with `use_driver`); returns how many the
+ * driver refused to destroy (leaked), the first failure's message kept. */
+static size_t heap_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver)
 {
+  size_t failed = 0;
   for (uint32_t k = 0; k < h->nst; k++) {
     cuemm__hstream *a = &h->st[k];
     for (unsigned i = 0; i < a->nbatch; i++)
-      if (use_driver)
-        m->drv->EventDestroy(a->batch[i].ev);
+      h->evcache[h->nev++] = a->batch[i].ev;
     a->nbatch = 0;
   }
-  if (use_driver)
-    for (unsigned i = 0; i < h->nev; i++)
-      m->drv->EventDestroy(h->evcache[i]);
+  for (unsigned i = 0; use_driver && i < h->nev; i++) {
+    CUresult r = m->drv->EventDestroy(h->evcache[i]);
+    if (r != CUDA_SUCCESS && failed++ == 0)
+      cuemm__driver_error(r, "cuEventDestroy");
+  }
   h->nev = 0;
+  return failed;
 }
 
 /* ---- cross-stream reuse ------------------------------------------------------------ */
@@ -543,12 +566,8 @@ static CUresult wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUst
     }
     if (res == CUDA_SUCCESS) {
       CUevent ev;
-      if (h->nev)
-        ev = h->evcache[--h->nev];
-      else if ((res = m->drv->EventCreate(&ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-        cuemm__driver_error(res, "cuEventCreate (for cuemm_record_stream)");
+      if ((res = event_get(m, h, &ev, "for cuemm_record_stream")) != CUDA_SUCCESS)
         continue;
-      }
       if ((res = m->drv->EventRecord(ev, h->uses[i].s)) != CUDA_SUCCESS)
         cuemm__driver_error(res, "cuEventRecord on stream %p (named by cuemm_record_stream)", (void *)h->uses[i].s);
       else if ((res = m->drv->StreamWaitEvent(freeing, ev, 0)) != CUDA_SUCCESS)
@@ -932,8 +951,9 @@ static size_t stream_live(cuemm_manager *m, size_t *bytes)
   return n;
 }
 
-static void stream_fini(cuemm_manager *m, int use_driver)
+static size_t stream_fini(cuemm_manager *m, int use_driver)
 {
+  size_t leaked = 0;
   pthread_mutex_lock(&g_lock);
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
@@ -947,7 +967,7 @@ static void stream_fini(cuemm_manager *m, int use_driver)
   pthread_mutex_unlock(&g_lock);
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
-    heap_drop_events(m, h, use_driver);
+    leaked += heap_drop_events(m, h, use_driver);
     free(h->uses);
     cuemm__heap_fini(h);
     free(h);
@@ -960,6 +980,7 @@ static void stream_fini(cuemm_manager *m, int use_driver)
   for (int i = 0; i < STREAM_TLS_SLOTS; i++)
     if (tls[i].m == m)
       tls[i] = (tls_slot){ 0 };
+  return leaked;
 }
 
 static int stream_live_size(cuemm_manager *m, const cuemm__owned_entry *e, size_t *bytes)
@@ -976,9 +997,10 @@ static int stream_live_size(cuemm_manager *m, const cuemm__owned_entry *e, size_
 
 static void stream_destroy(cuemm_manager *m, char *note, size_t cap)
 {
-  (void)note;
-  (void)cap;
-  stream_fini(m, 1);
+  size_t leaked = stream_fini(m, 1);
+  if (leaked)
+    snprintf(note, cap, "%zu events of the stream-ordered path could not be destroyed and are leaked in the driver "
+             "(%s)", leaked, cuemm_last_error());
 }
 
 static void stream_abandon(cuemm_manager *m)
