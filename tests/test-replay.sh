@@ -19,7 +19,7 @@ row() { # the summary row of trace $1, backend $2
 }
 col() { row "$1" "$2" | awk -v c="$3" '{ print $(NF - 7 + c) }'; } # 1 events .. 7 oom, from the end
 
-echo "1..23"
+echo "1..26"
 
 out=$("$replay" --quick "$src/bench/traces/two-streams.csv" "$src/bench/traces/rmm-bare-hex.csv" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'
@@ -50,6 +50,12 @@ if test "${CUEMM_TEST_DRIVER:-sim}" != system; then
 else
   echo "ok $((n = n + 1)) # SKIP simcuda's exact device accounting (CUEMM_TEST_DRIVER=system)"
 fi
+# With a 128 MiB pool of 2 MiB chunks, the 256 MiB block goes to cuMemAlloc
+# and counts as held beside the pool's one chunk.
+out=$(CUEMM_POOL_RESERVE=128MiB CUEMM_POOL_CHUNK=2MiB "$replay" --quick "$src/bench/traces/rmm-bare-hex.csv" 2>&1)
+printf '%s\n' "$out" | sed 's/^/# /'
+check "cuemm deferred counts its cuMemAlloc fallback as held: 256 + 2 MiB" \
+  test "$(col rmm-bare-hex.csv "cuemm deferred" 5)" = 270532608
 
 # Lines RMM's adaptor does not write, or that only another writer would.
 cat > "$tmp/odd.csv" <<'EOF'
@@ -85,3 +91,19 @@ check "a line of 5 columns stops the run with its line (exit $rc)" \
   test $rc -eq 1 -a "$out" = "bench-replay: $tmp/short.csv:2: fewer than the 6 columns Thread,Time,Action,Pointer,Size,Stream"
 "$replay" --quick > "$tmp/usage" 2>&1; rc=$?
 check "no log is a usage error (exit $rc)" test $rc -eq 2
+
+# The recorder's conversion of PyTorch's trace entries (no torch needed),
+# and its log read back by the replay.
+py=${CUEMM_PYTHON:-python3}
+if test "$py" != : && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null; then
+  out=$("$py" "$src/scripts/torch-trace.py" --self-test --out "$tmp" 2>&1); rc=$?
+  printf '%s\n' "$out" | sed 's/^/# /'
+  check "torch-trace.py --self-test: the RMM log it writes is the one expected (exit $rc)" test $rc -eq 0
+  out=$("$replay" --quick "$tmp/torch-selftest.csv" 2>&1); rc=$?
+  printf '%s\n' "$out" | sed 's/^/# /'
+  check "bench-replay reads the recorder's log: 5 events on 2 streams, peak live 5120 (exit $rc)" \
+    has "5 events replayed on 2 streams; peak live 5120 bytes"
+else
+  echo "ok $((n = n + 1)) # SKIP no Python 3.8 or newer for scripts/torch-trace.py"
+  echo "ok $((n = n + 1)) # SKIP no Python 3.8 or newer for scripts/torch-trace.py"
+fi
