@@ -33,7 +33,7 @@ Workloads (all together well under 3 minutes on an H100, peaks under 20 GiB):
 
 Usage:
   torch-trace.py [--out DIR] [--workloads gpt2,resnet50,serve] [--quick]
-                 [--max-entries N] [--seed S]
+                 [--max-entries N] [--seed S] [--timeout SECONDS]
   torch-trace.py --self-test [--out DIR]   (the conversion alone, no torch)
 """
 import argparse
@@ -64,7 +64,9 @@ def convert(entries, path):
     streams = set()
     events = failures = unknown_frees = 0
     other = {}
-    with open(path, "w") as f:
+    # Written aside and renamed at the end: a run stopped halfway leaves no
+    # truncated log for the replay to read.
+    with open(path + ".part", "w") as f:
         f.write(HEADER + "\n")
         for i, e in enumerate(entries):
             action = e.get("action")
@@ -99,6 +101,7 @@ def convert(entries, path):
                 cur -= live.pop(addr)
             else:
                 unknown_frees += 1
+    os.replace(path + ".part", path)
     return {
         "events": events,
         "streams": len(streams),
@@ -137,6 +140,9 @@ def describe(name, path, st, entries, max_entries, reserved=None, seconds=None):
 # ---- the workloads (torch is imported only here) ---------------------------
 
 def gpt_model(torch, nn, layers, d=768, heads=12, vocab=50257, ctx=1024):
+    import inspect
+    causal_hint = "is_causal" in inspect.signature(nn.TransformerEncoder.forward).parameters
+
     class Decoder(nn.Module):
         def __init__(self):
             super().__init__()
@@ -156,7 +162,13 @@ def gpt_model(torch, nn, layers, d=768, heads=12, vocab=50257, ctx=1024):
             n = idx.shape[1]
             x = self.tok(idx) + self.pos(torch.arange(n, device=idx.device))
             mask = torch.full((n, n), float("-inf"), device=idx.device).triu(1)
-            return self.head(self.norm(self.blocks(x, mask=mask)))
+            # With the causal hint the attention runs as one fused kernel
+            # (no n x n matrices), as GPT-2 training does today.
+            if causal_hint:
+                x = self.blocks(x, mask=mask, is_causal=True)
+            else:
+                x = self.blocks(x, mask=mask)
+            return self.head(self.norm(x))
 
     return Decoder()
 
@@ -353,6 +365,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="few steps, short sequences: a smoke run")
     p.add_argument("--max-entries", type=int, default=4000000, help="the allocator history's limit")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=70, help="seconds each workload's process may take")
     p.add_argument("--self-test", action="store_true", help="check the conversion on made-up entries")
     p.add_argument("--child", choices=WORKLOADS, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -372,7 +385,11 @@ def main():
         if args.quick:
             cmd.append("--quick")
         t0 = time.time()
-        r = subprocess.call(cmd)
+        try:
+            r = subprocess.call(cmd, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print("torch-trace: %s took longer than %.0f s: stopped, no trace" % (w, args.timeout), file=sys.stderr)
+            r = 124
         print("  %s: exit %d after %.1f s (process included)" % (w, r, time.time() - t0))
         sys.stdout.flush()
         status = status or r
