@@ -1,0 +1,812 @@
+/* bench-replay.c: allocation traces of real programs replayed through the
+ * allocators, for their time per event and the memory they hold.
+ *
+ * A trace is an RMM logging_resource_adaptor CSV log: the header
+ * `Thread,Time,Action,Pointer,Size,Stream` (columns after these are
+ * ignored), then one line per event; Action is `allocate`, `free` or
+ * `allocate failure`, Pointer and Stream are hex (with or without 0x), Size
+ * is decimal.  scripts/torch-trace.py writes such logs from PyTorch's own
+ * allocator.  Each log is parsed into an array first (the pointers resolved
+ * to slots, the streams to indices), so the timed passes do no parsing and
+ * no lookups; then every event is replayed in order through each backend:
+ *
+ *   cuMemAlloc        cuMemAlloc / cuMemFree (streams ignored)
+ *   cuMemAllocAsync   cuMemAllocAsync / cuMemFreeAsync on the device's
+ *                     default memory pool, release threshold at UINT64_MAX
+ *   cuemm async       cuemm_alloc_async / cuemm_free_async (a manager with
+ *                     the pool), when the library has them
+ *   cuemm deferred    cuemm_alloc / cuemm_free (a manager with the pool)
+ *
+ * Each distinct trace stream gets a stream of its own, created for the
+ * replay (non-blocking, as PyTorch's side streams are); trace streams 0
+ * and 0x1 (cudaStreamLegacy) are the legacy default stream (NULL), 0x2 the
+ * per-thread one.
+ *
+ * Per backend and trace: one untimed pass on the fresh allocator that
+ * measures the bytes held from the driver at their peak, then one untimed
+ * warm-up pass, then R timed passes (default 5, --quick 1); the time per
+ * event is the median pass time over the events replayed.  A pass ends by
+ * synchronizing the context (cuemm's deferred path flushes first), and that
+ * is timed.  What the trace leaves live at its end is freed after the clock
+ * stops.  Bytes held:
+ *   cuMemAlloc       the device's used memory (cuMemGetInfo) above what it
+ *                    was before the pass, read after every event
+ *   cuMemAllocAsync  CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH over the pass (the
+ *                    pool trimmed and the mark reset first)
+ *   cuemm            the pool's mapped_bytes after every event, plus the
+ *                    requests it gave to cuMemAlloc (rounded to 2 MiB)
+ * Footprint is held / the trace's own peak of live bytes.
+ *
+ * Usage: bench-replay [--quick] [--reps R] LOG...
+ * The cuemm configuration comes from the environment (CUEMM_POOL_CHUNK,
+ * CUEMM_POOL_RELEASE_THRESHOLD, ...), with the pool always on.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BENCH_NAME "bench-replay"
+#include "bench.h"
+
+#define MiB ((size_t)1 << 20)
+#define MAX_STREAMS 256
+#define MAX_BACKENDS 4
+#define MAX_UNKNOWN_ACTIONS 8
+
+/* ---- the trace ------------------------------------------------------------ */
+
+typedef struct event {
+  uint64_t size;   /* for a free: the size of the allocation it frees */
+  uint32_t slot;   /* the allocation, numbered in trace order */
+  uint16_t stream; /* index into the trace's streams */
+  uint8_t is_free;
+} event;
+
+typedef struct trace {
+  const char *path;
+  event *ev;
+  size_t n, cap;
+  size_t slots;                      /* allocations replayed */
+  uint64_t stream_ids[MAX_STREAMS];  /* the trace's stream values, by index */
+  size_t streams;
+  size_t lines;
+  size_t allocs, frees;
+  size_t alloc_failures;             /* `allocate failure` lines, skipped */
+  size_t unknown_frees;              /* frees of a pointer not live: skipped */
+  size_t null_allocs;                /* allocations of size 0 or at 0: skipped */
+  size_t reallocated;                /* allocations of a pointer still live (its free is missing) */
+  size_t free_size_mismatch;         /* frees whose size differs from the allocation's */
+  size_t unknown_action_count[MAX_UNKNOWN_ACTIONS + 1];
+  char unknown_action[MAX_UNKNOWN_ACTIONS][32];
+  size_t unknown_actions;
+  size_t peak_live, live_at_end, live_count_at_end;
+} trace;
+
+/* The parser's map from trace pointers to live slots: open addressing,
+ * deletions by backward shift so probes stay short. */
+typedef struct ptrmap {
+  uint64_t *key; /* 0: empty (pointer 0 is never live) */
+  uint32_t *slot;
+  uint64_t *size;
+  size_t cap, n;
+} ptrmap;
+
+static size_t ptr_hash(uint64_t k, size_t cap)
+{
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  return (size_t)k & (cap - 1);
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+  void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, BENCH_NAME ": out of host memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static void ptrmap_grow(ptrmap *m)
+{
+  ptrmap old = *m;
+  m->cap = old.cap ? old.cap * 2 : 1024;
+  m->key = xcalloc(m->cap, sizeof *m->key);
+  m->slot = xcalloc(m->cap, sizeof *m->slot);
+  m->size = xcalloc(m->cap, sizeof *m->size);
+  m->n = 0;
+  for (size_t i = 0; i < old.cap; i++)
+    if (old.key[i]) {
+      size_t j = ptr_hash(old.key[i], m->cap);
+      while (m->key[j])
+        j = (j + 1) & (m->cap - 1);
+      m->key[j] = old.key[i], m->slot[j] = old.slot[i], m->size[j] = old.size[i];
+      m->n++;
+    }
+  free(old.key), free(old.slot), free(old.size);
+}
+
+/* The index holding k, or the empty index where it would go. */
+static size_t ptrmap_find(const ptrmap *m, uint64_t k)
+{
+  size_t j = ptr_hash(k, m->cap);
+  while (m->key[j] && m->key[j] != k)
+    j = (j + 1) & (m->cap - 1);
+  return j;
+}
+
+static void ptrmap_remove(ptrmap *m, size_t i)
+{
+  size_t mask = m->cap - 1;
+  m->key[i] = 0;
+  m->n--;
+  for (size_t j = (i + 1) & mask; m->key[j]; j = (j + 1) & mask) {
+    size_t home = ptr_hash(m->key[j], m->cap);
+    /* Move j back into the hole unless its home lies cyclically in (i, j]. */
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      m->key[i] = m->key[j], m->slot[i] = m->slot[j], m->size[i] = m->size[j];
+      m->key[j] = 0;
+      i = j;
+    }
+  }
+}
+
+static void ptrmap_free(ptrmap *m)
+{
+  free(m->key), free(m->slot), free(m->size);
+}
+
+static void trace_push(trace *t, event e)
+{
+  if (t->n == t->cap) {
+    t->cap = t->cap ? t->cap * 2 : 4096;
+    event *ev = realloc(t->ev, t->cap * sizeof *ev);
+    if (!ev) {
+      fprintf(stderr, BENCH_NAME ": out of host memory\n");
+      exit(1);
+    }
+    t->ev = ev;
+  }
+  t->ev[t->n++] = e;
+}
+
+static void parse_fail(const trace *t, const char *what, const char *field)
+{
+  fprintf(stderr, BENCH_NAME ": %s:%zu: %s%s%s%s\n", t->path, t->lines, what, field ? " '" : "",
+          field ? field : "", field ? "'" : "");
+  exit(1);
+}
+
+/* Hex with or without 0x: 1 to 16 digits and nothing else. */
+static int parse_hex(const char *s, uint64_t *v)
+{
+  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+    s += 2;
+  size_t n = strlen(s);
+  if (n == 0 || n > 16 || strspn(s, "0123456789abcdefABCDEF") != n)
+    return -1;
+  *v = strtoull(s, NULL, 16);
+  return 0;
+}
+
+static int parse_dec(const char *s, uint64_t *v)
+{
+  size_t n = strlen(s);
+  if (n == 0 || n > 20 || strspn(s, "0123456789") != n)
+    return -1;
+  errno = 0;
+  *v = strtoull(s, NULL, 10);
+  return errno ? -1 : 0;
+}
+
+static uint16_t stream_index(trace *t, uint64_t id)
+{
+  if (id == 1) /* cudaStreamLegacy is the default stream by another name */
+    id = 0;
+  for (size_t i = 0; i < t->streams; i++)
+    if (t->stream_ids[i] == id)
+      return (uint16_t)i;
+  if (t->streams == MAX_STREAMS)
+    parse_fail(t, "more distinct streams than " BENCH_NAME " replays (256)", NULL);
+  t->stream_ids[t->streams] = id;
+  return (uint16_t)t->streams++;
+}
+
+static void unknown_action(trace *t, const char *a)
+{
+  size_t i;
+  for (i = 0; i < t->unknown_actions; i++)
+    if (strcmp(t->unknown_action[i], a) == 0)
+      break;
+  if (i == t->unknown_actions && i < MAX_UNKNOWN_ACTIONS) {
+    snprintf(t->unknown_action[i], sizeof t->unknown_action[i], "%s", a);
+    t->unknown_actions++;
+  }
+  t->unknown_action_count[i]++; /* index MAX_UNKNOWN_ACTIONS: all the others */
+}
+
+static const char *const rmm_columns[] = { "Thread", "Time", "Action", "Pointer", "Size", "Stream" };
+
+/* Splits line in place at commas; returns the number of fields (at most max). */
+static int split(char *line, char **f, int max)
+{
+  int n = 0;
+  for (char *p = line; n < max;) {
+    f[n++] = p;
+    p = strchr(p, ',');
+    if (!p)
+      break;
+    *p++ = '\0';
+  }
+  return n;
+}
+
+static void trace_parse(trace *t, const char *path)
+{
+  memset(t, 0, sizeof *t);
+  t->path = path;
+  FILE *fp = fopen(path, "r");
+  if (!fp) {
+    fprintf(stderr, BENCH_NAME ": %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+  ptrmap live = { 0 };
+  ptrmap_grow(&live);
+  char *line = NULL;
+  size_t linecap = 0, cur = 0;
+  int header = 0;
+  ssize_t len;
+  while ((len = getline(&line, &linecap, fp)) >= 0) {
+    t->lines++;
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+      line[--len] = '\0';
+    if (len == 0)
+      continue;
+    if (memchr(line, '\0', (size_t)len))
+      parse_fail(t, "a NUL byte in the line: not a CSV log", NULL);
+    char *f[8];
+    int nf = split(line, f, 8);
+    if (!header) {
+      for (int i = 0; i < 6; i++)
+        if (i >= nf || strcmp(f[i], rmm_columns[i]) != 0)
+          parse_fail(t, "not an RMM log: the header must start Thread,Time,Action,Pointer,Size,Stream; found",
+                     i < nf ? f[i] : "(missing column)");
+      header = 1;
+      continue;
+    }
+    if (nf < 6)
+      parse_fail(t, "fewer than the 6 columns Thread,Time,Action,Pointer,Size,Stream", NULL);
+    const char *action = f[2];
+    if (strcmp(action, "allocate failure") == 0) {
+      t->alloc_failures++;
+      continue;
+    }
+    int is_free = strcmp(action, "free") == 0;
+    if (!is_free && strcmp(action, "allocate") != 0) {
+      unknown_action(t, action);
+      continue;
+    }
+    uint64_t ptr, size, stream;
+    if (parse_hex(f[3], &ptr) != 0)
+      parse_fail(t, "Pointer is not hex", f[3]);
+    if (parse_dec(f[4], &size) != 0)
+      parse_fail(t, "Size is not a decimal number of bytes", f[4]);
+    if (parse_hex(f[5], &stream) != 0)
+      parse_fail(t, "Stream is not hex", f[5]);
+    uint16_t s = stream_index(t, stream);
+    if (!is_free) {
+      t->allocs++;
+      if (size == 0 || ptr == 0) {
+        t->null_allocs++;
+        continue;
+      }
+      if (live.n * 2 >= live.cap)
+        ptrmap_grow(&live);
+      size_t i = ptrmap_find(&live, ptr);
+      if (live.key[i]) { /* its free is missing: it stays live to the end */
+        t->reallocated++;
+        ptrmap_remove(&live, i);
+        i = ptrmap_find(&live, ptr);
+      }
+      if (t->slots == UINT32_MAX)
+        parse_fail(t, "more allocations than " BENCH_NAME " replays", NULL);
+      live.key[i] = ptr, live.slot[i] = (uint32_t)t->slots, live.size[i] = size;
+      live.n++;
+      trace_push(t, (event){ .size = size, .slot = (uint32_t)t->slots++, .stream = s, .is_free = 0 });
+      cur += size;
+      if (cur > t->peak_live)
+        t->peak_live = cur;
+    } else {
+      t->frees++;
+      size_t i = ptrmap_find(&live, ptr);
+      if (ptr == 0 || !live.key[i]) {
+        t->unknown_frees++;
+        continue;
+      }
+      if (live.size[i] != size)
+        t->free_size_mismatch++;
+      trace_push(t, (event){ .size = live.size[i], .slot = live.slot[i], .stream = s, .is_free = 1 });
+      cur -= live.size[i];
+      ptrmap_remove(&live, i);
+    }
+  }
+  if (ferror(fp)) {
+    fprintf(stderr, BENCH_NAME ": %s: read error: %s\n", path, strerror(errno));
+    exit(1);
+  }
+  if (!header)
+    parse_fail(t, "empty: no RMM header line", NULL);
+  fclose(fp);
+  free(line);
+  t->live_count_at_end = live.n;
+  ptrmap_free(&live);
+  /* What stays live at the end, counting allocations whose free is missing. */
+  t->live_at_end = cur;
+  if (t->reallocated) {
+    unsigned char *seen = xcalloc(t->slots, 1);
+    size_t all = 0, n = 0;
+    for (size_t i = 0; i < t->n; i++)
+      seen[t->ev[i].slot] ^= 1, all = t->ev[i].is_free ? all - t->ev[i].size : all + t->ev[i].size;
+    for (size_t i = 0; i < t->slots; i++)
+      n += seen[i];
+    t->live_at_end = all, t->live_count_at_end = n;
+    free(seen);
+  }
+}
+
+static void trace_print(const trace *t)
+{
+  printf("\n## %s\n", t->path);
+  printf("# %zu lines: %zu allocate, %zu free; %zu events replayed on %zu stream%s; peak live %zu bytes "
+         "(%.1f MiB); %zu bytes in %zu allocations live at the end\n",
+         t->lines, t->allocs, t->frees, t->n, t->streams, t->streams == 1 ? "" : "s", t->peak_live,
+         (double)t->peak_live / MiB, t->live_at_end, t->live_count_at_end);
+  if (t->alloc_failures)
+    printf("# skipped: %zu 'allocate failure' lines\n", t->alloc_failures);
+  if (t->unknown_frees)
+    printf("# skipped: %zu frees of a pointer not live (allocated before the log began, or freed twice)\n",
+           t->unknown_frees);
+  if (t->null_allocs)
+    printf("# skipped: %zu allocations of size 0 or at pointer 0\n", t->null_allocs);
+  if (t->reallocated)
+    printf("# %zu allocations at a pointer still live: the earlier one stays live to the end\n", t->reallocated);
+  if (t->free_size_mismatch)
+    printf("# %zu frees name another size than their allocation (the allocation's is used)\n",
+           t->free_size_mismatch);
+  for (size_t i = 0; i <= MAX_UNKNOWN_ACTIONS; i++)
+    if (t->unknown_action_count[i])
+      printf("# skipped: %zu lines of unknown action '%s'\n", t->unknown_action_count[i],
+             i < t->unknown_actions ? t->unknown_action[i] : "(others)");
+}
+
+/* ---- the backends --------------------------------------------------------- */
+
+typedef CUresult (*alloc_async_fn)(cuemm_manager *, CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*free_async_fn)(cuemm_manager *, CUdeviceptr, CUstream);
+static const alloc_async_fn alloc_async = cuemm_alloc_async;
+static const free_async_fn free_async = cuemm_free_async;
+
+static CUcontext ctx;
+static CUdevice dev;
+static cuemm_manager *mgr;
+static CUdeviceptr pool_base;
+static size_t pool_span, fallback_live;
+static size_t info_base_used;
+
+typedef CUresult (*get_pool_fn)(CUmemoryPool *, CUdevice);
+typedef CUresult (*pool_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
+typedef CUresult (*pool_trim_fn)(CUmemoryPool, size_t);
+static pool_attr_fn pool_set_attr, pool_get_attr;
+static pool_trim_fn pool_trim;
+static CUmemoryPool dpool;
+static int dpool_attrs;
+
+static size_t round2m(size_t n)
+{
+  return (n + 2 * MiB - 1) & ~(2 * MiB - 1);
+}
+
+static CUresult raw_alloc(CUdeviceptr *p, size_t size, CUstream s)
+{
+  (void)s;
+  return cuMemAlloc(p, size);
+}
+
+static CUresult raw_free(CUdeviceptr p, size_t size, CUstream s)
+{
+  (void)size, (void)s;
+  return cuMemFree(p);
+}
+
+static CUresult ctx_sync(void)
+{
+  return cuCtxSynchronize();
+}
+
+static size_t used_now(void)
+{
+  size_t free_b, total;
+  CHECK(cuMemGetInfo(&free_b, &total));
+  return total - free_b;
+}
+
+static void raw_held_begin(void)
+{
+  info_base_used = used_now();
+}
+
+static size_t raw_held_sample(void)
+{
+  size_t u = used_now();
+  return u > info_base_used ? u - info_base_used : 0;
+}
+
+static const char *drv_setup(void)
+{
+  get_pool_fn get_pool = (get_pool_fn)dlsym(RTLD_DEFAULT, "cuDeviceGetDefaultMemPool");
+  pool_set_attr = (pool_attr_fn)dlsym(RTLD_DEFAULT, "cuMemPoolSetAttribute");
+  pool_get_attr = (pool_attr_fn)dlsym(RTLD_DEFAULT, "cuMemPoolGetAttribute");
+  pool_trim = (pool_trim_fn)dlsym(RTLD_DEFAULT, "cuMemPoolTrimTo");
+  dpool_attrs = 0;
+  if (get_pool && pool_set_attr && pool_get_attr && pool_trim && get_pool(&dpool, dev) == CUDA_SUCCESS) {
+    cuuint64_t max = UINT64_MAX;
+    CHECK(pool_set_attr(dpool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max));
+    dpool_attrs = 1;
+  } else {
+    printf("# cuMemAllocAsync: the driver has no memory-pool attributes: release threshold left as it is, "
+           "bytes held not measured\n");
+  }
+  return NULL;
+}
+
+static CUresult drv_alloc(CUdeviceptr *p, size_t size, CUstream s)
+{
+  return cuMemAllocAsync(p, size, s);
+}
+
+static CUresult drv_free(CUdeviceptr p, size_t size, CUstream s)
+{
+  (void)size;
+  return cuMemFreeAsync(p, s);
+}
+
+/* The pool emptied and its high-water mark reset, so the pass measures the
+ * trace alone. */
+static void drv_held_begin(void)
+{
+  if (!dpool_attrs)
+    return;
+  CHECK(cuCtxSynchronize());
+  CHECK(pool_trim(dpool, 0));
+  cuuint64_t zero = 0;
+  CHECK(pool_set_attr(dpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
+}
+
+static int drv_held_peak(size_t *peak)
+{
+  if (!dpool_attrs)
+    return 0;
+  cuuint64_t high = 0;
+  CHECK(pool_get_attr(dpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high));
+  *peak = (size_t)high;
+  return 1;
+}
+
+static void drv_teardown(void)
+{
+  CHECK(cuCtxSynchronize());
+  if (dpool_attrs)
+    CHECK(pool_trim(dpool, 0)); /* what it kept is not the next backend's to lack */
+}
+
+static const char *cuemm_setup(void)
+{
+  cuemm_config c;
+  CHECK(cuemm_config_init(&c));
+  c.pool = CUEMM_POOL_VMM;
+  CHECK(cuemm_create(&mgr, ctx, &c));
+  cuemm_pool_stats ps;
+  CHECK(cuemm_pool_get_stats(mgr, &ps));
+  pool_base = ps.base, pool_span = ps.reserved_bytes, fallback_live = 0;
+  printf("# cuemm pool: %zu MiB reserved, chunk %zu MiB, release threshold %zu MiB%s\n", ps.reserved_bytes / MiB,
+         ps.chunk_bytes / MiB, ps.release_threshold / MiB, ps.limit_bytes != ps.reserved_bytes ? ", limited" : "");
+  return NULL;
+}
+
+static const char *cuemm_async_setup(void)
+{
+  return cuemm_setup();
+}
+
+/* Requests larger than the pool go to cuMemAlloc: counted as held too. */
+static inline void note_fallback(CUdeviceptr p, size_t size, int freed)
+{
+  if (p - pool_base >= pool_span) {
+    if (freed)
+      fallback_live -= round2m(size);
+    else
+      fallback_live += round2m(size);
+  }
+}
+
+static CUresult cuemm_async_alloc(CUdeviceptr *p, size_t size, CUstream s)
+{
+  CUresult r = alloc_async(mgr, p, size, s);
+  if (r == CUDA_SUCCESS)
+    note_fallback(*p, size, 0);
+  return r;
+}
+
+static CUresult cuemm_async_free(CUdeviceptr p, size_t size, CUstream s)
+{
+  note_fallback(p, size, 1);
+  return free_async(mgr, p, s);
+}
+
+static CUresult cuemm_deferred_alloc(CUdeviceptr *p, size_t size, CUstream s)
+{
+  (void)s;
+  CUresult r = cuemm_alloc(mgr, p, size);
+  if (r == CUDA_SUCCESS)
+    note_fallback(*p, size, 0);
+  return r;
+}
+
+static CUresult cuemm_deferred_free(CUdeviceptr p, size_t size, CUstream s)
+{
+  (void)s;
+  note_fallback(p, size, 1);
+  return cuemm_free(mgr, p);
+}
+
+/* The deferred path's pass ends with its queue released, as the stream
+ * ordered ones end with their frees done. */
+static CUresult cuemm_deferred_finish(void)
+{
+  CUresult r = cuemm_flush(mgr);
+  return r ? r : cuCtxSynchronize();
+}
+
+static size_t cuemm_held_sample(void)
+{
+  cuemm_pool_stats ps;
+  CHECK(cuemm_pool_get_stats(mgr, &ps));
+  return ps.mapped_bytes + fallback_live;
+}
+
+static void cuemm_teardown(void)
+{
+  CHECK(cuemm_destroy(mgr));
+  mgr = NULL;
+}
+
+typedef struct backend {
+  const char *name;
+  const char *(*setup)(void); /* NULL: ready; else why the backend is skipped */
+  CUresult (*alloc)(CUdeviceptr *p, size_t size, CUstream s);
+  CUresult (*free)(CUdeviceptr p, size_t size, CUstream s);
+  CUresult (*finish)(void);           /* ends a pass, timed */
+  void (*held_begin)(void);           /* before the measuring pass; may be NULL */
+  size_t (*held_sample)(void);        /* bytes held now, after every event; may be NULL */
+  int (*held_peak)(size_t *peak);     /* the peak after the pass, when no samples; may be NULL */
+  void (*teardown)(void);             /* may be NULL */
+} backend;
+
+static const backend backends[MAX_BACKENDS] = {
+  { "cuMemAlloc", NULL, raw_alloc, raw_free, ctx_sync, raw_held_begin, raw_held_sample, NULL, NULL },
+  { "cuMemAllocAsync", drv_setup, drv_alloc, drv_free, ctx_sync, drv_held_begin, NULL, drv_held_peak, drv_teardown },
+  { "cuemm async", cuemm_async_setup, cuemm_async_alloc, cuemm_async_free, ctx_sync, NULL, cuemm_held_sample, NULL,
+    cuemm_teardown },
+  { "cuemm deferred", cuemm_setup, cuemm_deferred_alloc, cuemm_deferred_free, cuemm_deferred_finish, NULL,
+    cuemm_held_sample, NULL, cuemm_teardown },
+};
+
+/* ---- the replay ----------------------------------------------------------- */
+
+typedef struct result {
+  const trace *t;
+  const backend *b;
+  const char *skipped;
+  double ns_per_event;
+  int held_known;
+  size_t held;
+  size_t oom;
+} result;
+
+static double progress_t0, progress_last;
+
+static void progress(const trace *t, const backend *b, const char *pass, size_t i)
+{
+  double now = now_ns();
+  if (now - progress_last < 1e9 || now - progress_t0 < 1e9)
+    return;
+  progress_last = now;
+  fprintf(stderr, BENCH_NAME ": %s, %s, %s: %zu of %zu events\n", t->path, b->name, pass, i, t->n);
+}
+
+/* One pass of the whole trace; returns its time in ns (the finish included,
+ * the cleanup of what the trace leaves live excluded).  With `held`, samples
+ * the backend's bytes held after every event into *held. */
+static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, const CUstream *streams,
+                          const char *pass, size_t *oom, size_t *held)
+{
+  size_t peak = 0, ooms = 0;
+  int sample = held && b->held_sample;
+  progress_t0 = progress_last = now_ns();
+  double t0 = now_ns();
+  for (size_t i = 0; i < t->n; i++) {
+    const event *e = &t->ev[i];
+    if (!e->is_free) {
+      CUresult r = b->alloc(&slot[e->slot], (size_t)e->size, streams[e->stream]);
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        slot[e->slot] = 0;
+        ooms++;
+      } else if (r != CUDA_SUCCESS) {
+        fprintf(stderr, BENCH_NAME ": %s: %s: allocating %llu bytes (event %zu) failed (%d): %s\n", t->path, b->name,
+                (unsigned long long)e->size, i, (int)r, cuemm_last_error());
+        exit(1);
+      }
+    } else if (slot[e->slot]) {
+      CHECK(b->free(slot[e->slot], (size_t)e->size, streams[e->stream]));
+      slot[e->slot] = 0;
+    }
+    if (sample) {
+      size_t h = b->held_sample();
+      if (h > peak)
+        peak = h;
+    }
+    if ((i & 4095) == 4095)
+      progress(t, b, pass, i + 1);
+  }
+  CHECK(b->finish());
+  double ns = now_ns() - t0;
+  if (held)
+    *held = peak;
+  *oom = ooms;
+  /* What the trace leaves live, freed in the order it was allocated. */
+  for (size_t i = 0; i < t->n; i++) {
+    const event *e = &t->ev[i];
+    if (!e->is_free && slot[e->slot]) {
+      CHECK(b->free(slot[e->slot], (size_t)e->size, streams[e->stream]));
+      slot[e->slot] = 0;
+    }
+  }
+  CHECK(b->finish());
+  return ns;
+}
+
+static result replay(const trace *t, const backend *b, int reps)
+{
+  result res = { .t = t, .b = b };
+  if (b->setup && (res.skipped = b->setup()) != NULL) {
+    printf("%-16s skipped: %s\n", b->name, res.skipped);
+    return res;
+  }
+  CUstream streams[MAX_STREAMS];
+  for (size_t i = 0; i < t->streams; i++) {
+    if (t->stream_ids[i] == 0)
+      streams[i] = NULL; /* the legacy default stream */
+    else if (t->stream_ids[i] == 2)
+      streams[i] = CU_STREAM_PER_THREAD;
+    else
+      CHECK(cuStreamCreate(&streams[i], CU_STREAM_NON_BLOCKING));
+  }
+  CUdeviceptr *slot = xcalloc(t->slots, sizeof *slot);
+  size_t oom = 0, held = 0;
+  if (b->held_begin)
+    b->held_begin();
+  replay_pass(t, b, slot, streams, "measuring bytes held", &oom, &held);
+  res.held_known = b->held_sample != NULL;
+  if (b->held_peak)
+    res.held_known = b->held_peak(&held);
+  res.held = held;
+  res.oom = oom;
+  replay_pass(t, b, slot, streams, "warm-up", &oom, NULL);
+  double v[64];
+  for (int r = 0; r < reps; r++) {
+    char pass[32];
+    snprintf(pass, sizeof pass, "pass %d of %d", r + 1, reps);
+    v[r] = replay_pass(t, b, slot, streams, pass, &oom, NULL);
+    if (oom > res.oom)
+      res.oom = oom;
+  }
+  res.ns_per_event = t->n ? median(v, reps) / (double)t->n : 0;
+  free(slot);
+  for (size_t i = 0; i < t->streams; i++)
+    if (t->stream_ids[i] != 0 && t->stream_ids[i] != 2)
+      CHECK(cuStreamDestroy(streams[i]));
+  if (b->teardown)
+    b->teardown();
+  char held_s[64] = "n/a";
+  if (res.held_known && t->peak_live)
+    snprintf(held_s, sizeof held_s, "%zu bytes (%.2fx live)", res.held, (double)res.held / (double)t->peak_live);
+  else if (res.held_known)
+    snprintf(held_s, sizeof held_s, "%zu bytes", res.held);
+  printf("%-16s %10zu events %10.1f ns/event  peak held %s  out of memory %zu\n", b->name, t->n, res.ns_per_event,
+         held_s, res.oom);
+  fflush(stdout);
+  return res;
+}
+
+static void usage(void)
+{
+  fprintf(stderr, "usage: " BENCH_NAME " [--quick] [--reps R] LOG...\n"
+                  "  LOG: an RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream)\n");
+  exit(2);
+}
+
+int main(int argc, char **argv)
+{
+  int quick = 0, reps = -1, nlogs = 0;
+  char **logs = xcalloc((size_t)argc, sizeof *logs);
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      char *end;
+      long r = strtol(argv[++i], &end, 10);
+      if (*end || r < 1 || r > 64) {
+        fprintf(stderr, BENCH_NAME ": --reps takes 1 to 64, not '%s'\n", argv[i]);
+        return 2;
+      }
+      reps = (int)r;
+    } else if (argv[i][0] == '-' && argv[i][1])
+      usage();
+    else
+      logs[nlogs++] = argv[i];
+  }
+  if (nlogs == 0)
+    usage();
+  if (reps < 0)
+    reps = quick ? 1 : 5;
+  /* Every log is read before the device is touched: a bad line stops the
+   * run at once. */
+  trace *traces = xcalloc((size_t)nlogs, sizeof *traces);
+  for (int i = 0; i < nlogs; i++)
+    trace_parse(&traces[i], logs[i]);
+
+  char quick_arg[] = "--quick", no_arg[] = "";
+  char *start_argv[] = { argv[0], quick ? quick_arg : no_arg, NULL };
+  quick = bench_start(2, start_argv, &dev, &ctx);
+  printf("# each backend: one pass measuring bytes held, one warm-up pass, then the median of %d timed pass%s\n",
+         reps, reps == 1 ? "" : "es");
+  result *res = xcalloc((size_t)nlogs * MAX_BACKENDS, sizeof *res);
+  for (int i = 0; i < nlogs; i++) {
+    trace_print(&traces[i]);
+    for (int k = 0; k < MAX_BACKENDS; k++)
+      res[i * MAX_BACKENDS + k] = replay(&traces[i], &backends[k], reps);
+  }
+
+  printf("\n## summary (held: cuMemAlloc = device memory used above the start, cuMemGetInfo; cuMemAllocAsync = "
+         "the pool's reserved high-water mark; cuemm = the pool's mapped bytes + cuMemAlloc fallbacks)\n");
+  printf("%-28s %-16s %10s %8s %12s %14s %14s %9s %5s\n", "trace", "backend", "events", "streams", "ns/event",
+         "peak live", "peak held", "footprint", "oom");
+  for (int i = 0; i < nlogs * MAX_BACKENDS; i++) {
+    const result *r = &res[i];
+    const char *name = strrchr(r->t->path, '/');
+    name = name ? name + 1 : r->t->path;
+    if (r->skipped) {
+      printf("%-28s %-16s %10s %8s %12s %14zu %14s %9s %5s\n", name, r->b->name, "skipped", "-", "-", r->t->peak_live,
+             "-", "-", "-");
+      continue;
+    }
+    char held[32] = "n/a", foot[32] = "n/a";
+    if (r->held_known) {
+      snprintf(held, sizeof held, "%zu", r->held);
+      if (r->t->peak_live)
+        snprintf(foot, sizeof foot, "%.2f", (double)r->held / (double)r->t->peak_live);
+    }
+    printf("%-28s %-16s %10zu %8zu %12.1f %14zu %14s %9s %5zu\n", name, r->b->name, r->t->n, r->t->streams,
+           r->ns_per_event, r->t->peak_live, held, foot, r->oom);
+  }
+  for (int i = 0; i < nlogs; i++)
+    free(traces[i].ev);
+  free(traces), free(res), free(logs);
+  bench_end(dev);
+  return 0;
+}
