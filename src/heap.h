@@ -112,7 +112,7 @@ typedef struct cuemm__heap {
 
   /* counters; read under the lock by cuemm_get_stats */
   size_t live_bytes, live_count, cached_bytes, cached_count;
-  size_t trim_mark;     /* cached bytes past which a free gives idle blocks back (the release threshold) */
+  size_t trim_mark;     /* cached bytes past which a free gives idle blocks back (stream.c's cache_cap) */
   uint64_t allocs, frees, events_recorded, event_waits, steals;
   unsigned events_made;
   struct cuemm__heap *gnext, *gprev;   /* process-wide list of live heaps (stream.c) */
