@@ -40,3 +40,38 @@ AC_DEFUN([CUEMM_ENABLE_SANITIZERS], [
   AC_SUBST([SANITIZER_CFLAGS])
   AC_SUBST([SANITIZER_LDFLAGS])
 ])
+
+# CUEMM_ENABLE_FUZZING
+# --enable-fuzzing (clang: CC=clang) builds the fuzz targets of tests/fuzz
+# as libFuzzer programs, and everything else with the fuzzer's coverage,
+# AddressSanitizer and UndefinedBehaviorSanitizer.  Without it the same
+# targets build as programs that replay their seed corpus in `make check`.
+AC_DEFUN([CUEMM_ENABLE_FUZZING], [
+  AC_REQUIRE([CUEMM_ENABLE_SANITIZERS])
+  AC_ARG_ENABLE([fuzzing],
+    [AS_HELP_STRING([--enable-fuzzing], [build the fuzz targets with libFuzzer (needs clang)])],
+    [], [enable_fuzzing=no])
+  FUZZ_LDFLAGS=
+  AS_IF([test "x$enable_fuzzing" = xyes], [
+    AS_IF([test "x$enable_tsan" = xyes],
+      [AC_MSG_ERROR([--enable-fuzzing and --enable-tsan exclude each other])])
+    SANITIZER_CFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
+    SANITIZER_LDFLAGS="-fsanitize=address,undefined"
+    FUZZ_LDFLAGS="-fsanitize=fuzzer"
+    cuemm_save_CFLAGS=$CFLAGS
+    cuemm_save_LDFLAGS=$LDFLAGS
+    CFLAGS="$CFLAGS $SANITIZER_CFLAGS"
+    LDFLAGS="$LDFLAGS $SANITIZER_LDFLAGS $FUZZ_LDFLAGS"
+    AC_MSG_CHECKING([whether $CC can build libFuzzer programs])
+    AC_LINK_IFELSE([AC_LANG_SOURCE([[
+#include <stddef.h>
+#include <stdint.h>
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }
+]])], [AC_MSG_RESULT([yes])],
+      [AC_MSG_RESULT([no]); AC_MSG_ERROR([$CC cannot build with -fsanitize=fuzzer: use clang (CC=clang) with its compiler-rt (libclang-rt-dev)])])
+    CFLAGS=$cuemm_save_CFLAGS
+    LDFLAGS=$cuemm_save_LDFLAGS
+  ])
+  AM_CONDITIONAL([FUZZING], [test "x$enable_fuzzing" = xyes])
+  AC_SUBST([FUZZ_LDFLAGS])
+])
