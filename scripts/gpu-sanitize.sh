@@ -149,9 +149,14 @@ CUEMM_TEST_DRIVER=system CUEMM_TOP_BUILDDIR=$tree top_srcdir=$srcdir CUEMM_SIM_D
 CUEMM_STRESS_OPS=${CUEMM_STRESS_OPS:-200}
 export CUEMM_TEST_DRIVER CUEMM_TOP_BUILDDIR top_srcdir CUEMM_SIM_DIR CUEMM_STRESS_OPS
 
+# Programs that never touch the GPU are listed, not run: test-simcuda tests
+# the simulated driver (linked directly), test-suballoc and test-owned are
+# data structures alone, fuzz-config and fuzz-ipc-recv make no driver call.
+no_gpu="tests/test-simcuda tests/test-suballoc tests/test-owned tests/fuzz/fuzz-config tests/fuzz/fuzz-ipc-recv"
 programs=
 for p in tests/test-* tests/fuzz/fuzz-* examples/quickstart examples/jit_launch examples/ipc_share; do
   case $p in *.c|*.h|*.sh|*.py|*.log|*.trs|*.o) continue ;; esac
+  case " $no_gpu " in *" $p "*) continue ;; esac
   test -f "$p" && test -x "$p" && programs="$programs $p"
 done
 
@@ -201,6 +206,9 @@ mem_deadline=$((start + budget - 100))
 for p in $programs; do
   # shellcheck disable=SC2046
   run "$p" memcheck "$mem_deadline" ./libtool --mode=execute $(sanitize memcheck) "$p"
+done
+for p in $no_gpu; do
+  echo "| $p | not run: no GPU use | | | | | | | | | | |" >> "$table"
 done
 cat "$table" >> "$summary"; echo >> "$summary"
 
