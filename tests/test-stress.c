@@ -65,7 +65,7 @@ typedef struct worker {
   int nb;
   hblock h[MAX_HOST];
   int nh;
-  hblock pin[MAX_PINS];   /* malloc'd buffers, pinned */
+  hblock pin[MAX_PINS];   /* the thread's own buffers, pinned */
   int npin;
   int scopes;             /* defer scopes this thread has open */
   int sv[2];              /* a socket pair for send and recv */
@@ -214,10 +214,12 @@ static void op_pin(worker *w)
 {
   if (w->npin < MAX_PINS && (w->npin == 0 || next_rand(&w->rng) % 2)) {
     hblock *h = &w->pin[w->npin];
+    /* Whole pages of its own: the driver pins pages, and two threads'
+     * buffers sharing one would overlap. */
     h->size = 4096 * (1 + next_rand(&w->rng) % 4);
-    h->p = malloc(h->size);
+    h->p = aligned_alloc(4096, h->size);
     if (!h->p) {
-      fail(w, "malloc", CUDA_ERROR_OUT_OF_MEMORY);
+      fail(w, "aligned_alloc", CUDA_ERROR_OUT_OF_MEMORY);
       return;
     }
     CUresult r = cuemm_host_pin(w->m, h->p, h->size, 0);
