@@ -177,9 +177,10 @@ static void start_child(const char *argv0)
     snprintf(rfd, sizeof rfd, "%d", down[0]);
     snprintf(wfd, sizeof wfd, "%d", up[1]);
     /* Under `make check` argv[0] may be libtool's wrapper script; either
-     * one runs this program again. */
-    execl("/proc/self/exe", argv0, "--child", rfd, wfd, (char *)NULL);
+     * one runs this program again.  argv[0] first: under valgrind
+     * /proc/self/exe is valgrind's own tool. */
     execl(argv0, argv0, "--child", rfd, wfd, (char *)NULL);
+    execl("/proc/self/exe", argv0, "--child", rfd, wfd, (char *)NULL);
     _exit(127);
   }
   close(down[0]);

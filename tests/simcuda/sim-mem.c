@@ -691,6 +691,23 @@ SIM_API CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
   return SIM_END(host_get_flags(pFlags, p));
 }
 
+/* Whether [a, a + size) is mapped host memory: mincore reports holes as
+ * ENOMEM.  (msync would too, but memory checkers take its range for bytes
+ * read, and the buffer being pinned may well be uninitialised.) */
+static int host_mapped(uintptr_t a, size_t size)
+{
+  size_t page = page_size();
+  uintptr_t at = a & ~(uintptr_t)(page - 1), end = a + size;
+  unsigned char vec[256];
+  while (at < end) {
+    size_t len = end - at < sizeof vec * page ? end - at : sizeof vec * page;
+    if (mincore((void *)at, len, vec) != 0 && errno == ENOMEM)
+      return 0;
+    at += sim_round_up(len, page);
+  }
+  return 1;
+}
+
 static CUresult host_register(void *p, size_t size, unsigned flags)
 {
   unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
@@ -708,9 +725,7 @@ static CUresult host_register(void *p, size_t size, unsigned flags)
     return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   if (sim_region_overlap(a, size, SIM_KIND(SIM_R_DEVICE) | SIM_KIND(SIM_R_VMM) | SIM_KIND(SIM_R_IPC)))
     return CUDA_ERROR_INVALID_VALUE;
-  /* The range must be mapped host memory: msync reports holes as ENOMEM. */
-  uintptr_t first = a & ~(uintptr_t)(page_size() - 1);
-  if (msync((void *)first, sim_round_up(a + size - first, page_size()), MS_ASYNC) != 0 && errno == ENOMEM)
+  if (!host_mapped(a, size))
     return CUDA_ERROR_INVALID_VALUE;
   struct sim_region *reg = sim_region_new(SIM_R_REGISTERED, a, size);
   if (!reg)
