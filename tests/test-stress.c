@@ -45,6 +45,7 @@ typedef struct block {
   size_t size;
   unsigned char v;
   int dropin;       /* from cuemm_mem_alloc: freed with cuemm_mem_free */
+  CUstream s;       /* from cuemm_alloc_async on this stream (NULL: cuemm_alloc) */
 } block;
 
 typedef struct hblock {
@@ -69,6 +70,8 @@ typedef struct worker {
   int npin;
   int scopes;             /* defer scopes this thread has open */
   int sv[2];              /* a socket pair for send and recv */
+  CUstream st[2];         /* the thread's streams for the stream-ordered path (pool only); blocking, so
+                           * that the synchronous fills and reads are ordered with them */
   /* outcome */
   unsigned long allocs, errors, pattern_errors, ipc_errors, exports, resets;
   char first_error[384];
@@ -168,6 +171,26 @@ static void op_alloc(worker *w, int dropin)
   fill(w, b->p, b->size, b->v);
 }
 
+/* The stream-ordered path: a block for one of the thread's streams. */
+static void op_alloc_async(worker *w)
+{
+  if (w->nb == MAX_BLOCKS)
+    return;
+  block *b = &w->b[w->nb];
+  b->size = random_size(w);
+  b->v = (unsigned char)(w->index * 16 + (w->ops & 15) + 1);
+  b->dropin = 0;
+  b->s = w->st[next_rand(&w->rng) % 2];
+  CUresult r = cuemm_alloc_async(w->m, &b->p, b->size, b->s);
+  if (r != CUDA_SUCCESS) {
+    fail(w, "cuemm_alloc_async", r);
+    return;
+  }
+  w->allocs++;
+  w->nb++;
+  fill(w, b->p, b->size, b->v);
+}
+
 static void op_free(worker *w)
 {
   if (!w->nb)
@@ -176,10 +199,17 @@ static void op_free(worker *w)
   block b = w->b[i];
   w->b[i] = w->b[--w->nb];
   check(w, b.p, b.size, b.v);
+  uint64_t x = next_rand(&w->rng);
   if (b.dropin)
     TRY(w, cuemm_mem_free(b.p));
-  else
-    TRY(w, cuemm_free(w->m, b.p));
+  else if (!w->pool || x % 4 == 0)
+    TRY(w, cuemm_free(w->m, b.p)); /* any block, the stream path's too */
+  else {
+    CUstream on = w->st[(x >> 8) % 2];
+    if (b.s && on != b.s && (x >> 16) % 2)
+      TRY(w, cuemm_record_stream(w->m, b.p, on));
+    TRY(w, cuemm_free_async(w->m, b.p, b.s && (x >> 24) % 2 ? b.s : on));
+  }
 }
 
 static void op_host(worker *w)
@@ -357,12 +387,16 @@ static void *run_worker(void *arg)
     fail(w, "cuCtxSetCurrent", CUDA_ERROR_UNKNOWN);
     return NULL;
   }
+  for (int i = 0; w->pool && i < 2; i++)
+    TRY(w, cuStreamCreate(&w->st[i], 0));
   long total = ops_per_pass();
   for (w->ops = 0; w->ops < total; w->ops++) {
     if (w->ops > 0 && w->ops % RESET_EVERY == 0)
       reset_round(w);
     unsigned k = (unsigned)(next_rand(&w->rng) % 100);
-    if (k < 28)
+    if (k < 16 && w->pool)
+      op_alloc_async(w);
+    else if (k < 28)
       op_alloc(w, 0);
     else if (k < 34)
       op_alloc(w, 1);
@@ -392,6 +426,10 @@ static void *run_worker(void *arg)
     hblock h = w->pin[--w->npin];
     TRY(w, cuemm_host_unpin(w->m, h.p));
     free(h.p);
+  }
+  for (int i = 0; w->pool && i < 2; i++) {
+    TRY(w, cuStreamSynchronize(w->st[i]));
+    TRY(w, cuemm_stream_release(w->m, w->st[i]));
   }
   cuCtxSetCurrent(NULL);
   return NULL;
@@ -440,6 +478,9 @@ static void stress(int pool, uint64_t seed, CUcontext ctx)
   const char *first = NULL;
   for (int i = 0; i < NTHREADS; i++) {
     pthread_join(t[i], NULL);
+    for (int k = 0; pool && k < 2; k++)
+      if (w[i].st[k])
+        cuStreamDestroy(w[i].st[k]);
     allocs += w[i].allocs;
     errors += w[i].errors;
     pattern += w[i].pattern_errors;
@@ -467,9 +508,13 @@ static void stress(int pool, uint64_t seed, CUcontext ctx)
   CHECK_CU(cuemm_flush(m));
   is(test_stats(m).pending_count, 0, "%s: a flush empties the queue", name);
   if (pool) {
+    /* Blocks freed on streams stay in the threads' caches until the pool
+     * wants them or a trim. */
+    CHECK_CU(cuemm_pool_trim(m));
     cuemm_pool_stats ps;
     CHECK_CU(cuemm_pool_get_stats(m, &ps));
-    is(ps.used_bytes, 0, "%s: the pool has every block back", name);
+    is(ps.used_bytes, 0, "%s: after a trim the pool has every block back", name);
+    is(test_stats(m).stream_cached_bytes, 0, "%s: and the threads' caches hold nothing", name);
   }
   CHECK_CU(cuemm_destroy(m));
 }
@@ -481,7 +526,7 @@ int main(void)
   const char *e = getenv("CUEMM_STRESS_SEED");
   if (e && *e)
     seed = strtoull(e, NULL, 0);
-  tap_plan(8 + 9 + 2);
+  tap_plan(8 + 10 + 2);
   tap_diag("seed %llu (CUEMM_STRESS_SEED=%llu repeats each thread's operations)", (unsigned long long)seed,
            (unsigned long long)seed);
   CUcontext ctx = test_primary_context(0);
