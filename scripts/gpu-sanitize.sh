@@ -150,9 +150,13 @@ CUEMM_STRESS_OPS=${CUEMM_STRESS_OPS:-200}
 export CUEMM_TEST_DRIVER CUEMM_TOP_BUILDDIR top_srcdir CUEMM_SIM_DIR CUEMM_STRESS_OPS
 
 # Programs that never touch the GPU are listed, not run: test-simcuda tests
-# the simulated driver (linked directly), test-suballoc and test-owned are
-# data structures alone, fuzz-config and fuzz-ipc-recv make no driver call.
-no_gpu="tests/test-simcuda tests/test-suballoc tests/test-owned tests/fuzz/fuzz-config tests/fuzz/fuzz-ipc-recv"
+# the simulated driver (linked directly), test-suballoc, test-owned and
+# test-piece are data structures and pure functions alone, test-faults
+# needs simcuda's fault injection (it skips on the system driver), and
+# fuzz-config and fuzz-ipc-recv make no driver call.  (compute-sanitizer
+# fails a program that never calls the driver.)
+no_gpu="tests/test-simcuda tests/test-suballoc tests/test-owned tests/test-piece tests/test-faults tests/fuzz/fuzz-config"
+no_gpu="$no_gpu tests/fuzz/fuzz-ipc-recv"
 programs=
 for p in tests/test-* tests/fuzz/fuzz-* examples/quickstart examples/jit_launch examples/ipc_share; do
   case $p in *.c|*.h|*.sh|*.py|*.log|*.trs|*.o) continue ;; esac
@@ -221,7 +225,7 @@ if test -n "$py" && test -f python/cuemm_numba.py && "$py" -c 'import numba.cuda
   for tool in racecheck synccheck memcheck; do
     # shellcheck disable=SC2046
     run "numba_kernel.py" "$tool" "$((start + budget))" env CUEMM_LIBRARY="$tree/.libs/libcuemm.so.0" \
-      PYTHONPATH="$tree/python" NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba $(sanitize "$tool") "$py" \
+      PYTHONPATH="$tree/python${SANITIZE_PYTHONPATH:+:$SANITIZE_PYTHONPATH}" NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba $(sanitize "$tool") "$py" \
       "$srcdir/examples/numba_kernel.py"
   done
 else
