@@ -3,15 +3,19 @@
  * Where each policy lives, bottom up: driver.c loads libcuda, config.c
  * reads the CUEMM_* settings, error.c keeps the thread's message; pending.c
  * is the deferred-free queue, owned.c the table of live allocations, pool.c
- * (on suballoc.c) the VMM pool; manager.c owns the lifecycle and the
- * alloc/free/flush policy over them, and host.c adds pinned host memory on
- * the same paths.  Above the manager, and never called by it: registry.c
- * maps contexts to managers and holds the drop-ins (cuemm_get,
- * cuemm_mem_alloc, cuemm_mem_free); ipc.c (the handle, legacy device IPC,
- * the table of opened mappings) and ipc-fd.c (pool memory passed as file
- * descriptors) share allocations with other processes.  Those that keep
- * state per manager hear of its creation and end as extensions (below),
- * which extensions.c lists in the order they run.
+ * (on suballoc.c, with piece.c choosing how large growths are cut) the VMM
+ * pool, managed.c the pool of managed segments and system memory; manager.c
+ * owns the lifecycle and the alloc/free/flush policy over them, and host.c
+ * adds pinned host memory on the same paths.  Above the manager, and never
+ * called by it by name: registry.c maps contexts to managers and holds the
+ * drop-ins (cuemm_get, cuemm_mem_alloc, cuemm_mem_free); ipc.c (the handle,
+ * legacy device IPC, the table of opened mappings) and ipc-fd.c (pool
+ * memory passed as file descriptors) share allocations with other
+ * processes; stream.c (on heap.c, the threads' caches) is the
+ * stream-ordered path; range.c answers which block holds a pointer.  Those
+ * that keep state per manager hear of its creation and end, and the
+ * stream-ordered path of the pool's need for its cached blocks, as
+ * extensions (below), which extensions.c lists in the order they run.
  *
  * Locking rule: m->lock guards everything below it in the struct and is
  * held across the driver calls of one operation (a flush included), so a
