@@ -52,22 +52,6 @@ static cuemm_manager *pool_manager(size_t chunk, size_t reserve)
   return m;
 }
 
-/* The driver's stream-ordered pool, release threshold at the maximum; NULL
- * stream when the driver (or simcuda) lacks the memory-pool calls. */
-static int async_setup(CUdevice dev)
-{
-  typedef CUresult (*get_pool_fn)(CUmemoryPool *, CUdevice);
-  typedef CUresult (*set_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
-  get_pool_fn get_pool = (get_pool_fn)dlsym(RTLD_DEFAULT, "cuDeviceGetDefaultMemPool");
-  set_attr_fn set_attr = (set_attr_fn)dlsym(RTLD_DEFAULT, "cuMemPoolSetAttribute");
-  if (!get_pool || !set_attr)
-    return 0;
-  CUmemoryPool pool;
-  if (get_pool(&pool, dev) != CUDA_SUCCESS)
-    return 0;
-  cuuint64_t max = ~(cuuint64_t)0;
-  return set_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max) == CUDA_SUCCESS;
-}
 
 /* Pairs of `size` for whole cycles until at least `ns` have passed (and at
  * least 5 cycles): the pool has grown, and the first size measured is not
@@ -89,7 +73,7 @@ static void pairs(CUdevice dev, int quick)
   cuemm_stats st;
   CHECK(cuemm_get_stats(m, &st));
   int cycle = (int)st.max_pending_count + 1;
-  int async = async_setup(dev);
+  int async = bench_async_setup(dev);
   CUstream s;
   CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   printf("\n## alloc+free pair, steady state, median ns per pair (pool: whole cycles of %d pairs, flush included)\n",

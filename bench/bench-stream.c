@@ -45,20 +45,6 @@ static cuemm_manager *pool_manager(cuemm_stream_reuse reuse)
   return m;
 }
 
-static int async_setup(CUdevice dev)
-{
-  typedef CUresult (*get_pool_fn)(CUmemoryPool *, CUdevice);
-  typedef CUresult (*set_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
-  get_pool_fn get_pool = (get_pool_fn)dlsym(RTLD_DEFAULT, "cuDeviceGetDefaultMemPool");
-  set_attr_fn set_attr = (set_attr_fn)dlsym(RTLD_DEFAULT, "cuMemPoolSetAttribute");
-  if (!get_pool || !set_attr)
-    return 0;
-  CUmemoryPool pool;
-  if (get_pool(&pool, dev) != CUDA_SUCCESS)
-    return 0;
-  cuuint64_t max = ~(cuuint64_t)0;
-  return set_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max) == CUDA_SUCCESS;
-}
 
 static double cuemm_batch(cuemm_manager *m, size_t size, CUstream s)
 {
@@ -307,7 +293,7 @@ int main(int argc, char **argv)
 {
   CUdevice dev;
   int quick = bench_start(argc, argv, &dev, &ctx);
-  int async = async_setup(dev);
+  int async = bench_async_setup(dev);
   same_stream(async, quick);
   threads(async, quick);
   cross_stream(quick);

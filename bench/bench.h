@@ -4,6 +4,7 @@
 #ifndef CUEMM_BENCH_H
 #define CUEMM_BENCH_H
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,24 @@ static inline double bench_step_ms(CUdeviceptr work, size_t words, CUstream s)
     CHECK(cuMemsetD32Async(work, (unsigned)i, words, s));
   CHECK(cuStreamSynchronize(s));
   return (now_ns() - t0) / 20 / 1e6;
+}
+
+/* The driver's stream-ordered pool (the device's default memory pool), its
+ * release threshold at the maximum as production use sets it; 0 when the
+ * driver (or simcuda) lacks the memory-pool calls. */
+static inline int bench_async_setup(CUdevice dev)
+{
+  typedef CUresult (*get_pool_fn)(CUmemoryPool *, CUdevice);
+  typedef CUresult (*set_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
+  get_pool_fn get_pool = (get_pool_fn)dlsym(RTLD_DEFAULT, "cuDeviceGetDefaultMemPool");
+  set_attr_fn set_attr = (set_attr_fn)dlsym(RTLD_DEFAULT, "cuMemPoolSetAttribute");
+  if (!get_pool || !set_attr)
+    return 0;
+  CUmemoryPool pool;
+  if (get_pool(&pool, dev) != CUDA_SUCCESS)
+    return 0;
+  cuuint64_t max = ~(cuuint64_t)0;
+  return set_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max) == CUDA_SUCCESS;
 }
 
 /* Loads the driver, makes device 0's primary context current and prints
