@@ -503,7 +503,12 @@ CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer);
  * that stream, and by other streams once the work queued on the freeing
  * stream before the free is known to be done.  This path needs a pool
  * (CUEMM_POOL=vmm): on a manager without one, these calls fail with
- * CUDA_ERROR_NOT_SUPPORTED and say so.
+ * CUDA_ERROR_NOT_SUPPORTED and say so.  The exception is a manager of
+ * managed or system memory (CUEMM_MEMORY), whose blocks are idle when
+ * handed out and so serve any stream: there cuemm_alloc_async is
+ * cuemm_alloc, cuemm_free_async is cuemm_free (deferred: the flush
+ * synchronizes the context), and cuemm_record_stream and
+ * cuemm_stream_release do nothing.
  *
  * How it works, and what it costs.  Every thread that calls these on a
  * manager gets a cache of its own, in front of the pool, keyed by stream

@@ -444,10 +444,24 @@ static size_t stream_reclaim(cuemm_manager *m, int all)
 
 /* ---- the public calls ------------------------------------------------------------------ */
 
+/* Managed and system memory (managed.c) have no stream-ordered pool: a
+ * block of theirs is idle when it is handed out, so it serves any stream,
+ * and its free takes the deferred way, whose flush synchronizes the
+ * context.  `call` is the deferred path's result. */
+static CUresult deferred_instead(CUresult r, const char *fn, CUstream stream)
+{
+  if (r != CUDA_SUCCESS)
+    cuemm__error_append(" (%s on stream %p, a manager of managed or system memory: its blocks follow the deferred "
+                        "path)", fn, (void *)stream);
+  return r;
+}
+
 #define CHECK_ASYNC(m, fn)                                                     \
   do {                                                                         \
     if (!(m))                                                                  \
       return cuemm__error(CUDA_ERROR_INVALID_VALUE, fn ": manager is NULL");   \
+    if (!(m)->pool && (m)->managed)                                            \
+      return DEFERRED_INSTEAD;                                                 \
     if (!(m)->pool)                                                            \
       return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, fn ": this manager has no pool; the stream-ordered " \
                           "path serves pool blocks only (create the manager with CUEMM_POOL=vmm or "   \
@@ -537,7 +551,9 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
 
 CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
 {
+#define DEFERRED_INSTEAD deferred_instead(cuemm_alloc(m, p, size), "cuemm_alloc_async", stream)
   CHECK_ASYNC(m, "cuemm_alloc_async");
+#undef DEFERRED_INSTEAD
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: p is NULL");
   cuemm__heap *h = heap_of(m);
@@ -754,7 +770,9 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
 
 CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
+#define DEFERRED_INSTEAD deferred_instead(cuemm_free(m, dp), "cuemm_free_async", stream)
   CHECK_ASYNC(m, "cuemm_free_async");
+#undef DEFERRED_INSTEAD
   cuemm__heap *h = heap_of(m);
   if (__builtin_expect(h != NULL, 1) && cuemm__heap_enter(h)) {
     uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
@@ -775,7 +793,9 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstrea
 
 CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
+#define DEFERRED_INSTEAD CUDA_SUCCESS /* the free synchronizes the context: nothing to record */
   CHECK_ASYNC(m, "cuemm_record_stream");
+#undef DEFERRED_INSTEAD
   uintptr_t p = (uintptr_t)dp;
   if (!stream)
     stream = CU_STREAM_LEGACY;
@@ -824,7 +844,9 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUst
 
 CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
 {
+#define DEFERRED_INSTEAD CUDA_SUCCESS /* no block is kept for a stream */
   CHECK_ASYNC(m, "cuemm_stream_release");
+#undef DEFERRED_INSTEAD
   if (!stream || stream == CU_STREAM_LEGACY)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_stream_release: the legacy default stream is never "
                         "destroyed; its cached blocks stay");

@@ -562,6 +562,32 @@ static void test_busy_stream(cuemm_stream_reuse reuse)
     sim.set_queue_mode(0);
 }
 
+/* Managed memory has no stream-ordered pool: the calls take the deferred
+ * path. */
+static void test_managed(void)
+{
+  cuemm_config c = test_config(10, 0.2);
+  c.memory = CUEMM_MEMORY_MANAGED;
+  cuemm_manager *m = NULL;
+  CUresult cr = cuemm_create(&m, ctx, &c);
+  if (cr == CUDA_ERROR_NOT_SUPPORTED) {
+    skip(5, "no managed memory on this device");
+    return;
+  }
+  CHECK_CU(cr);
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p;
+  is(cuemm_alloc_async(m, &p, 5000, s), CUDA_SUCCESS, "managed memory: cuemm_alloc_async is cuemm_alloc");
+  CHECK_CU(cuMemsetD8Async(p, 7, 5000, s));
+  is(cuemm_record_stream(m, p, CU_STREAM_LEGACY), CUDA_SUCCESS, "record_stream does nothing");
+  is(cuemm_free_async(m, p, s), CUDA_SUCCESS, "cuemm_free_async is the deferred free");
+  is(test_stats(m).pending_count, 1, "the block waits in the pending queue");
+  is(cuemm_free_async(m, p, s), CUDA_ERROR_INVALID_VALUE, "a second free is refused as cuemm_free refuses it");
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 static void test_exit_per_thread(void)
 {
   cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
@@ -596,6 +622,7 @@ int main(void)
   test_release_and_reset();
   test_exit_per_thread();
   test_range_and_ipc();
+  test_managed();
   test_busy_stream(CUEMM_STREAM_REUSE_EVENT);
   test_busy_stream(CUEMM_STREAM_REUSE_WAIT);
   sim_check_nothing_left(live0);
