@@ -356,17 +356,6 @@ static CUresult take_slow(cuemm_manager *m, size_t size, CUdeviceptr *p, uint32_
   return r;
 }
 
-static void account(cuemm_manager *m, size_t size)
-{
-  m->st.allocs++;
-  m->st.live_bytes += size;
-  m->st.live_count++;
-  if (m->st.live_bytes > m->st.peak_bytes)
-    m->st.peak_bytes = m->st.live_bytes;
-  if (m->st.live_count > m->st.peak_count)
-    m->st.peak_count = m->st.live_count;
-}
-
 static CUresult system_alloc(cuemm_manager *m, size_t size, CUdeviceptr *out)
 {
   cuemm__managed *mp = m->managed;
@@ -454,7 +443,7 @@ CUresult cuemm__managed_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
   else
     r = system_alloc(m, size, &out);
   if (r == CUDA_SUCCESS) {
-    account(m, size);
+    cuemm__account_alloc(m, size);
     *p = out;
   } else
     m->st.alloc_failures++;

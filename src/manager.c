@@ -228,7 +228,7 @@ CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m)
 
 /* ---- allocation ----------------------------------------------------------- */
 
-static void account_alloc(cuemm_manager *m, size_t size)
+void cuemm__account_alloc(cuemm_manager *m, size_t size)
 {
   m->st.allocs++;
   m->st.live_bytes += size;
@@ -319,7 +319,7 @@ static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t si
     r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: no host memory left to record the allocation");
     goto failed;
   }
-  account_alloc(m, size);
+  cuemm__account_alloc(m, size);
   cuemm__lock_release(&m->lock);
   *out = p;
   return CUDA_SUCCESS;
@@ -385,7 +385,7 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
   r = cuemm__ctx_leave(m, &g, r);
 
   if (kind == CUEMM__KIND_DEVICE)
-    account_alloc(m, size);
+    cuemm__account_alloc(m, size);
   else {
     m->st.allocs++;
     m->st.host_live_bytes += size;

@@ -74,6 +74,10 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
  * the lock held). */
 CUresult cuemm__flush_locked(cuemm_manager *m);
 
+/* Counts a device allocation of `size` bytes in the statistics (live, peak,
+ * allocs).  Lock held. */
+void cuemm__account_alloc(cuemm_manager *m, size_t size);
+
 /* Queues the free of an allocation of the given kind, flushing when due. */
 CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p);
 
