@@ -418,8 +418,9 @@ static void start_child(const char *argv0)
     close(sp[0]);
     char fd[16];
     snprintf(fd, sizeof fd, "%d", sp[1]);
-    execl("/proc/self/exe", argv0, "--child", fd, (char *)NULL);
+    /* argv[0] first: under valgrind /proc/self/exe is valgrind's own tool. */
     execl(argv0, argv0, "--child", fd, (char *)NULL);
+    execl("/proc/self/exe", argv0, "--child", fd, (char *)NULL);
     _exit(127);
   }
   close(sp[1]);
