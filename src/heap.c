@@ -19,6 +19,7 @@ void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index)
   h->m = m;
   h->index = index;
   h->spare = CUEMM__HEAP_NIL;
+  h->newest = h->oldest = CUEMM__HEAP_NIL;
 }
 
 void cuemm__heap_lock(cuemm__heap *h)
@@ -181,6 +182,7 @@ void cuemm__heap_unbin(cuemm__heap *h, uint32_t r)
     h->b[b->next].prev = b->prev;
   else
     bn->tail = b->prev;
+  cuemm__heap_unlist(h, r);
   cuemm__heap_account_cached(h, b, -1);
   b->prev = b->next = CUEMM__HEAP_NIL;
 }
@@ -262,6 +264,15 @@ const char *cuemm__heap_check(const cuemm__heap *h)
   }
   if (inbins != cached)
     return "cached blocks and bin members differ";
+  size_t listed = 0;
+  for (uint32_t r = h->oldest, prev = CUEMM__HEAP_NIL; r != CUEMM__HEAP_NIL; prev = r, r = h->b[r].newer) {
+    if (h->b[r].state != CUEMM__HB_CACHED || h->b[r].older != prev || ++listed > cached)
+      return "the list of cached blocks is broken";
+    if (h->b[r].newer == CUEMM__HEAP_NIL && h->newest != r)
+      return "the list of cached blocks ends in the wrong place";
+  }
+  if (listed != cached)
+    return "the list of cached blocks misses some";
   size_t st_bytes = 0;
   for (uint32_t i = 0; i < h->nst; i++) {
     const cuemm__hstream *st = &h->st[i];

@@ -53,6 +53,7 @@ typedef struct cuemm__hblock {
   uint32_t hs;          /* LIVE: stream allocated on; CACHED: stream freed on */
   uint32_t prev, next;  /* CACHED: its bin, newest first; UNUSED: the spare stack */
   uint32_t bin;         /* CACHED: its bin's slot */
+  uint32_t older, newer;  /* CACHED: the heap's list of cached blocks in the order they were freed */
   uint8_t state;
   uint8_t uses;         /* LIVE: streams named by cuemm_record_stream wait in the heap's `uses` */
 } cuemm__hblock;
@@ -99,6 +100,7 @@ typedef struct cuemm__heap {
   /* pointer -> record, for every block the heap holds (open addressing) */
   uint32_t *map;
   size_t mapcap, mapused;
+  uint32_t newest, oldest;   /* the list of every cached block, by the time it was freed */
   cuemm__hbin *bins;
   size_t bincap, binused;
   cuemm__hstream *st;
@@ -195,6 +197,20 @@ static inline uint32_t cuemm__heap_bin(const cuemm__heap *h, uint32_t hs, size_t
   }
 }
 
+/* Takes cached block r off the heap's list of cached blocks. */
+static inline void cuemm__heap_unlist(cuemm__heap *h, uint32_t r)
+{
+  cuemm__hblock *b = &h->b[r];
+  if (b->older != CUEMM__HEAP_NIL)
+    h->b[b->older].newer = b->newer;
+  else
+    h->oldest = b->newer;
+  if (b->newer != CUEMM__HEAP_NIL)
+    h->b[b->newer].older = b->older;
+  else
+    h->newest = b->older;
+}
+
 /* Takes the newest block of a bin (it must not be empty): it becomes LIVE on
  * stream `hs` with `req` bytes asked for. */
 static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t req);
@@ -227,6 +243,7 @@ static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs
     h->b[b->next].prev = CUEMM__HEAP_NIL;
   else
     bn->tail = CUEMM__HEAP_NIL;
+  cuemm__heap_unlist(h, r);
   cuemm__heap_account_cached(h, b, -1);
   b->state = CUEMM__HB_LIVE;
   b->hs = hs;
@@ -253,6 +270,13 @@ static inline void cuemm__heap_link(cuemm__heap *h, uint32_t r, uint32_t bin)
   else
     bn->tail = r;
   bn->head = r;
+  b->older = h->newest;
+  b->newer = CUEMM__HEAP_NIL;
+  if (h->newest != CUEMM__HEAP_NIL)
+    h->b[h->newest].newer = r;
+  else
+    h->oldest = r;
+  h->newest = r;
   cuemm__heap_account_cached(h, b, 1);
 }
 

@@ -380,11 +380,12 @@ static uint32_t steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, size_t rs, 
 
 /* ---- giving cached blocks back ------------------------------------------------------- */
 
-/* Returns to the pool every block cached in h that every stream may use
- * (its stream's `done` passed it); with `all`, every cached block, through
- * the pending queue (whose flush synchronizes the context first).  Both
- * locks held, context current.  Returns the bytes given back. */
-static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all)
+/* Returns cached blocks of h to the pool, oldest first: those every stream
+ * may use (their stream's `done` passed them) until at most `keep` bytes
+ * stay cached; with `all`, every cached block, those that may still be in
+ * use through the pending queue (whose flush synchronizes the context).
+ * Both locks held, context current.  Returns the bytes given back. */
+static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t keep)
 {
   size_t given = 0;
   for (uint32_t k = 0; k < h->nst; k++) {
@@ -397,10 +398,9 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all)
       stream_query(m, h, a);
     }
   }
-  for (uint32_t r = 1; r < h->nb; r++) {
+  for (uint32_t r = h->oldest, next; r != CUEMM__HEAP_NIL && (all || h->cached_bytes > keep); r = next) {
     cuemm__hblock *b = &h->b[r];
-    if (b->state != CUEMM__HB_CACHED)
-      continue;
+    next = b->newer;
     int idle = b->seq <= h->st[b->hs].done;
     if (!idle && !all)
       continue;
@@ -433,7 +433,7 @@ static size_t stream_reclaim(cuemm_manager *m, int all)
     cuemm__heap *h = m->heaps[i];
     cuemm__heap_lock(h);
     if (h->cached_count)
-      given += heap_give_back(m, h, all);
+      given += heap_give_back(m, h, all, 0);
     cuemm__heap_unlock(h);
   }
   cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
@@ -751,10 +751,12 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
   if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
     cuemm__pool_note_low(m->pool);
     cuemm__heap_lock(h);
-    size_t given = heap_give_back(m, h, 0);
-    /* Blocks whose streams are still busy stay: try again only after the
-     * cache has grown by another part of the threshold. */
+    /* Every idle block, the oldest first: each trim costs an event, so the
+     * next one should be a whole cap of frees away.  Blocks whose streams
+     * are still busy stay: try again only after the cache has grown by
+     * another part of the cap. */
     size_t t = cache_cap(m);
+    size_t given = heap_give_back(m, h, 0, 0);
     h->trim_mark = h->cached_bytes > t ? h->cached_bytes + t / 4 + 1 : t;
     cuemm__heap_unlock(h);
     if (given) {
