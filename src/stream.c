@@ -447,7 +447,8 @@ static size_t stream_reclaim(cuemm_manager *m, int all)
 /* Managed and system memory (managed.c) have no stream-ordered pool: a
  * block of theirs is idle when it is handed out, so it serves any stream,
  * and its free takes the deferred way, whose flush synchronizes the
- * context.  `call` is the deferred path's result. */
+ * context.  `r` is what the deferred call returned; a failure's message
+ * says which stream call it stood for. */
 static CUresult deferred_instead(CUresult r, const char *fn, CUstream stream)
 {
   if (r != CUDA_SUCCESS)
