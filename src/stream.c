@@ -457,6 +457,21 @@ static CUresult deferred_instead(CUresult r, const char *fn, CUstream stream)
   return r;
 }
 
+/* cuemm_record_stream on a manager of managed or system memory: nothing to
+ * do for a live block of it, and an error for anything else. */
+static CUresult live_deferred_block(cuemm_manager *m, CUdeviceptr dp)
+{
+  cuemm__lock_acquire(&m->lock);
+  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, (uintptr_t)dp);
+  int live = e && !e->pending;
+  cuemm__lock_release(&m->lock);
+  if (live)
+    return CUDA_SUCCESS;
+  return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_record_stream: 0x%llx is not the start of a live allocation of "
+                      "this manager (allocated elsewhere, an interior pointer, or freed already)",
+                      (unsigned long long)dp);
+}
+
 #define CHECK_ASYNC(m, fn)                                                     \
   do {                                                                         \
     if (!(m))                                                                  \
@@ -796,7 +811,7 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstrea
 
 CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
-#define DEFERRED_INSTEAD CUDA_SUCCESS /* the free synchronizes the context: nothing to record */
+#define DEFERRED_INSTEAD live_deferred_block(m, dp) /* its free synchronizes the context: nothing to record */
   CHECK_ASYNC(m, "cuemm_record_stream");
 #undef DEFERRED_INSTEAD
   uintptr_t p = (uintptr_t)dp;

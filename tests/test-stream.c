@@ -571,7 +571,7 @@ static void test_managed(void)
   cuemm_manager *m = NULL;
   CUresult cr = cuemm_create(&m, ctx, &c);
   if (cr == CUDA_ERROR_NOT_SUPPORTED) {
-    skip(5, "no managed memory on this device");
+    skip(6, "no managed memory on this device");
     return;
   }
   CHECK_CU(cr);
@@ -580,7 +580,9 @@ static void test_managed(void)
   CUdeviceptr p;
   is(cuemm_alloc_async(m, &p, 5000, s), CUDA_SUCCESS, "managed memory: cuemm_alloc_async is cuemm_alloc");
   CHECK_CU(cuMemsetD8Async(p, 7, 5000, s));
-  is(cuemm_record_stream(m, p, CU_STREAM_LEGACY), CUDA_SUCCESS, "record_stream does nothing");
+  is(cuemm_record_stream(m, p, CU_STREAM_LEGACY), CUDA_SUCCESS, "record_stream of a live block does nothing");
+  is(cuemm_record_stream(m, p + 256, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_VALUE,
+     "record_stream of an interior pointer is refused");
   is(cuemm_free_async(m, p, s), CUDA_SUCCESS, "cuemm_free_async is the deferred free");
   is(test_stats(m).pending_count, 1, "the block waits in the pending queue");
   is(cuemm_free_async(m, p, s), CUDA_ERROR_INVALID_VALUE, "a second free is refused as cuemm_free refuses it");
