@@ -164,25 +164,8 @@ static void start_child(const char *argv0)
     printf("Bail out! pipe: %s\n", strerror(errno));
     exit(1);
   }
-  fflush(stdout);
-  child_pid = fork();
-  if (child_pid < 0) {
-    printf("Bail out! fork: %s\n", strerror(errno));
-    exit(1);
-  }
-  if (child_pid == 0) {
-    close(down[1]);
-    close(up[0]);
-    char rfd[16], wfd[16];
-    snprintf(rfd, sizeof rfd, "%d", down[0]);
-    snprintf(wfd, sizeof wfd, "%d", up[1]);
-    /* Under `make check` argv[0] may be libtool's wrapper script; either
-     * one runs this program again.  argv[0] first: under valgrind
-     * /proc/self/exe is valgrind's own tool. */
-    execl(argv0, argv0, "--child", rfd, wfd, (char *)NULL);
-    execl("/proc/self/exe", argv0, "--child", rfd, wfd, (char *)NULL);
-    _exit(127);
-  }
+  int pass[2] = { down[0], up[1] }, shut[2] = { down[1], up[0] };
+  child_pid = spawn_self(argv0, pass, 2, shut, 2);
   close(down[0]);
   close(up[1]);
   to_child = down[1];

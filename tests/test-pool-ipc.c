@@ -211,21 +211,7 @@ static void start_child(const char *argv0)
     printf("Bail out! socketpair: %s\n", strerror(errno));
     exit(1);
   }
-  fflush(stdout);
-  child_pid = fork();
-  if (child_pid < 0) {
-    printf("Bail out! fork: %s\n", strerror(errno));
-    exit(1);
-  }
-  if (child_pid == 0) {
-    close(sp[0]);
-    char fd[16];
-    snprintf(fd, sizeof fd, "%d", sp[1]);
-    /* argv[0] first: under valgrind /proc/self/exe is valgrind's tool. */
-    execl(argv0, argv0, "--child", fd, (char *)NULL);
-    execl("/proc/self/exe", argv0, "--child", fd, (char *)NULL);
-    _exit(127);
-  }
+  child_pid = spawn_self(argv0, &sp[1], 1, &sp[0], 1);
   close(sp[1]);
   sock = sp[0];
 }
