@@ -129,19 +129,44 @@ static void test_same_stream(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
+/* Queue mode (work held back until a synchronization), a pool manager and
+ * two non-blocking streams, for the tests that need simcuda to run work
+ * late; without it, `n` checks are skipped and 0 returned. */
+typedef struct held {
+  cuemm_manager *m;
+  CUstream s1, s2;
+} held;
+
+static int held_begin(held *t, cuemm_stream_reuse reuse, int n)
+{
+  if (!sim_present || !sim.set_queue_mode) {
+    skip(n, "needs simcuda's queue mode to hold work back");
+    return 0;
+  }
+  sim.set_queue_mode(1);
+  t->m = pool_manager(reuse);
+  CHECK_CU(cuStreamCreate(&t->s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&t->s2, CU_STREAM_NON_BLOCKING));
+  return 1;
+}
+
+static void held_end(held *t)
+{
+  CHECK_CU(cuemm_destroy(t->m));
+  CHECK_CU(cuStreamDestroy(t->s1));
+  CHECK_CU(cuStreamDestroy(t->s2));
+  sim.set_queue_mode(0);
+}
+
 /* Queue mode: a block freed on s1 while s1 still has work on it must not
  * serve s2 until that work is done. */
 static void test_cross_stream(void)
 {
-  if (!sim_present || !sim.set_queue_mode) {
-    skip(9, "needs simcuda's queue mode to hold work back");
+  held t;
+  if (!held_begin(&t, CUEMM_STREAM_REUSE_EVENT, 9))
     return;
-  }
-  sim.set_queue_mode(1);
-  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
-  CUstream s1, s2;
-  CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
-  CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  cuemm_manager *m = t.m;
+  CUstream s1 = t.s1, s2 = t.s2;
   CUdeviceptr p, q;
   CHECK_CU(cuemm_alloc_async(m, &p, 8192, s1));
   CHECK_CU(cuMemsetD8Async(p, 0xAA, 8192, s1));
@@ -180,25 +205,18 @@ static void test_cross_stream(void)
   is(from_s1, 9, "after it completed, s2 reused s1's blocks");
   cuemm_stats st = test_stats(m);
   ok(st.stream_steals >= 10, "steals counted (%llu)", (unsigned long long)st.stream_steals);
-  CHECK_CU(cuemm_destroy(m));
-  CHECK_CU(cuStreamDestroy(s1));
-  CHECK_CU(cuStreamDestroy(s2));
-  sim.set_queue_mode(0);
+  held_end(&t);
 }
 
 /* CUEMM_STREAM_REUSE=wait: s2 takes the block at once and waits on s1's
  * event: s1's write lands first, s2's after. */
 static void test_wait_mode(void)
 {
-  if (!sim_present || !sim.set_queue_mode) {
-    skip(4, "needs simcuda's queue mode to hold work back");
+  held t;
+  if (!held_begin(&t, CUEMM_STREAM_REUSE_WAIT, 4))
     return;
-  }
-  sim.set_queue_mode(1);
-  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_WAIT);
-  CUstream s1, s2;
-  CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
-  CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  cuemm_manager *m = t.m;
+  CUstream s1 = t.s1, s2 = t.s2;
   CUdeviceptr p, q;
   CHECK_CU(cuemm_alloc_async(m, &p, 4096, s1));
   CHECK_CU(cuMemsetD8Async(p, 0x11, 4096, s1));
@@ -213,23 +231,16 @@ static void test_wait_mode(void)
   cuemm_stats st = test_stats(m);
   is(st.stream_event_waits, 1, "the wait is counted");
   CHECK_CU(cuemm_free_async(m, q, s2));
-  CHECK_CU(cuemm_destroy(m));
-  CHECK_CU(cuStreamDestroy(s1));
-  CHECK_CU(cuStreamDestroy(s2));
-  sim.set_queue_mode(0);
+  held_end(&t);
 }
 
 static void test_record_stream(void)
 {
-  if (!sim_present || !sim.set_queue_mode) {
-    skip(4, "needs simcuda's queue mode to hold work back");
+  held t;
+  if (!held_begin(&t, CUEMM_STREAM_REUSE_EVENT, 4))
     return;
-  }
-  sim.set_queue_mode(1);
-  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
-  CUstream s1, s2;
-  CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
-  CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  cuemm_manager *m = t.m;
+  CUstream s1 = t.s1, s2 = t.s2;
   CUdeviceptr p, q;
   CHECK_CU(cuemm_alloc_async(m, &p, 4096, s1));
   CHECK_CU(cuemm_record_stream(m, p, s2));
@@ -246,10 +257,7 @@ static void test_record_stream(void)
   is(byte_at(q, 100), 0x44, "s1's new write came after s2's old one");
   is(cuemm_record_stream(m, 0xdead0000, s2), CUDA_ERROR_INVALID_VALUE, "record_stream of a foreign pointer refused");
   CHECK_CU(cuemm_free_async(m, q, s1));
-  CHECK_CU(cuemm_destroy(m));
-  CHECK_CU(cuStreamDestroy(s1));
-  CHECK_CU(cuStreamDestroy(s2));
-  sim.set_queue_mode(0);
+  held_end(&t);
 }
 
 static void test_mixing(void)
