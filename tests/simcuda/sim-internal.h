@@ -263,6 +263,9 @@ struct sim_region {
 
 unsigned long long sim_next_buffer_id(void);
 struct sim_region *sim_region_new(enum sim_region_kind kind, uintptr_t base, size_t size);
+/* A region of fresh anonymous pages (host-backed memory of any kind), its
+ * map_size set; NULL when memory ran out. */
+struct sim_region *sim_region_mapped(enum sim_region_kind kind, size_t size);
 void sim_region_unlink(struct sim_region *r);
 /* The region containing addr, of any kind. */
 struct sim_region *sim_region_find(uintptr_t addr);

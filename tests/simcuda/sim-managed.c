@@ -57,16 +57,10 @@ static CUresult alloc_managed(CUdeviceptr *dptr, size_t size, unsigned flags)
   size_t held = managed_bytes();
   if (size > sim_managed_capacity || held > sim_managed_capacity - size)
     return CUDA_ERROR_OUT_OF_MEMORY;
-  size_t map_size = sim_round_up(size, (size_t)sysconf(_SC_PAGESIZE));
-  void *p = mmap(NULL, map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
+  struct sim_region *reg = sim_region_mapped(SIM_R_MANAGED, size);
+  if (!reg)
     return CUDA_ERROR_OUT_OF_MEMORY;
-  struct sim_region *reg = sim_region_new(SIM_R_MANAGED, (uintptr_t)p, size);
-  if (!reg) {
-    munmap(p, map_size);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  reg->map_size = map_size;
+  void *p = (void *)reg->base;
   reg->dev = c->dev;
   reg->ctx = c;
   reg->ctx_id = c->id;

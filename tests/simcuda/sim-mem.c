@@ -57,6 +57,21 @@ struct sim_region *sim_region_new(enum sim_region_kind kind, uintptr_t base, siz
   return r;
 }
 
+struct sim_region *sim_region_mapped(enum sim_region_kind kind, size_t size)
+{
+  size_t map_size = sim_round_up(size, page_size());
+  void *p = mmap(NULL, map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  struct sim_region *reg = sim_region_new(kind, (uintptr_t)p, size);
+  if (!reg) {
+    munmap(p, map_size);
+    return NULL;
+  }
+  reg->map_size = map_size;
+  return reg;
+}
+
 void sim_region_unlink(struct sim_region *r)
 {
   for (struct sim_region **p = &region_list; *p; p = &(*p)->next)
@@ -600,16 +615,10 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags)
     return r;
   if (size == 0)
     return CUDA_ERROR_INVALID_VALUE;
-  size_t map_size = sim_round_up(size, page_size());
-  void *p = mmap(NULL, map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
+  struct sim_region *reg = sim_region_mapped(SIM_R_HOST, size);
+  if (!reg)
     return CUDA_ERROR_OUT_OF_MEMORY;
-  struct sim_region *reg = sim_region_new(SIM_R_HOST, (uintptr_t)p, size);
-  if (!reg) {
-    munmap(p, map_size);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  reg->map_size = map_size;
+  void *p = (void *)reg->base;
   reg->flags = flags;
   reg->dev = c->dev;
   reg->ctx = c;
