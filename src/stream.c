@@ -472,20 +472,38 @@ static CUresult live_deferred_block(cuemm_manager *m, CUdeviceptr dp)
                       (unsigned long long)dp);
 }
 
-#define CHECK_ASYNC(m, fn)                                                     \
-  do {                                                                         \
-    if (!(m))                                                                  \
-      return cuemm__error(CUDA_ERROR_INVALID_VALUE, fn ": manager is NULL");   \
-    if (!(m)->pool && (m)->managed)                                            \
-      return DEFERRED_INSTEAD;                                                 \
-    if (!(m)->pool)                                                            \
-      return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, fn ": this manager has no pool; the stream-ordered " \
-                          "path serves pool blocks only (create the manager with CUEMM_POOL=vmm or "   \
-                          "cuemm_config.pool = CUEMM_POOL_VMM)");                                     \
-    if (!(m)->drv->EventRecord || !(m)->drv->EventQuery || !(m)->drv->StreamWaitEvent)                 \
-      return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, fn ": the driver lacks the event entry points "      \
-                          "(cuEventRecord, cuEventQuery, cuStreamWaitEvent) the stream-ordered path needs"); \
-  } while (0)
+/* Which way the stream calls go on a manager: its stream-ordered pool; the
+ * deferred path (managed or system memory, see deferred_instead); or a
+ * refusal, whose CUresult goes to *why with the message set. */
+typedef enum { PATH_STREAM, PATH_DEFERRED, PATH_REFUSED } stream_path;
+
+static __attribute__((noinline)) stream_path path_checked(const cuemm_manager *m, const char *fn, CUresult *why)
+{
+  if (!m) {
+    *why = cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: manager is NULL", fn);
+    return PATH_REFUSED;
+  }
+  if (!m->pool && m->managed)
+    return PATH_DEFERRED;
+  if (!m->pool) {
+    *why = cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "%s: this manager has no pool; the stream-ordered path serves pool "
+                 "blocks only (create the manager with CUEMM_POOL=vmm or cuemm_config.pool = CUEMM_POOL_VMM)", fn);
+    return PATH_REFUSED;
+  }
+  if (!m->drv->EventRecord || !m->drv->EventQuery || !m->drv->StreamWaitEvent) {
+    *why = cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "%s: the driver lacks the event entry points (cuEventRecord, "
+                 "cuEventQuery, cuStreamWaitEvent) the stream-ordered path needs", fn);
+    return PATH_REFUSED;
+  }
+  return PATH_STREAM;
+}
+
+static inline stream_path path_of(const cuemm_manager *m, const char *fn, CUresult *why)
+{
+  if (__builtin_expect(m && m->pool && m->drv->EventRecord && m->drv->EventQuery && m->drv->StreamWaitEvent, 1))
+    return PATH_STREAM;
+  return path_checked(m, fn, why);
+}
 
 static inline size_t round_block(size_t size)
 {
@@ -567,9 +585,11 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
 
 CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
 {
-#define DEFERRED_INSTEAD deferred_instead(cuemm_alloc(m, p, size), "cuemm_alloc_async", stream)
-  CHECK_ASYNC(m, "cuemm_alloc_async");
-#undef DEFERRED_INSTEAD
+  CUresult why = CUDA_SUCCESS;
+  stream_path way = path_of(m, "cuemm_alloc_async", &why);
+  if (__builtin_expect(way != PATH_STREAM, 0))
+    return way == PATH_REFUSED ? why
+                               : deferred_instead(cuemm_alloc(m, p, size), "cuemm_alloc_async", stream);
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: p is NULL");
   cuemm__heap *h = heap_of(m);
@@ -788,9 +808,11 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
 
 CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
-#define DEFERRED_INSTEAD deferred_instead(cuemm_free(m, dp), "cuemm_free_async", stream)
-  CHECK_ASYNC(m, "cuemm_free_async");
-#undef DEFERRED_INSTEAD
+  CUresult why = CUDA_SUCCESS;
+  stream_path way = path_of(m, "cuemm_free_async", &why);
+  if (__builtin_expect(way != PATH_STREAM, 0))
+    return way == PATH_REFUSED ? why
+                               : deferred_instead(cuemm_free(m, dp), "cuemm_free_async", stream);
   cuemm__heap *h = heap_of(m);
   if (__builtin_expect(h != NULL, 1) && cuemm__heap_enter(h)) {
     uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
@@ -811,9 +833,10 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstrea
 
 CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
-#define DEFERRED_INSTEAD live_deferred_block(m, dp) /* its free synchronizes the context: nothing to record */
-  CHECK_ASYNC(m, "cuemm_record_stream");
-#undef DEFERRED_INSTEAD
+  CUresult why = CUDA_SUCCESS;
+  stream_path way = path_of(m, "cuemm_record_stream", &why);
+  if (way != PATH_STREAM) /* deferred: the free synchronizes the context, nothing to record */
+    return way == PATH_REFUSED ? why : live_deferred_block(m, dp);
   uintptr_t p = (uintptr_t)dp;
   if (!stream)
     stream = CU_STREAM_LEGACY;
@@ -862,9 +885,10 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUst
 
 CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
 {
-#define DEFERRED_INSTEAD CUDA_SUCCESS /* no block is kept for a stream */
-  CHECK_ASYNC(m, "cuemm_stream_release");
-#undef DEFERRED_INSTEAD
+  CUresult why = CUDA_SUCCESS;
+  stream_path way = path_of(m, "cuemm_stream_release", &why);
+  if (way != PATH_STREAM) /* deferred: no block is kept for a stream */
+    return way == PATH_REFUSED ? why : CUDA_SUCCESS;
   if (!stream || stream == CU_STREAM_LEGACY)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_stream_release: the legacy default stream is never "
                         "destroyed; its cached blocks stay");
