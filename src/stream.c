@@ -425,6 +425,8 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
 
 static size_t stream_reclaim(cuemm_manager *m, int all)
 {
+  if (!m->nheaps)
+    return 0;
   size_t given = 0;
   cuemm__ctx_guard g;
   if (cuemm__ctx_enter(m, &g) != CUDA_SUCCESS)
