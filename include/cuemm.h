@@ -55,6 +55,7 @@
 #define CUEMM_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include <cuda.h>
@@ -262,6 +263,25 @@ typedef struct cuemm_config {
    * device's memory (the driver evicts pages to the host); the cap is how an
    * operator forbids that.  Default 0. */
   size_t managed_limit;
+
+  /* The event log (see "Seeing what the allocator does" below): a file
+   * that every device allocation and free of the manager is written to, in
+   * the CSV format of RMM's logging_resource_adaptor.  CUEMM_LOG.  "%p" in
+   * the name becomes the process id.  cuemm_create copies the string.
+   * NULL or "": no log.  Default NULL. */
+  const char *log_file;
+  /* 1: the manager's statistics table (cuemm_stats_print) goes to stderr
+   * when the manager is destroyed, or at the process's exit for a manager
+   * still alive then.  CUEMM_STATS, 0 or 1.  Default 0. */
+  int stats_at_exit;
+  /* Pool blocks annotated for compute-sanitizer through NVTX's memory API
+   * (CUEMM_NVTX, 0 or 1): with 1, when a tool that listens to NVTX is
+   * attached to the process (NVTX_INJECTION64_PATH is set), every block
+   * the pool hands out is registered as a region of the pool, so that an
+   * access past the end of a block, still inside the pool's mapped memory,
+   * is reported.  Without a tool it costs one predicted branch per
+   * allocation.  Default 1. */
+  int nvtx;
 
   /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when
    * an environment variable was invalid, with env_error saying which.
@@ -774,6 +794,17 @@ typedef struct cuemm_stats {
   uint64_t stream_event_waits;  /* cuStreamWaitEvent calls (CUEMM_STREAM_REUSE=wait, cuemm_record_stream) */
   uint64_t stream_steals;       /* blocks freed on one stream that served another */
   uint64_t stream_reclaims;     /* times the pool took idle cached blocks back instead of growing */
+  /* Device memory held from the driver: the pool's mapped bytes, the
+   * managed segments, and the cuMemAlloc allocations not yet given back
+   * (live or pending a flush); the highest figure seen.  peak_held_bytes /
+   * peak_bytes is the manager's footprint. */
+  size_t held_bytes;
+  size_t peak_held_bytes;
+  /* The event log (log_file): rows written for this manager, and rows lost
+   * because the file could not be written (a full disk: the log stops,
+   * with one message on stderr, and the program goes on). */
+  uint64_t log_rows;
+  uint64_t log_lost;
 } cuemm_stats;
 
 /* A consistent snapshot of the manager's counters. */
@@ -786,6 +817,114 @@ CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s);
  * released by the first flush after the scopes close (pinned ranges are
  * unpinned at once, as unpinning always is). */
 CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m);
+
+/* ------------------------------------------------------------------------ */
+/* Seeing what the allocator does                                            */
+
+/* The event log.  With log_file (CUEMM_LOG) set, every device allocation
+ * and free of the manager (cuemm_alloc, cuemm_free, the stream-ordered
+ * calls with their stream, the drop-ins; not pinned host memory) is a row
+ * of a CSV file in the format of RMM's logging_resource_adaptor, so that
+ * RMM's tools read it, with columns of cuemm's own after RMM's six:
+ *
+ *   Thread,Time,Action,Pointer,Size,Stream,Seq,Manager,Call,Held,Events
+ *
+ *   Thread   the OS thread id (gettid)
+ *   Time     local wall-clock time, HH:MM:SS.microseconds
+ *   Action   allocate, free, or "allocate failure" (Pointer 0x0)
+ *   Pointer  hex, 0x-prefixed; Size decimal bytes (for a free, the size
+ *            the allocation was made with); Stream hex, 0x0 for the legacy
+ *            default stream and for the calls that take no stream
+ *   Seq      the event's place in the process's order of events: rows are
+ *            buffered per thread, so with several threads the file is in
+ *            order within each thread and Seq gives the order across them
+ *   Manager  which manager (one per context; numbered from 1 in creation
+ *            order), when several share one file
+ *   Call     alloc, free, alloc_async, free_async
+ *   Held     device bytes the manager held from the driver after the
+ *            event (cuemm_stats.held_bytes)
+ *   Events   what the call made the manager do, space-separated:
+ *            grow=BYTES (the pool mapped more), release=BYTES (the pool gave
+ *            chunks back), flush=N (N pending frees released), oom-retry
+ *            (out of memory, flushed and retried), reclaim=BYTES (cached
+ *            stream blocks taken back by the pool), fallback (a request too
+ *            large for the pool, given to cuMemAlloc).  A flush, trim or
+ *            release of a call that neither allocates nor frees
+ *            (cuemm_flush, cuemm_pool_trim, the end of a defer scope) is
+ *            listed on the next row the same thread writes, prefixed
+ *            "earlier:", so that every row stays one RMM reads.
+ *
+ * Rows go to a buffer per thread and reach the file when it fills, when
+ * the thread exits, on cuemm_destroy and at the process's exit; the file is
+ * truncated and its header written at creation.  Managers naming the same
+ * file share it.  A file that cannot be opened fails cuemm_create
+ * (CUDA_ERROR_INVALID_VALUE, with the path and the system's reason); one
+ * that cannot be written later (a full disk) stops the log with one
+ * message on stderr, counted in cuemm_stats.log_lost, and the program's
+ * allocations go on. */
+
+/* Writes the manager's statistics as a short table to `f` (NULL: stderr):
+ * live and peak bytes, held and peak held bytes and the footprint (peak
+ * held / peak live), allocations, frees, flushes, growth steps, releases,
+ * out-of-memory retries, the pool's fragmentation, and the bytes the
+ * stream-ordered path caches per stream.  CUEMM_STATS=1 prints it when
+ * the manager is destroyed, or at exit.
+ * Errors: CUDA_ERROR_INVALID_VALUE for m == NULL; CUDA_ERROR_UNKNOWN when
+ * writing to `f` failed (errno's reason in the message). */
+CUEMM_EXTERN CUresult cuemm_stats_print(cuemm_manager *m, FILE *f);
+
+/* What a block of a snapshot is. */
+typedef enum cuemm_block_state {
+  CUEMM_BLOCK_LIVE = 0,     /* held by the program */
+  CUEMM_BLOCK_PENDING = 1,  /* freed by the program, waiting for a flush (the deferred path) */
+  CUEMM_BLOCK_CACHED = 2,   /* freed on a stream, kept in a thread's cache for reuse on it */
+  CUEMM_BLOCK_FREE = 3,     /* free pool memory */
+} cuemm_block_state;
+
+typedef struct cuemm_snapshot_chunk {
+  CUdeviceptr base;  /* a physical allocation mapped into the pool */
+  size_t size;
+} cuemm_snapshot_chunk;
+
+typedef struct cuemm_snapshot_block {
+  CUdeviceptr ptr;
+  size_t size;              /* the bytes the block spans (rounded) */
+  size_t requested;         /* what the program asked for (0 for free memory) */
+  CUstream stream;          /* the stream of a stream-ordered block (its last one when cached) */
+  cuemm_block_state state;
+  int chunk;                /* index into chunks; -1 for memory outside the pool (cuMemAlloc, managed) */
+  int stream_ordered;       /* 1: allocated with cuemm_alloc_async */
+} cuemm_snapshot_block;
+
+/* A manager's memory at one moment: the pool's chunks, in address order,
+ * and every block, live, pending, cached and free, in address order (the
+ * pool's first, then those outside it). */
+typedef struct cuemm_snapshot {
+  size_t nchunks;
+  cuemm_snapshot_chunk *chunks;
+  size_t nblocks;
+  cuemm_snapshot_block *blocks;
+  cuemm_stats stats;          /* the manager's statistics at the same moment */
+  cuemm_pool_stats pool;      /* and the pool's (enabled = 0 without one) */
+} cuemm_snapshot;
+
+/* Takes a snapshot of the manager (its lock held for the copy, so it is
+ * consistent; the threads' caches are read under their own locks).  Free
+ * it with cuemm_snapshot_free.
+ * Errors: CUDA_ERROR_INVALID_VALUE for a NULL argument;
+ * CUDA_ERROR_OUT_OF_MEMORY when host memory for the copy ran out. */
+CUEMM_EXTERN CUresult cuemm_snapshot_take(cuemm_manager *m, cuemm_snapshot **out);
+CUEMM_EXTERN void cuemm_snapshot_free(cuemm_snapshot *s);
+
+/* Writes a snapshot as one JSON object to `f`:
+ *   {"version":1,"stats":{...},"pool":{...},
+ *    "chunks":[{"base":"0x...","size":N},...],
+ *    "blocks":[{"ptr":"0x...","size":N,"requested":N,"stream":"0x...",
+ *               "state":"live|pending|cached|free","chunk":I,
+ *               "stream_ordered":true|false},...]}
+ * Errors: CUDA_ERROR_INVALID_VALUE for a NULL argument; CUDA_ERROR_UNKNOWN
+ * when writing failed. */
+CUEMM_EXTERN CUresult cuemm_snapshot_write_json(const cuemm_snapshot *s, FILE *f);
 
 /* ------------------------------------------------------------------------ */
 /* Sharing device memory between processes (IPC)                             */
