@@ -769,7 +769,9 @@ typedef struct cuemm_stats {
   size_t max_pending_count;
   size_t live_bytes;         /* device allocations not yet freed by the program */
   size_t live_count;
-  size_t peak_bytes;         /* highest live_bytes seen */
+  size_t peak_bytes;         /* highest live_bytes seen (the stream-ordered path's share is sampled, when
+                              * the statistics are read and when the pool grows: its threads keep their
+                              * counts apart; the event log and cuemm-replay give the exact peak) */
   size_t peak_count;         /* highest live_count seen */
   size_t host_live_bytes;    /* pinned host allocations (cuemm_host_alloc) */
   size_t host_live_count;

@@ -94,6 +94,8 @@ static const knob knobs[] = {
   { "CUEMM_MANAGED_ACCESSED_BY", "managed_accessed_by", KNOB_LOCATION,
     offsetof(cuemm_config, managed_accessed_by), CUEMM_LOCATION_NONE, CUEMM_LOCATION_NONE, CUEMM_LOCATION_CPU, 0,
     "\"none\", \"device\" or \"cpu\"" },
+  { "CUEMM_STATS", "stats_at_exit", KNOB_FLAG,
+    offsetof(cuemm_config, stats_at_exit), 0, 0, 1, 0, "0 or 1" },
   { "CUEMM_MANAGED_LIMIT", "managed_limit", KNOB_SIZE,
     offsetof(cuemm_config, managed_limit), 0, 0, SIZE_MAX_ACCEPTED, 0,
     "a size in bytes up to 256TiB, such as 64GiB (0: no limit)" },
@@ -230,6 +232,10 @@ CUEMM_EXTERN CUresult cuemm_config_init(cuemm_config *cfg)
   for (size_t i = 0; i < NKNOBS; i++)
     set_field(cfg, &knobs[i], knobs[i].def);
   cfg->env_status = CUDA_SUCCESS;
+  /* The one knob that is a string: any name is accepted here; opening the
+   * file is cuemm_create's test of it. */
+  const char *log = getenv("CUEMM_LOG");
+  cfg->log_file = log && *log ? log : NULL;
   for (size_t i = 0; i < NKNOBS; i++) {
     const char *text = getenv(knobs[i].env);
     double v;

@@ -4,18 +4,21 @@
  * manager calls up into no other file.
  *
  * The registry comes first: once a manager's teardown has begun, cuemm_get
- * must no longer hand it out.  The stream-ordered path's caches come last:
- * their blocks go with the pool.
+ * must no longer hand it out.  The statistics table (CUEMM_STATS) comes
+ * next, so that it shows the manager as the program left it.  The
+ * stream-ordered path's caches come last: their blocks go with the pool.
  */
 #include <stdio.h>
 
 #include "error.h"
 #include "ipc.h"
 #include "registry.h"
+#include "report.h"
 #include "stream.h"
 
 static const cuemm__extension *const extensions[] = {
   &cuemm__registry_extension,
+  &cuemm__report_extension,
   &cuemm__ipc_extension,
   &cuemm__stream_extension,
 };

@@ -112,6 +112,7 @@ CUresult cuemm__managed_create(cuemm_manager *m)
   if (!mp)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the managed pool");
   mp->drv = m->drv;
+  mp->log = m->log;
   mp->dev = m->dev;
   mp->kind = m->cfg.memory;
   mp->prefetch = m->cfg.managed_prefetch;
@@ -249,7 +250,8 @@ static CUresult grow(cuemm__managed *mp, size_t size)
   mp->units[head].base = base;
   mp->units[head].units = (uint32_t)n;
   cuemm__sa_fill(&mp->sa, at, bytes);
-  mp->held += bytes;
+  __atomic_add_fetch(&mp->held, bytes, __ATOMIC_RELAXED);
+  cuemm__log_note(mp->log, "grow", bytes);
   mp->segments++;
   mp->segments_allocated++;
   if (mp->held > mp->peak_held)
@@ -294,7 +296,8 @@ static CUresult release(cuemm__managed *mp, size_t keep)
     cuemm__sa_drain(&mp->sa, off, bytes);
     h->base = 0;
     h->units = 0;
-    mp->held -= bytes;
+    __atomic_sub_fetch(&mp->held, bytes, __ATOMIC_RELAXED);
+    cuemm__log_note(mp->log, "release", bytes);
     mp->segments--;
     mp->segments_released++;
   }
@@ -333,6 +336,7 @@ static CUresult take_slow(cuemm_manager *m, size_t size, CUdeviceptr *p, uint32_
   CUresult r = grow(mp, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     m->st.oom_retries++;
+    cuemm__log_note(m->log, "oom-retry", 0);
     char why[512];
     snprintf(why, sizeof why, "%s", cuemm_last_error());
     size_t count = m->pending.count, bytes = m->pending.bytes;
@@ -351,6 +355,8 @@ static CUresult take_slow(cuemm_manager *m, size_t size, CUdeviceptr *p, uint32_
                      "bytes), releasing free segments and retrying; %s", size, count, bytes, why);
     }
   }
+  if (r == CUDA_SUCCESS)
+    cuemm__note_held(m);
   if (r == CUDA_SUCCESS && take(mp, size, p, blk) != 0)
     r = cuemm__error(CUDA_ERROR_UNKNOWN, "internal: a managed segment was added but has no block of %zu bytes", size);
   return r;

@@ -33,6 +33,7 @@ typedef struct cuemm__managed_unit {
 
 typedef struct cuemm__managed {
   const cuemm__driver_table *drv;
+  struct cuemm__log *log;   /* the manager's event log, for notes of growth and release; NULL: none */
   CUdevice dev;
   cuemm_memory_kind kind;
   int prefetch;

@@ -94,6 +94,10 @@ static CUresult kind_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsi
     CUdeviceptr p = 0;
     CUresult r = m->drv->MemAlloc(&p, size);
     *out = (uintptr_t)p;
+    if (r == CUDA_SUCCESS) {
+      __atomic_add_fetch(&m->driver_bytes, size, __ATOMIC_RELAXED);
+      cuemm__note_held(m);
+    }
     return r;
   }
   void *h = NULL;
@@ -110,6 +114,8 @@ static CUresult kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, si
   switch (kind) {
   case CUEMM__KIND_DEVICE:
     r = m->drv->MemFree((CUdeviceptr)p);
+    if (r == CUDA_SUCCESS)
+      __atomic_sub_fetch(&m->driver_bytes, size, __ATOMIC_RELAXED);
     return r == CUDA_SUCCESS ? r : cuemm__driver_error(r, "cuMemFree(0x%" PRIxPTR ", %zu bytes)", p, size);
   case CUEMM__KIND_HOST:
     r = m->drv->MemFreeHost((void *)p);
@@ -207,8 +213,10 @@ static CUresult flush_locked(cuemm_manager *m, int force)
   else if (m->managed && released)
     r = cuemm__managed_flush_end(m->managed);
   r = cuemm__ctx_leave(m, &g, r);
-  if (released || returned)
+  if (released || returned) {
     m->st.flushes++;
+    cuemm__log_note(m->log, "flush", released + returned);
+  }
   return r != CUDA_SUCCESS ? r : sync_r;
 }
 
@@ -223,6 +231,7 @@ CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m)
   cuemm__lock_acquire(&m->lock);
   CUresult r = flush_locked(m, 0);
   cuemm__lock_release(&m->lock);
+  cuemm__log_settle(m->log);
   return r;
 }
 
@@ -237,6 +246,34 @@ void cuemm__account_alloc(cuemm_manager *m, size_t size)
     m->st.peak_bytes = m->st.live_bytes;
   if (m->st.live_count > m->st.peak_count)
     m->st.peak_count = m->st.live_count;
+}
+
+size_t cuemm__held_bytes(const cuemm_manager *m)
+{
+  size_t h = __atomic_load_n(&m->driver_bytes, __ATOMIC_RELAXED);
+  if (m->pool)
+    h += __atomic_load_n(&m->pool->mapped, __ATOMIC_RELAXED);
+  if (m->managed)
+    h += __atomic_load_n(&m->managed->held, __ATOMIC_RELAXED);
+  return h;
+}
+
+void cuemm__note_held(cuemm_manager *m)
+{
+  size_t h = cuemm__held_bytes(m);
+  if (h > m->st.peak_held_bytes)
+    m->st.peak_held_bytes = h;
+}
+
+/* The stream-ordered path's live bytes count in the peak, sampled: its
+ * threads keep their counts apart.  Lock held. */
+static void note_stream_peak(cuemm_manager *m)
+{
+  size_t bytes = 0, n = cuemm__extensions_live(m, &bytes);
+  if (m->st.live_bytes + bytes > m->st.peak_bytes)
+    m->st.peak_bytes = m->st.live_bytes + bytes;
+  if (m->st.live_count + n > m->st.peak_count)
+    m->st.peak_count = m->st.live_count + n;
 }
 
 /* Restores the caller's context after a block was taken; if that fails the
@@ -259,8 +296,12 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
     return r;
   /* Blocks idle in the threads' stream caches first: the pool never maps
    * more while it could take those back. */
-  if (cuemm__extensions_reclaim(m, 0) && cuemm__pool_take(m->pool, size, p, blk) == 0)
-    return leave_after_take(m, &g, blk);
+  size_t reclaimed = cuemm__extensions_reclaim(m, 0);
+  if (reclaimed) {
+    cuemm__log_note(m->log, "reclaim", reclaimed);
+    if (cuemm__pool_take(m->pool, size, p, blk) == 0)
+      return leave_after_take(m, &g, blk);
+  }
   /* Enough is free, only not in one piece: what is wholly free goes back
    * first, so that the growth replaces it rather than adds to it. */
   if (m->pool->sa.free_bytes >= size)
@@ -268,6 +309,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
   r = cuemm__pool_grow(m->pool, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     m->st.oom_retries++;
+    cuemm__log_note(m->log, "oom-retry", 0);
     char why[512];
     snprintf(why, sizeof why, "%s", cuemm_last_error());
     cuemm__extensions_reclaim(m, 1);
@@ -289,6 +331,11 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
         cuemm__error(r, "cuemm_alloc: out of pool memory for %zu bytes (%s) after flushing %zu pending frees "
                      "(%zu bytes), trimming and retrying; %s", size, state, count, bytes, why);
     }
+  }
+  if (r == CUDA_SUCCESS) {
+    cuemm__note_held(m);
+    if (m->nheaps) /* the footprint's other half, at the moment it matters */
+      note_stream_peak(m);
   }
   if (r == CUDA_SUCCESS && cuemm__pool_take(m->pool, size, p, blk) != 0)
     r = cuemm__error(CUDA_ERROR_UNKNOWN, "internal: the pool grew but has no block of %zu bytes", size);
@@ -341,8 +388,10 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
   }
 
   cuemm__lock_acquire(&m->lock);
-  if (kind == CUEMM__KIND_DEVICE && m->pool)
+  if (kind == CUEMM__KIND_DEVICE && m->pool) {
     m->fallback_allocs++;
+    cuemm__log_note(m->log, "fallback", 0);
+  }
   CUresult r;
   uintptr_t p = 0;
   if (kind == CUEMM__KIND_DEVICE && size > m->st.total_bytes) {
@@ -359,6 +408,8 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
     /* Numba's rule: flush what is pending (a no-op inside a defer scope) and
      * try exactly once more. */
     m->st.oom_retries++;
+    if (kind == CUEMM__KIND_DEVICE)
+      cuemm__log_note(m->log, "oom-retry", 0);
     CUresult fr = flush_locked(m, 0);
     (void)fr; /* a failed flush leaves its frees queued; the retry decides */
     if (m->pool)
@@ -414,9 +465,8 @@ static __attribute__((noinline)) CUresult pool_refuse(cuemm_manager *m, cuemm__p
   return r;
 }
 
-CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
+CUresult cuemm__alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size)
 {
-  CHECK_MANAGER(m, "cuemm_alloc");
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc: p is NULL");
   if (m->managed) /* CUEMM_MEMORY=managed|system: managed.c */
@@ -517,10 +567,63 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
   return r;
 }
 
+CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p)
+{
+  return cuemm__free(m, CUEMM__KIND_DEVICE, (uintptr_t)p);
+}
+
+/* ---- the event log's rows ------------------------------------------------------ */
+
+void cuemm__log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call)
+{
+  if (r == CUDA_SUCCESS || p)
+    cuemm__log_row(m->log, CUEMM__LOG_ALLOCATE, (uintptr_t)p, size, s, (unsigned)m->serial, call,
+                   cuemm__held_bytes(m));
+  else
+    cuemm__log_row(m->log, CUEMM__LOG_ALLOCATE_FAILURE, 0, size, s, (unsigned)m->serial, call,
+                   cuemm__held_bytes(m));
+}
+
+void cuemm__log_free(cuemm_manager *m, CUdeviceptr p, size_t size, CUstream s, const char *call)
+{
+  cuemm__log_row(m->log, CUEMM__LOG_FREE, (uintptr_t)p, size, s, (unsigned)m->serial, call, cuemm__held_bytes(m));
+}
+
+static __attribute__((noinline)) CUresult alloc_logged(cuemm_manager *m, CUdeviceptr *p, size_t size)
+{
+  if (!p)
+    return cuemm__alloc_device(m, p, size);
+  *p = 0;
+  CUresult r = cuemm__alloc_device(m, p, size);
+  cuemm__log_alloc(m, r, *p, size, NULL, "alloc");
+  return r;
+}
+
+static __attribute__((noinline)) CUresult free_logged(cuemm_manager *m, CUdeviceptr p)
+{
+  size_t size = cuemm__live_size(m, p);
+  CUresult r = cuemm__free_device(m, p);
+  if (r == CUDA_SUCCESS)
+    cuemm__log_free(m, p, size, NULL, "free");
+  else
+    cuemm__log_settle(m->log);
+  return r;
+}
+
+CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
+{
+  CHECK_MANAGER(m, "cuemm_alloc");
+  if (__builtin_expect(m->log != NULL, 0))
+    return alloc_logged(m, p, size);
+  return cuemm__alloc_device(m, p, size);
+}
+
 CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p)
 {
   CHECK_MANAGER(m, "cuemm_free");
-  return cuemm__free(m, CUEMM__KIND_DEVICE, (uintptr_t)p);
+  if (__builtin_expect(m->log != NULL, 0))
+    return free_logged(m, p);
+  return cuemm__free_device(m, p);
 }
 
 /* ---- defer scopes --------------------------------------------------------- */
@@ -582,6 +685,13 @@ CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s)
   if (!s)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_get_stats: s is NULL");
   cuemm__lock_acquire(&m->lock);
+  cuemm__stats_locked(m, s);
+  cuemm__lock_release(&m->lock);
+  return CUDA_SUCCESS;
+}
+
+void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s)
+{
   *s = m->st;
   if (m->nheaps) {
     cuemm__extensions_stats(m, s);
@@ -593,8 +703,10 @@ CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s)
   s->pending_bytes = m->pending.bytes;
   s->pending_count = m->pending.count;
   s->defer_depth = m->pending.defer_depth;
-  cuemm__lock_release(&m->lock);
-  return CUDA_SUCCESS;
+  s->held_bytes = cuemm__held_bytes(m);
+  if (s->held_bytes > s->peak_held_bytes)
+    s->peak_held_bytes = s->held_bytes;
+  cuemm__log_counts(m->log, &s->log_rows, &s->log_lost);
 }
 
 CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m)
@@ -612,17 +724,22 @@ CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m)
                           "CUEMM_POOL=vmm or cuemm_config.pool = CUEMM_POOL_VMM)");             \
   } while (0)
 
+void cuemm__pool_stats_locked(cuemm_manager *m, cuemm_pool_stats *s)
+{
+  if (m->pool) {
+    cuemm__pool_get_stats(m->pool, s);
+    s->fallback_allocs = m->fallback_allocs;
+  } else
+    memset(s, 0, sizeof *s);
+}
+
 CUEMM_EXTERN CUresult cuemm_pool_get_stats(cuemm_manager *m, cuemm_pool_stats *s)
 {
   CHECK_MANAGER(m, "cuemm_pool_get_stats");
   if (!s)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_pool_get_stats: s is NULL");
   cuemm__lock_acquire(&m->lock);
-  if (m->pool) {
-    cuemm__pool_get_stats(m->pool, s);
-    s->fallback_allocs = m->fallback_allocs;
-  } else
-    memset(s, 0, sizeof *s);
+  cuemm__pool_stats_locked(m, s);
   cuemm__lock_release(&m->lock);
   return CUDA_SUCCESS;
 }
@@ -641,6 +758,7 @@ CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m)
     }
   }
   cuemm__lock_release(&m->lock);
+  cuemm__log_settle(m->log);
   return r;
 }
 
@@ -716,6 +834,7 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m)
   if (r == CUDA_SUCCESS)
     r = flush_locked(m, 0);
   cuemm__lock_release(&m->lock);
+  cuemm__log_settle(m->log);
   return r;
 }
 
@@ -769,12 +888,18 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
   if (!d)
     return r;
 
+  cuemm__log *log = NULL;
+  if (cfg->log_file && cfg->log_file[0] && (r = cuemm__log_open(cfg->log_file, &log)) != CUDA_SUCCESS)
+    return r;
+
   cuemm_manager *m = calloc(1, sizeof *m);
   if (!m)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the manager");
+  m->log = log;
   static _Atomic uint64_t serials = 1;
   m->drv = d;
   m->cfg = *cfg;
+  m->cfg.log_file = log ? cuemm__log_path(log) : NULL; /* the program's string may not outlive the call */
   m->serial = atomic_fetch_add(&serials, 1);
   if ((r = read_context(m, ctx)) != CUDA_SUCCESS) {
     free(m);
@@ -790,6 +915,8 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
     cuemm__ctx_guard g;
     if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
       r = cuemm__pool_create(&m->pool, d, m->dev, cfg, m->st.total_bytes);
+      if (m->pool)
+        m->pool->log = log;
       r = cuemm__ctx_leave(m, &g, r);
     }
     if (r != CUDA_SUCCESS) {
@@ -914,7 +1041,9 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
   if (m->managed && (fr = cuemm__managed_destroy(m, 1)) != CUDA_SUCCESS)
     note_failure(&w, fr);
   r = cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  cuemm__log *log = m->log;
   free_manager(m);
+  cuemm__log_flush(log);
 
   if (w.failed)
     return cuemm__error(w.first_error,
@@ -939,7 +1068,9 @@ CUEMM_EXTERN CUresult cuemm_abandon(cuemm_manager *m)
   size_t live = m->st.live_count + m->st.host_live_count + m->st.pinned_count + cuemm__extensions_live(m, NULL);
   cuemm__extensions_abandon(m);
   size_t pending = m->pending.count;
+  cuemm__log *log = m->log;
   free_manager(m);
+  cuemm__log_flush(log);
   cuemm__error(CUDA_SUCCESS, "cuemm_abandon: dropped %zu live allocations and %zu pending frees without a driver call",
                live, pending);
   return CUDA_SUCCESS;

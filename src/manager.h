@@ -12,7 +12,9 @@
  * legacy device IPC, the table of opened mappings) and ipc-fd.c (pool
  * memory passed as file descriptors) share allocations with other
  * processes; stream.c (on heap.c, the threads' caches) is the
- * stream-ordered path; range.c answers which block holds a pointer.  Those
+ * stream-ordered path; range.c answers which block holds a pointer.  What
+ * a user sees of it all: log.c writes the event log (CUEMM_LOG), report.c
+ * the statistics table (CUEMM_STATS), snapshot.c lists every block.  Those
  * that keep state per manager hear of its creation and end, and the
  * stream-ordered path of the pool's need for its cached blocks, as
  * extensions (below), which extensions.c lists in the order they run.
@@ -31,6 +33,7 @@
 #include "driver.h"
 #include "lock.h"
 #include "heap.h"
+#include "log.h"
 #include "owned.h"
 #include "pending.h"
 #include "pool.h"
@@ -54,6 +57,8 @@ struct cuemm_manager {
   uint32_t nheaps, capheaps;
   uint64_t stream_reclaims;
   struct cuemm__managed *managed;  /* managed.c: CUEMM_MEMORY=managed|system, else NULL */
+  cuemm__log *log;            /* the event log (log.c), NULL: none; set at creation, read without the lock */
+  size_t driver_bytes;        /* cuMemAlloc memory held (live or pending); written atomically, for the log */
 };
 
 /* Makes m's context current for the calling thread if it is not, remembering
@@ -77,6 +82,29 @@ CUresult cuemm__flush_locked(cuemm_manager *m);
 /* Counts a device allocation of `size` bytes in the statistics (live, peak,
  * allocs).  Lock held. */
 void cuemm__account_alloc(cuemm_manager *m, size_t size);
+
+/* Device memory the manager holds from the driver now: the pool's mapped
+ * bytes, managed segments, cuMemAlloc allocations.  Any thread, no lock
+ * (the figures are read atomically; the sum is not one moment's). */
+size_t cuemm__held_bytes(const cuemm_manager *m);
+/* Raises peak_held_bytes to what is held now.  Lock held. */
+void cuemm__note_held(cuemm_manager *m);
+
+/* cuemm_get_stats and cuemm_pool_get_stats with the lock held. */
+void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s);
+void cuemm__pool_stats_locked(cuemm_manager *m, cuemm_pool_stats *s);
+
+/* cuemm_alloc and cuemm_free without their row in the event log: for the
+ * stream-ordered calls that fall back to them (their callers log). */
+CUresult cuemm__alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size);
+CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p);
+/* The event log's rows of a device allocation (r: its result) and of a free
+ * of `size` bytes that succeeded. */
+void cuemm__log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call);
+void cuemm__log_free(cuemm_manager *m, CUdeviceptr p, size_t size, CUstream s, const char *call);
+/* The size the program asked for of the live allocation starting at p (as
+ * logged, for a free), or 0 when p starts none (range.c). */
+size_t cuemm__live_size(cuemm_manager *m, CUdeviceptr p);
 
 /* Queues the free of an allocation of the given kind, flushing when due. */
 CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p);

@@ -39,6 +39,7 @@
 
 #include "error.h"
 #include "piece.h"
+#include "log.h"
 #include "pool.h"
 
 static size_t round_up(size_t v, size_t a)
@@ -198,7 +199,7 @@ static void rollback(cuemm__pool *p, size_t head, size_t n)
       cuemm__error_append("; undoing it, cuMemUnmap failed too: the chunk (%zu bytes) stays mapped, unused, "
                           "until the manager is destroyed", bytes);
       cuemm__sa_quarantine(&p->sa, head * p->unit, bytes);
-      p->mapped += bytes;
+      __atomic_add_fetch(&p->mapped, bytes, __ATOMIC_RELAXED);
       p->chunks++;
       return;
     }
@@ -357,7 +358,8 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
     return r;
   }
   cuemm__sa_fill(&p->sa, best_off, best_bytes);
-  p->mapped += best_bytes;
+  __atomic_add_fetch(&p->mapped, best_bytes, __ATOMIC_RELAXED);
+  cuemm__log_note(p->log, "grow", best_bytes);
   p->chunks += pieces;
   p->chunks_mapped += pieces;
   p->grow_steps++;
@@ -391,7 +393,8 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
   cuemm__sa_drain(&p->sa, head * p->unit, bytes);
   h->state = CUEMM__CHUNK_EMPTY;
   h->units = 0;
-  p->mapped -= bytes;
+  __atomic_sub_fetch(&p->mapped, bytes, __ATOMIC_RELAXED);
+  cuemm__log_note(p->log, "release", bytes);
   p->chunks--;
   p->chunks_released++;
   return CUDA_SUCCESS;

@@ -49,7 +49,8 @@ typedef struct cuemm__pool {
   int limit_hard;         /* CUEMM_POOL_LIMIT_HARD: nothing past the limit goes to cuMemAlloc */
   size_t piece;           /* CUEMM_POOL_PIECE: pinned piece size; 0: chosen by measurement (piece.c) */
   size_t last_piece;      /* the piece size of the last growth */
-  size_t mapped;
+  size_t mapped;          /* written atomically: the event log reads it without the lock */
+  struct cuemm__log *log; /* the manager's event log, for notes of growth and release; NULL: none */
   size_t chunks;
   size_t release_floor;   /* free bytes at their low point since the last release attempt */
   /* Hysteresis: the most bytes in use that a growth served, in this epoch

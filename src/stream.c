@@ -585,13 +585,13 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   return r;
 }
 
-CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
+static inline CUresult alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
 {
   CUresult why = CUDA_SUCCESS;
   stream_path way = path_of(m, "cuemm_alloc_async", &why);
   if (__builtin_expect(way != PATH_STREAM, 0))
     return way == PATH_REFUSED ? why
-                               : deferred_instead(cuemm_alloc(m, p, size), "cuemm_alloc_async", stream);
+                               : deferred_instead(cuemm__alloc_device(m, p, size), "cuemm_alloc_async", stream);
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: p is NULL");
   cuemm__heap *h = heap_of(m);
@@ -808,13 +808,13 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
   cuemm__error(CUDA_SUCCESS, "%s", keep);
 }
 
-CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
+static inline CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
   CUresult why = CUDA_SUCCESS;
   stream_path way = path_of(m, "cuemm_free_async", &why);
   if (__builtin_expect(way != PATH_STREAM, 0))
     return way == PATH_REFUSED ? why
-                               : deferred_instead(cuemm_free(m, dp), "cuemm_free_async", stream);
+                               : deferred_instead(cuemm__free_device(m, dp), "cuemm_free_async", stream);
   cuemm__heap *h = heap_of(m);
   if (__builtin_expect(h != NULL, 1) && cuemm__heap_enter(h)) {
     uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
@@ -831,6 +831,43 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstrea
     cuemm__heap_leave(h);
   }
   return free_async_slow(m, h, dp, stream);
+}
+
+/* The event log's rows, out of the fast paths' way. */
+static __attribute__((noinline)) CUresult alloc_async_logged(cuemm_manager *m, CUdeviceptr *p, size_t size,
+                                                             CUstream stream)
+{
+  if (!p)
+    return alloc_async(m, p, size, stream);
+  *p = 0;
+  CUresult r = alloc_async(m, p, size, stream);
+  cuemm__log_alloc(m, r, *p, size, stream, "alloc_async");
+  return r;
+}
+
+static __attribute__((noinline)) CUresult free_async_logged(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
+{
+  size_t size = cuemm__live_size(m, dp);
+  CUresult r = free_async(m, dp, stream);
+  if (r == CUDA_SUCCESS)
+    cuemm__log_free(m, dp, size, stream, "free_async");
+  else
+    cuemm__log_settle(m->log);
+  return r;
+}
+
+CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
+{
+  if (__builtin_expect(m && m->log, 0))
+    return alloc_async_logged(m, p, size, stream);
+  return alloc_async(m, p, size, stream);
+}
+
+CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
+{
+  if (__builtin_expect(m && m->log, 0))
+    return free_async_logged(m, dp, stream);
+  return free_async(m, dp, stream);
 }
 
 CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
@@ -938,6 +975,27 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
   r = cuemm__ctx_leave(m, &g, r);
   cuemm__lock_release(&m->lock);
   return r;
+}
+
+void cuemm__stream_each(cuemm_manager *m, void (*fn)(void *arg, const cuemm__stream_block *b), void *arg)
+{
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap *h = m->heaps[i];
+    cuemm__heap_lock(h);
+    for (uint32_t r = 1; r < h->nb; r++) {
+      const cuemm__hblock *b = &h->b[r];
+      if (b->state != CUEMM__HB_LIVE && b->state != CUEMM__HB_CACHED)
+        continue;
+      const cuemm__hstream *st = &h->st[b->hs];
+      cuemm__stream_block out = {
+        .ptr = b->ptr, .size = b->size, .req = b->state == CUEMM__HB_LIVE ? b->req : 0,
+        .stream = st->retired || st->s == CU_STREAM_LEGACY ? NULL : st->s,
+        .cached = b->state == CUEMM__HB_CACHED, .retired = st->retired,
+      };
+      fn(arg, &out);
+    }
+    cuemm__heap_unlock(h);
+  }
 }
 
 /* ---- the manager's hooks (the extension)  ----------------------------------------------------------------- */
