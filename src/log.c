@@ -306,31 +306,40 @@ static inline char *put_str(char *o, const char *s)
   return o;
 }
 
+static const char two_digits[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* Two digits at a time: rows are mostly numbers, and this is their cost. */
 static inline char *put_dec(char *o, uint64_t v)
 {
   char t[20];
-  int n = 0;
-  do
-    t[n++] = (char)('0' + v % 10);
-  while ((v /= 10) != 0);
-  while (n)
-    *o++ = t[--n];
-  return o;
+  int n = 20;
+  while (v >= 100) {
+    unsigned d = (unsigned)(v % 100) * 2;
+    v /= 100;
+    t[--n] = two_digits[d + 1];
+    t[--n] = two_digits[d];
+  }
+  if (v >= 10) {
+    t[--n] = two_digits[v * 2 + 1];
+    t[--n] = two_digits[v * 2];
+  } else
+    t[--n] = (char)('0' + v);
+  memcpy(o, t + n, (size_t)(20 - n));
+  return o + (20 - n);
 }
 
 static inline char *put_hex(char *o, uint64_t v)
 {
   static const char digits[] = "0123456789abcdef";
-  char t[16];
-  int n = 0;
-  do
-    t[n++] = digits[v & 15];
-  while ((v >>= 4) != 0);
+  int n = v ? (67 - __builtin_clzll(v)) / 4 : 1;
   *o++ = '0';
   *o++ = 'x';
-  while (n)
-    *o++ = t[--n];
-  return o;
+  for (int i = n - 1; i >= 0; i--, v >>= 4)
+    o[i] = digits[v & 15];
+  return o + n;
 }
 
 /* HH:MM:SS.uuuuuu, local time, as RMM's logger writes it. */

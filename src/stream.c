@@ -845,9 +845,25 @@ static __attribute__((noinline)) CUresult alloc_async_logged(cuemm_manager *m, C
   return r;
 }
 
+/* The size a block was asked for, for its free's row: from the calling
+ * thread's heap when it holds the block (no shared lock), else as the
+ * manager knows it. */
+static size_t live_req(cuemm_manager *m, CUdeviceptr dp)
+{
+  cuemm__heap *h = heap_of(m);
+  size_t req = 0;
+  if (h && cuemm__heap_enter(h)) {
+    uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
+    if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE)
+      req = h->b[r].req;
+    cuemm__heap_leave(h);
+  }
+  return req ? req : cuemm__live_size(m, dp);
+}
+
 static __attribute__((noinline)) CUresult free_async_logged(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
-  size_t size = cuemm__live_size(m, dp);
+  size_t size = m->pool ? live_req(m, dp) : cuemm__live_size(m, dp);
   CUresult r = free_async(m, dp, stream);
   if (r == CUDA_SUCCESS)
     cuemm__log_free(m, dp, size, stream, "free_async");
