@@ -124,6 +124,12 @@ int main(int argc, char **argv)
   }
   printf("# log file %s: %llu rows, %llu lost; %d runs, medians\n", path, (unsigned long long)st.log_rows,
          (unsigned long long)st.log_lost, reps);
+  /* What a row is made of, on this host: its clock read (the Time column). */
+  struct timespec ts;
+  double c0 = now_ns();
+  for (int i = 0; i < 1000000; i++)
+    clock_gettime(CLOCK_REALTIME, &ts);
+  printf("# clock_gettime(CLOCK_REALTIME): %.1f ns\n", (now_ns() - c0) / 1e6);
   printf("%-34s %12s %12s %14s\n", "loop (4 KiB pairs)", "no log ns", "log ns", "ns per event");
   double x0 = median(a0, reps), x1 = median(a1, reps);
   printf("%-34s %12.1f %12.1f %14.1f\n", "stream-ordered, one thread", x0, x1, (x1 - x0) / 2);

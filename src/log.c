@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,19 +36,22 @@
 
 static const char header[] = "Thread,Time,Action,Pointer,Size,Stream,Seq,Manager,Call,Held,Events\n";
 
+/* Every row takes a number from `seq`, so that line is written by every
+ * thread; what each row only reads (failed) lives on another. */
 struct cuemm__log {
+  _Alignas(64) _Atomic uint64_t seq;  /* numbers taken */
+  _Alignas(64) atomic_int failed;     /* a write failed: the log has stopped */
   char *path;
   int fd;
-  pthread_mutex_t wlock;  /* one buffer's write() at a time */
-  _Atomic uint64_t seq;   /* rows made (written, buffered or lost) */
+  cuemm__log *next;
+  _Alignas(64) pthread_mutex_t wlock; /* one buffer's write() at a time */
   off_t size;             /* bytes the file holds, every one a whole row (under wlock) */
   _Atomic uint64_t lost;  /* rows that never reached the file */
-  atomic_int failed;      /* a write failed: the log has stopped */
-  cuemm__log *next;
+  _Atomic uint64_t unused;  /* numbers taken for a free that then failed */
 };
 
 typedef struct tbuf {
-  pthread_mutex_t lock;
+  atomic_flag lock;   /* its thread takes it for every row: a spin lock, as it is all but never contended */
   cuemm__log *log;    /* whose rows `data` holds */
   size_t len;
   uint64_t rows;      /* rows in `data` */
@@ -71,6 +75,17 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static _Thread_local tbuf *tls_buf;
 
 /* ---- writing buffers -------------------------------------------------------- */
+
+static inline void buf_lock(tbuf *b)
+{
+  while (atomic_flag_test_and_set_explicit(&b->lock, memory_order_acquire))
+    sched_yield();
+}
+
+static inline void buf_unlock(tbuf *b)
+{
+  atomic_flag_clear_explicit(&b->lock, memory_order_release);
+}
 
 /* Writes b's rows to its log.  b's lock held. */
 static void buffer_write(tbuf *b)
@@ -124,10 +139,10 @@ static void write_all(cuemm__log *only)
 {
   pthread_mutex_lock(&g_lock);
   for (tbuf *b = g_bufs; b; b = b->next) {
-    pthread_mutex_lock(&b->lock);
+    buf_lock(b);
     if (!only || b->log == only)
       buffer_write(b);
-    pthread_mutex_unlock(&b->lock);
+    buf_unlock(b);
   }
   pthread_mutex_unlock(&g_lock);
 }
@@ -148,10 +163,9 @@ static void thread_exit(void *arg)
   if (b->next)
     b->next->prev = b->prev;
   pthread_mutex_unlock(&g_lock);
-  pthread_mutex_lock(&b->lock);
+  buf_lock(b);
   buffer_write(b);
-  pthread_mutex_unlock(&b->lock);
-  pthread_mutex_destroy(&b->lock);
+  buf_unlock(b);
   if (tls_buf == b)
     tls_buf = NULL;
   free(b);
@@ -172,7 +186,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
   for (tbuf *b = g_bufs; b; b = b->next) {
-    pthread_mutex_init(&b->lock, NULL);
+    atomic_flag_clear(&b->lock);
     b->len = 0;
     b->rows = 0;
   }
@@ -196,7 +210,7 @@ static tbuf *buffer_get(void)
   b = calloc(1, sizeof *b);
   if (!b)
     return NULL;
-  pthread_mutex_init(&b->lock, NULL);
+  atomic_flag_clear(&b->lock);
   int n = snprintf(b->tid, sizeof b->tid, "%ld,", (long)syscall(SYS_gettid));
   b->tidlen = n > 0 ? (size_t)n : 0;
   b->sec = (time_t)-1;
@@ -372,26 +386,36 @@ static char *put_time(tbuf *b, char *o)
 
 static const char *const action_names[] = { "allocate", "free", "allocate failure" };
 
-void cuemm__log_row(cuemm__log *log, cuemm__log_action action, uintptr_t ptr, size_t size, CUstream stream,
-                    unsigned manager, const char *call, size_t held)
+uint64_t cuemm__log_take(cuemm__log *log)
 {
+  return atomic_fetch_add_explicit(&log->seq, 1, memory_order_relaxed);
+}
+
+void cuemm__log_untake(cuemm__log *log)
+{
+  atomic_fetch_add(&log->unused, 1);
+}
+
+void cuemm__log_row(cuemm__log *log, uint64_t seq, cuemm__log_action action, uintptr_t ptr, size_t size,
+                    CUstream stream, unsigned manager, const char *call, size_t held)
+{
+  if (seq == CUEMM__LOG_NOW)
+    seq = cuemm__log_take(log);
   tbuf *b = buffer_get();
   if (!b || atomic_load_explicit(&log->failed, memory_order_relaxed)) {
-    atomic_fetch_add(&log->seq, 1);
     atomic_fetch_add(&log->lost, 1);
     if (b)
       b->nlen = b->elen = 0;
     return;
   }
-  uint64_t seq = atomic_fetch_add_explicit(&log->seq, 1, memory_order_relaxed);
-  pthread_mutex_lock(&b->lock);
+  buf_lock(b);
   if (b->log != log || b->len + ROW_MAX + 2 * NOTES_MAX > LOG_BUFFER) {
     buffer_write(b);
     b->log = log;
     if (atomic_load_explicit(&log->failed, memory_order_relaxed)) {
       atomic_fetch_add(&log->lost, 1);
       b->nlen = b->elen = 0;
-      pthread_mutex_unlock(&b->lock);
+      buf_unlock(b);
       return;
     }
   }
@@ -426,7 +450,7 @@ void cuemm__log_row(cuemm__log *log, cuemm__log_action action, uintptr_t ptr, si
   b->elen = b->nlen = 0;
   b->len = (size_t)(o - b->data);
   b->rows++;
-  pthread_mutex_unlock(&b->lock);
+  buf_unlock(b);
 }
 
 /* Appends one note to `to` (a note that does not fit is left out: the
@@ -476,7 +500,7 @@ void cuemm__log_flush(cuemm__log *log)
 
 void cuemm__log_counts(const cuemm__log *log, uint64_t *rows, uint64_t *lost)
 {
-  *rows = log ? atomic_load(&((cuemm__log *)log)->seq) : 0;
+  *rows = log ? atomic_load(&((cuemm__log *)log)->seq) - atomic_load(&((cuemm__log *)log)->unused) : 0;
   *lost = log ? atomic_load(&((cuemm__log *)log)->lost) : 0;
 }
 

@@ -30,10 +30,20 @@ typedef enum cuemm__log_action {
  * system's reason. */
 CUresult cuemm__log_open(const char *path, cuemm__log **out);
 
-/* One row.  `manager` numbers the manager, `held` is what it holds from the
- * driver after the event.  The calling thread's notes go with it. */
-void cuemm__log_row(cuemm__log *log, cuemm__log_action action, uintptr_t ptr, size_t size, CUstream stream,
-                    unsigned manager, const char *call, size_t held);
+/* The row's place in the order of events (its Seq).  A free takes it before
+ * the block goes back, an allocation once it has the block: whichever way
+ * the threads race, a block's free then comes before its next allocation.
+ * A number taken for a call that then writes no row is given back with
+ * cuemm__log_untake (the rows' count leaves it out; Seq has a gap). */
+uint64_t cuemm__log_take(cuemm__log *log);
+void cuemm__log_untake(cuemm__log *log);
+#define CUEMM__LOG_NOW UINT64_MAX
+
+/* One row, numbered `seq` (CUEMM__LOG_NOW: take the next number now).
+ * `manager` numbers the manager, `held` is what it holds from the driver
+ * after the event.  The calling thread's notes go with it. */
+void cuemm__log_row(cuemm__log *log, uint64_t seq, cuemm__log_action action, uintptr_t ptr, size_t size,
+                    CUstream stream, unsigned manager, const char *call, size_t held);
 
 /* Adds "what=n" (or "what" when n is 0) to the calling thread's notes for
  * its next row; nothing when log is NULL. */

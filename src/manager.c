@@ -576,17 +576,15 @@ CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p)
 
 void cuemm__log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call)
 {
-  if (r == CUDA_SUCCESS || p)
-    cuemm__log_row(m->log, CUEMM__LOG_ALLOCATE, (uintptr_t)p, size, s, (unsigned)m->serial, call,
-                   cuemm__held_bytes(m));
-  else
-    cuemm__log_row(m->log, CUEMM__LOG_ALLOCATE_FAILURE, 0, size, s, (unsigned)m->serial, call,
-                   cuemm__held_bytes(m));
+  int ok = r == CUDA_SUCCESS || p;
+  cuemm__log_row(m->log, CUEMM__LOG_NOW, ok ? CUEMM__LOG_ALLOCATE : CUEMM__LOG_ALLOCATE_FAILURE, ok ? (uintptr_t)p : 0,
+                 size, s, (unsigned)m->serial, call, cuemm__held_bytes(m));
 }
 
-void cuemm__log_free(cuemm_manager *m, CUdeviceptr p, size_t size, CUstream s, const char *call)
+void cuemm__log_free(cuemm_manager *m, uint64_t seq, CUdeviceptr p, size_t size, CUstream s, const char *call)
 {
-  cuemm__log_row(m->log, CUEMM__LOG_FREE, (uintptr_t)p, size, s, (unsigned)m->serial, call, cuemm__held_bytes(m));
+  cuemm__log_row(m->log, seq, CUEMM__LOG_FREE, (uintptr_t)p, size, s, (unsigned)m->serial, call,
+                 cuemm__held_bytes(m));
 }
 
 static __attribute__((noinline)) CUresult alloc_logged(cuemm_manager *m, CUdeviceptr *p, size_t size)
@@ -602,11 +600,14 @@ static __attribute__((noinline)) CUresult alloc_logged(cuemm_manager *m, CUdevic
 static __attribute__((noinline)) CUresult free_logged(cuemm_manager *m, CUdeviceptr p)
 {
   size_t size = cuemm__live_size(m, p);
+  uint64_t seq = cuemm__log_take(m->log);
   CUresult r = cuemm__free_device(m, p);
   if (r == CUDA_SUCCESS)
-    cuemm__log_free(m, p, size, NULL, "free");
-  else
+    cuemm__log_free(m, seq, p, size, NULL, "free");
+  else {
+    cuemm__log_untake(m->log);
     cuemm__log_settle(m->log);
+  }
   return r;
 }
 

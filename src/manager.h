@@ -99,9 +99,9 @@ void cuemm__pool_stats_locked(cuemm_manager *m, cuemm_pool_stats *s);
 CUresult cuemm__alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size);
 CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p);
 /* The event log's rows of a device allocation (r: its result) and of a free
- * of `size` bytes that succeeded. */
+ * of `size` bytes that succeeded (`seq` taken before the free, log.h). */
 void cuemm__log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call);
-void cuemm__log_free(cuemm_manager *m, CUdeviceptr p, size_t size, CUstream s, const char *call);
+void cuemm__log_free(cuemm_manager *m, uint64_t seq, CUdeviceptr p, size_t size, CUstream s, const char *call);
 /* The size the program asked for of the live allocation starting at p (as
  * logged, for a free), or 0 when p starts none (range.c). */
 size_t cuemm__live_size(cuemm_manager *m, CUdeviceptr p);

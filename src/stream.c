@@ -864,11 +864,14 @@ static size_t live_req(cuemm_manager *m, CUdeviceptr dp)
 static __attribute__((noinline)) CUresult free_async_logged(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
   size_t size = m->pool ? live_req(m, dp) : cuemm__live_size(m, dp);
+  uint64_t seq = cuemm__log_take(m->log);
   CUresult r = free_async(m, dp, stream);
   if (r == CUDA_SUCCESS)
-    cuemm__log_free(m, dp, size, stream, "free_async");
-  else
+    cuemm__log_free(m, seq, dp, size, stream, "free_async");
+  else {
+    cuemm__log_untake(m->log);
     cuemm__log_settle(m->log);
+  }
   return r;
 }
 
