@@ -1,4 +1,4 @@
-/* bench-replay.c: allocation traces of real programs replayed through the
+/* cuemm-replay.c: allocation traces of real programs replayed through the
  * allocators, for their time per event and the memory they hold.
  *
  * A trace is an RMM logging_resource_adaptor CSV log: the header
@@ -37,7 +37,7 @@
  *                    requests it gave to cuMemAlloc (rounded to 2 MiB)
  * Footprint is held / the trace's own peak of live bytes.
  *
- * Usage: bench-replay [--quick] [--reps R] LOG...
+ * Usage: cuemm-replay [--quick] [--reps R] LOG...
  * The cuemm configuration comes from the environment (CUEMM_POOL_CHUNK,
  * CUEMM_POOL_RELEASE_THRESHOLD, ...), with the pool always on.
  */
@@ -47,9 +47,117 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#define BENCH_NAME "bench-replay"
-#include "bench.h"
+#include <cuda.h>
+#include <cuemm.h>
+
+#define PROG "cuemm-replay"
+
+/* ---- the driver ----------------------------------------------------------- */
+
+/* The program links libcuemm only.  Its own driver calls go to the file
+ * cuemm loaded (CUEMM_LIBCUDA, else libcuda.so.1 through the loader's
+ * search path), resolved through cuGetProcAddress at the API version the
+ * library pins, so one driver serves both and the installed program needs
+ * no libcuda at link time.  O(): entries an older driver (or simcuda) may
+ * lack. */
+#define DRIVER_API_VERSION 12000
+#define DRIVER_ENTRIES(X, O)                                                   \
+  X(GetErrorName) X(DeviceGet) X(DeviceGetName) X(DevicePrimaryCtxRetain)      \
+  X(DevicePrimaryCtxRelease) X(CtxSetCurrent) X(CtxSynchronize)                \
+  X(MemGetInfo) X(MemAlloc) X(MemFree) X(StreamCreate) X(StreamDestroy)        \
+  O(MemAllocAsync) O(MemFreeAsync) O(DeviceGetDefaultMemPool)                  \
+  O(MemPoolSetAttribute) O(MemPoolGetAttribute) O(MemPoolTrimTo)
+
+static struct {
+#define DRIVER_FIELD(name) __typeof__(cu##name) *name;
+  DRIVER_ENTRIES(DRIVER_FIELD, DRIVER_FIELD)
+#undef DRIVER_FIELD
+} drv;
+
+static const char *error_name(CUresult r)
+{
+  const char *name = NULL;
+  if (!drv.GetErrorName || drv.GetErrorName(r, &name) != CUDA_SUCCESS || !name)
+    return "unknown error";
+  return name;
+}
+
+/* Stops the run: a driver or cuemm call failed.  The message is cuemm's
+ * for cuemm's calls, the error's name for the driver's. */
+static void call_failed(const char *call, CUresult r)
+{
+  int ours = strncmp(call, "cuemm_", 6) == 0;
+  fprintf(stderr, PROG ": %s failed (%s)%s%s\n", call, error_name(r), ours ? ": " : "", ours ? cuemm_last_error() : "");
+  exit(1);
+}
+
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    CUresult r_ = (call);                                                      \
+    if (r_ != CUDA_SUCCESS)                                                    \
+      call_failed(#call, r_);                                                  \
+  } while (0)
+
+/* Loads the driver through cuemm, then resolves the entries above from the
+ * same file. */
+static void driver_load(cuemm_driver_info *info)
+{
+  CUresult r = cuemm_driver_load();
+  if (r != CUDA_SUCCESS) {
+    fprintf(stderr, PROG ": no usable CUDA driver: %s\n", cuemm_last_error());
+    exit(1);
+  }
+  CHECK(cuemm_driver_get_info(info));
+  void *h = dlopen(info->path, RTLD_NOW | RTLD_LOCAL);
+  typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+  gpa_fn gpa = h ? (gpa_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
+  if (!gpa) {
+    fprintf(stderr, PROG ": %s: %s\n", info->path, h ? "no cuGetProcAddress_v2" : dlerror());
+    exit(1);
+  }
+#define DRIVER_RESOLVE(name, required)                                                                 \
+  do {                                                                                                 \
+    CUdriverProcAddressQueryResult st_ = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                         \
+    void *fn_ = NULL;                                                                                  \
+    if (gpa("cu" #name, &fn_, DRIVER_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st_) == CUDA_SUCCESS && \
+        st_ == CU_GET_PROC_ADDRESS_SUCCESS)                                                            \
+      drv.name = (__typeof__(drv.name))fn_;                                                            \
+    else if (required) {                                                                               \
+      fprintf(stderr, PROG ": the CUDA driver %s lacks cu" #name "\n", info->path);                    \
+      exit(1);                                                                                         \
+    }                                                                                                  \
+  } while (0);
+#define DRIVER_REQ(name) DRIVER_RESOLVE(name, 1)
+#define DRIVER_OPT(name) DRIVER_RESOLVE(name, 0)
+  DRIVER_ENTRIES(DRIVER_REQ, DRIVER_OPT)
+#undef DRIVER_REQ
+#undef DRIVER_OPT
+#undef DRIVER_RESOLVE
+}
+
+/* ---- time ----------------------------------------------------------------- */
+
+static double now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Sorts v in place. */
+static double median(double *v, int n)
+{
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 #define MiB ((size_t)1 << 20)
 #define MAX_STREAMS 256
@@ -106,7 +214,7 @@ static void *xcalloc(size_t n, size_t size)
 {
   void *p = calloc(n ? n : 1, size);
   if (!p) {
-    fprintf(stderr, BENCH_NAME ": out of host memory\n");
+    fprintf(stderr, PROG ": out of host memory\n");
     exit(1);
   }
   return p;
@@ -167,7 +275,7 @@ static void trace_push(trace *t, event e)
     t->cap = t->cap ? t->cap * 2 : 4096;
     event *ev = realloc(t->ev, t->cap * sizeof *ev);
     if (!ev) {
-      fprintf(stderr, BENCH_NAME ": out of host memory\n");
+      fprintf(stderr, PROG ": out of host memory\n");
       exit(1);
     }
     t->ev = ev;
@@ -177,7 +285,7 @@ static void trace_push(trace *t, event e)
 
 static void parse_fail(const trace *t, const char *what, const char *field)
 {
-  fprintf(stderr, BENCH_NAME ": %s:%zu: %s%s%s%s\n", t->path, t->lines, what, field ? " '" : "",
+  fprintf(stderr, PROG ": %s:%zu: %s%s%s%s\n", t->path, t->lines, what, field ? " '" : "",
           field ? field : "", field ? "'" : "");
   exit(1);
 }
@@ -212,7 +320,7 @@ static uint16_t stream_index(trace *t, uint64_t id)
     if (t->stream_ids[i] == id)
       return (uint16_t)i;
   if (t->streams == MAX_STREAMS)
-    parse_fail(t, "more distinct streams than " BENCH_NAME " replays (256)", NULL);
+    parse_fail(t, "more distinct streams than " PROG " replays (256)", NULL);
   t->stream_ids[t->streams] = id;
   return (uint16_t)t->streams++;
 }
@@ -252,7 +360,7 @@ static void trace_parse(trace *t, const char *path)
   t->path = path;
   FILE *fp = fopen(path, "r");
   if (!fp) {
-    fprintf(stderr, BENCH_NAME ": %s: %s\n", path, strerror(errno));
+    fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
     exit(1);
   }
   ptrmap live = { 0 };
@@ -314,7 +422,7 @@ static void trace_parse(trace *t, const char *path)
         i = ptrmap_find(&live, ptr);
       }
       if (t->slots == UINT32_MAX)
-        parse_fail(t, "more allocations than " BENCH_NAME " replays", NULL);
+        parse_fail(t, "more allocations than " PROG " replays", NULL);
       live.key[i] = ptr, live.slot[i] = (uint32_t)t->slots, live.size[i] = size;
       live.n++;
       trace_push(t, (event){ .size = size, .slot = (uint32_t)t->slots++, .stream = s, .is_free = 0 });
@@ -336,7 +444,7 @@ static void trace_parse(trace *t, const char *path)
     }
   }
   if (ferror(fp)) {
-    fprintf(stderr, BENCH_NAME ": %s: read error: %s\n", path, strerror(errno));
+    fprintf(stderr, PROG ": %s: read error: %s\n", path, strerror(errno));
     exit(1);
   }
   if (!header)
@@ -398,11 +506,6 @@ static CUdeviceptr pool_base;
 static size_t pool_span, fallback_live;
 static size_t info_base_used;
 
-typedef CUresult (*get_pool_fn)(CUmemoryPool *, CUdevice);
-typedef CUresult (*pool_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
-typedef CUresult (*pool_trim_fn)(CUmemoryPool, size_t);
-static pool_attr_fn pool_set_attr, pool_get_attr;
-static pool_trim_fn pool_trim;
 static CUmemoryPool dpool;
 static int dpool_attrs;
 
@@ -414,24 +517,24 @@ static size_t round2m(size_t n)
 static CUresult raw_alloc(CUdeviceptr *p, size_t size, CUstream s)
 {
   (void)s;
-  return cuMemAlloc(p, size);
+  return drv.MemAlloc(p, size);
 }
 
 static CUresult raw_free(CUdeviceptr p, size_t size, CUstream s)
 {
   (void)size, (void)s;
-  return cuMemFree(p);
+  return drv.MemFree(p);
 }
 
 static CUresult ctx_sync(void)
 {
-  return cuCtxSynchronize();
+  return drv.CtxSynchronize();
 }
 
 static size_t used_now(void)
 {
   size_t free_b, total;
-  CHECK(cuMemGetInfo(&free_b, &total));
+  CHECK(drv.MemGetInfo(&free_b, &total));
   return total - free_b;
 }
 
@@ -448,14 +551,13 @@ static size_t raw_held_sample(void)
 
 static const char *drv_setup(void)
 {
-  get_pool_fn get_pool = (get_pool_fn)dlsym(RTLD_DEFAULT, "cuDeviceGetDefaultMemPool");
-  pool_set_attr = (pool_attr_fn)dlsym(RTLD_DEFAULT, "cuMemPoolSetAttribute");
-  pool_get_attr = (pool_attr_fn)dlsym(RTLD_DEFAULT, "cuMemPoolGetAttribute");
-  pool_trim = (pool_trim_fn)dlsym(RTLD_DEFAULT, "cuMemPoolTrimTo");
+  if (!drv.MemAllocAsync || !drv.MemFreeAsync)
+    return "the driver has no cuMemAllocAsync / cuMemFreeAsync";
   dpool_attrs = 0;
-  if (get_pool && pool_set_attr && pool_get_attr && pool_trim && get_pool(&dpool, dev) == CUDA_SUCCESS) {
+  if (drv.DeviceGetDefaultMemPool && drv.MemPoolSetAttribute && drv.MemPoolGetAttribute && drv.MemPoolTrimTo &&
+      drv.DeviceGetDefaultMemPool(&dpool, dev) == CUDA_SUCCESS) {
     cuuint64_t max = UINT64_MAX;
-    CHECK(pool_set_attr(dpool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max));
+    CHECK(drv.MemPoolSetAttribute(dpool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max));
     dpool_attrs = 1;
   } else {
     printf("# cuMemAllocAsync: the driver has no memory-pool attributes: release threshold left as it is, "
@@ -466,13 +568,13 @@ static const char *drv_setup(void)
 
 static CUresult drv_alloc(CUdeviceptr *p, size_t size, CUstream s)
 {
-  return cuMemAllocAsync(p, size, s);
+  return drv.MemAllocAsync(p, size, s);
 }
 
 static CUresult drv_free(CUdeviceptr p, size_t size, CUstream s)
 {
   (void)size;
-  return cuMemFreeAsync(p, s);
+  return drv.MemFreeAsync(p, s);
 }
 
 /* The pool emptied and its high-water mark reset, so the pass measures the
@@ -481,10 +583,10 @@ static void drv_held_begin(void)
 {
   if (!dpool_attrs)
     return;
-  CHECK(cuCtxSynchronize());
-  CHECK(pool_trim(dpool, 0));
+  CHECK(drv.CtxSynchronize());
+  CHECK(drv.MemPoolTrimTo(dpool, 0));
   cuuint64_t zero = 0;
-  CHECK(pool_set_attr(dpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
+  CHECK(drv.MemPoolSetAttribute(dpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
 }
 
 static int drv_held_peak(size_t *peak)
@@ -492,16 +594,16 @@ static int drv_held_peak(size_t *peak)
   if (!dpool_attrs)
     return 0;
   cuuint64_t high = 0;
-  CHECK(pool_get_attr(dpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high));
+  CHECK(drv.MemPoolGetAttribute(dpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high));
   *peak = (size_t)high;
   return 1;
 }
 
 static void drv_teardown(void)
 {
-  CHECK(cuCtxSynchronize());
+  CHECK(drv.CtxSynchronize());
   if (dpool_attrs)
-    CHECK(pool_trim(dpool, 0)); /* what it kept is not the next backend's to lack */
+    CHECK(drv.MemPoolTrimTo(dpool, 0)); /* what it kept is not the next backend's to lack */
 }
 
 static const char *cuemm_setup(void)
@@ -569,7 +671,7 @@ static CUresult cuemm_deferred_free(CUdeviceptr p, size_t size, CUstream s)
 static CUresult cuemm_deferred_finish(void)
 {
   CUresult r = cuemm_flush(mgr);
-  return r ? r : cuCtxSynchronize();
+  return r ? r : drv.CtxSynchronize();
 }
 
 static size_t cuemm_held_sample(void)
@@ -600,9 +702,9 @@ typedef struct backend {
 static const backend backends[MAX_BACKENDS] = {
   { "cuMemAlloc", NULL, raw_alloc, raw_free, ctx_sync, raw_held_begin, raw_held_sample, NULL, NULL },
   { "cuMemAllocAsync", drv_setup, drv_alloc, drv_free, ctx_sync, drv_held_begin, NULL, drv_held_peak, drv_teardown },
-  { "cuemm async", cuemm_async_setup, cuemm_async_alloc, cuemm_async_free, ctx_sync, NULL, cuemm_held_sample, NULL,
+  { "cuemm-async", cuemm_async_setup, cuemm_async_alloc, cuemm_async_free, ctx_sync, NULL, cuemm_held_sample, NULL,
     cuemm_teardown },
-  { "cuemm deferred", cuemm_setup, cuemm_deferred_alloc, cuemm_deferred_free, cuemm_deferred_finish, NULL,
+  { "cuemm-deferred", cuemm_setup, cuemm_deferred_alloc, cuemm_deferred_free, cuemm_deferred_finish, NULL,
     cuemm_held_sample, NULL, cuemm_teardown },
 };
 
@@ -626,7 +728,7 @@ static void progress(const trace *t, const backend *b, const char *pass, size_t 
   if (now - progress_last < 1e9 || now - progress_t0 < 1e9)
     return;
   progress_last = now;
-  fprintf(stderr, BENCH_NAME ": %s, %s, %s: %zu of %zu events\n", t->path, b->name, pass, i, t->n);
+  fprintf(stderr, PROG ": %s, %s, %s: %zu of %zu events\n", t->path, b->name, pass, i, t->n);
 }
 
 /* One pass of the whole trace; returns its time in ns (the finish included,
@@ -647,7 +749,7 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
         slot[e->slot] = 0;
         ooms++;
       } else if (r != CUDA_SUCCESS) {
-        fprintf(stderr, BENCH_NAME ": %s: %s: allocating %llu bytes (event %zu) failed (%d): %s\n", t->path, b->name,
+        fprintf(stderr, PROG ": %s: %s: allocating %llu bytes (event %zu) failed (%d): %s\n", t->path, b->name,
                 (unsigned long long)e->size, i, (int)r, cuemm_last_error());
         exit(1);
       }
@@ -694,7 +796,7 @@ static result replay(const trace *t, const backend *b, int reps)
     else if (t->stream_ids[i] == 2)
       streams[i] = CU_STREAM_PER_THREAD;
     else
-      CHECK(cuStreamCreate(&streams[i], CU_STREAM_NON_BLOCKING));
+      CHECK(drv.StreamCreate(&streams[i], CU_STREAM_NON_BLOCKING));
   }
   CUdeviceptr *slot = xcalloc(t->slots, sizeof *slot);
   size_t oom = 0, held = 0;
@@ -719,7 +821,7 @@ static result replay(const trace *t, const backend *b, int reps)
   free(slot);
   for (size_t i = 0; i < t->streams; i++)
     if (t->stream_ids[i] != 0 && t->stream_ids[i] != 2)
-      CHECK(cuStreamDestroy(streams[i]));
+      CHECK(drv.StreamDestroy(streams[i]));
   if (b->teardown)
     b->teardown();
   char held_s[64] = "n/a";
@@ -735,7 +837,7 @@ static result replay(const trace *t, const backend *b, int reps)
 
 static void usage(void)
 {
-  fprintf(stderr, "usage: " BENCH_NAME " [--quick] [--reps R] LOG...\n"
+  fprintf(stderr, "usage: " PROG " [--quick] [--reps R] LOG...\n"
                   "  LOG: an RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream)\n");
   exit(2);
 }
@@ -751,7 +853,7 @@ int main(int argc, char **argv)
       char *end;
       long r = strtol(argv[++i], &end, 10);
       if (*end || r < 1 || r > 64) {
-        fprintf(stderr, BENCH_NAME ": --reps takes 1 to 64, not '%s'\n", argv[i]);
+        fprintf(stderr, PROG ": --reps takes 1 to 64, not '%s'\n", argv[i]);
         return 2;
       }
       reps = (int)r;
@@ -770,9 +872,14 @@ int main(int argc, char **argv)
   for (int i = 0; i < nlogs; i++)
     trace_parse(&traces[i], logs[i]);
 
-  char quick_arg[] = "--quick", no_arg[] = "";
-  char *start_argv[] = { argv[0], quick ? quick_arg : no_arg, NULL };
-  quick = bench_start(2, start_argv, &dev, &ctx);
+  cuemm_driver_info info;
+  char devname[128];
+  driver_load(&info);
+  CHECK(drv.DeviceGet(&dev, 0));
+  CHECK(drv.DeviceGetName(devname, sizeof devname, dev));
+  CHECK(drv.DevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(drv.CtxSetCurrent(ctx));
+  printf("# " PROG ": cuemm %s, %s, driver %d (%s)\n", cuemm_version_string(), devname, info.version, info.path);
   printf("# each backend: one pass measuring bytes held, one warm-up pass, then the median of %d timed pass%s\n",
          reps, reps == 1 ? "" : "es");
   result *res = xcalloc((size_t)nlogs * MAX_BACKENDS, sizeof *res);
@@ -807,6 +914,7 @@ int main(int argc, char **argv)
   for (int i = 0; i < nlogs; i++)
     free(traces[i].ev);
   free(traces), free(res), free(logs);
-  bench_end(dev);
+  CHECK(drv.CtxSetCurrent(NULL));
+  CHECK(drv.DevicePrimaryCtxRelease(dev));
   return 0;
 }
