@@ -1,21 +1,26 @@
 /* cuemm-replay.c: allocation traces of real programs replayed through the
  * allocators, for their time per event and the memory they hold.
  *
- * A trace is an RMM logging_resource_adaptor CSV log: the header
- * `Thread,Time,Action,Pointer,Size,Stream` (columns after these are
- * ignored), then one line per event; Action is `allocate`, `free` or
+ * A trace is an RMM logging_resource_adaptor CSV log, or cuemm's own
+ * (CUEMM_LOG, see cuemm.h): a header naming the columns, then one line per
+ * event.  Columns are found by name: RMM's Thread, Time, Action, Pointer,
+ * Size and Stream are required, cuemm's Seq, Manager and Held are read when
+ * present, any other is ignored.  Action is `allocate`, `free` or
  * `allocate failure`, Pointer and Stream are hex (with or without 0x), Size
- * is decimal.  scripts/torch-trace.py writes such logs from PyTorch's own
- * allocator.  Each log is parsed into an array first (the pointers resolved
+ * is decimal.  With a Seq column the rows are replayed in Seq order (cuemm
+ * buffers rows per thread, so its file is in order only within a thread);
+ * with a Manager column naming several managers, only one manager's rows
+ * are (--manager N; by default the first in replay order).
+ * scripts/torch-trace.py writes RMM logs from PyTorch's own allocator.  Each log is parsed into an array first (the pointers resolved
  * to slots, the streams to indices), so the timed passes do no parsing and
  * no lookups; then every event is replayed in order through each backend:
  *
  *   cuMemAlloc        cuMemAlloc / cuMemFree (streams ignored)
  *   cuMemAllocAsync   cuMemAllocAsync / cuMemFreeAsync on the device's
  *                     default memory pool, release threshold at UINT64_MAX
- *   cuemm async       cuemm_alloc_async / cuemm_free_async (a manager with
- *                     the pool), when the library has them
- *   cuemm deferred    cuemm_alloc / cuemm_free (a manager with the pool)
+ *   cuemm-async       cuemm_alloc_async / cuemm_free_async (a manager with
+ *                     the pool)
+ *   cuemm-deferred    cuemm_alloc / cuemm_free (a manager with the pool)
  *
  * Each distinct trace stream gets a stream of its own, created for the
  * replay (non-blocking, as PyTorch's side streams are); trace streams 0
@@ -37,12 +42,14 @@
  *                    requests it gave to cuMemAlloc (rounded to 2 MiB)
  * Footprint is held / the trace's own peak of live bytes.
  *
- * Usage: cuemm-replay [--quick] [--reps R] LOG...
+ * Usage: cuemm-replay [--quick] [--reps R] [--manager N] LOG...
  * The cuemm configuration comes from the environment (CUEMM_POOL_CHUNK,
  * CUEMM_POOL_RELEASE_THRESHOLD, ...), with the pool always on.
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +180,30 @@ typedef struct event {
   uint8_t is_free;
 } event;
 
+/* The columns the replay knows, found in the header by name.  The first
+ * six are RMM's and required; the others are cuemm's own (see cuemm.h)
+ * and optional.  Columns of other names are ignored. */
+enum { COL_THREAD, COL_TIME, COL_ACTION, COL_POINTER, COL_SIZE, COL_STREAM, COL_SEQ, COL_MANAGER, COL_HELD, NCOLS };
+#define NREQUIRED 6
+#define MAX_FIELDS 64
+static const char *const col_name[NCOLS] = { "Thread", "Time", "Action", "Pointer", "Size",
+                                             "Stream", "Seq", "Manager", "Held" };
+
+/* One row of the log as read, before the rows are put in order. */
+enum { ROW_ALLOC, ROW_FREE, ROW_FAILURE, ROW_UNKNOWN /* + the index of its name */ };
+typedef struct row {
+  uint64_t seq, ptr, size, stream, held;
+  size_t line;
+  uint32_t manager;
+  uint8_t action;
+  uint8_t has_held;
+} row;
+
+typedef struct manager_count {
+  uint32_t id;
+  size_t rows;
+} manager_count;
+
 typedef struct trace {
   const char *path;
   event *ev;
@@ -191,6 +222,18 @@ typedef struct trace {
   char unknown_action[MAX_UNKNOWN_ACTIONS][32];
   size_t unknown_actions;
   size_t peak_live, live_at_end, live_count_at_end;
+  size_t peak_event;                 /* the event after which live bytes first reach peak_live */
+  int has_seq;                       /* a Seq column: replayed in Seq order */
+  size_t seq_out_of_order;           /* rows whose Seq is below one earlier in the file */
+  size_t seq_duplicates;             /* rows whose Seq another row has too (kept in file order) */
+  int has_manager;                   /* a Manager column */
+  manager_count *managers;           /* the managers of the log, in the order first replayed */
+  size_t nmanagers;
+  uint32_t manager;                  /* the manager replayed, with has_manager */
+  int manager_chosen;                /* named by --manager */
+  size_t other_manager_rows;         /* rows of the other managers, skipped */
+  int has_held;                      /* a Held column with figures */
+  size_t held_peak;                  /* the highest Held of the manager replayed */
 } trace;
 
 /* The parser's map from trace pointers to live slots: open addressing,
@@ -213,6 +256,20 @@ static size_t ptr_hash(uint64_t k, size_t cap)
 static void *xcalloc(size_t n, size_t size)
 {
   void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, PROG ": out of host memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static void *xrealloc(void *p, size_t n, size_t size)
+{
+  if (size && n > SIZE_MAX / size) {
+    fprintf(stderr, PROG ": out of host memory\n");
+    exit(1);
+  }
+  p = realloc(p, n && size ? n * size : 1);
   if (!p) {
     fprintf(stderr, PROG ": out of host memory\n");
     exit(1);
@@ -273,21 +330,22 @@ static void trace_push(trace *t, event e)
 {
   if (t->n == t->cap) {
     t->cap = t->cap ? t->cap * 2 : 4096;
-    event *ev = realloc(t->ev, t->cap * sizeof *ev);
-    if (!ev) {
-      fprintf(stderr, PROG ": out of host memory\n");
-      exit(1);
-    }
-    t->ev = ev;
+    t->ev = xrealloc(t->ev, t->cap, sizeof *t->ev);
   }
   t->ev[t->n++] = e;
 }
 
+/* A data error at line `line` of the log: names the file and the line. */
+static void parse_fail_at(const trace *t, size_t line, const char *what, const char *field)
+{
+  fprintf(stderr, PROG ": %s:%zu: %s%s%s%s\n", t->path, line, what, field ? " '" : "", field ? field : "",
+          field ? "'" : "");
+  exit(1);
+}
+
 static void parse_fail(const trace *t, const char *what, const char *field)
 {
-  fprintf(stderr, PROG ": %s:%zu: %s%s%s%s\n", t->path, t->lines, what, field ? " '" : "",
-          field ? field : "", field ? "'" : "");
-  exit(1);
+  parse_fail_at(t, t->lines, what, field);
 }
 
 /* Hex with or without 0x: 1 to 16 digits and nothing else. */
@@ -312,7 +370,7 @@ static int parse_dec(const char *s, uint64_t *v)
   return errno ? -1 : 0;
 }
 
-static uint16_t stream_index(trace *t, uint64_t id)
+static uint16_t stream_index(trace *t, uint64_t id, size_t line)
 {
   if (id == 1) /* cudaStreamLegacy is the default stream by another name */
     id = 0;
@@ -320,12 +378,14 @@ static uint16_t stream_index(trace *t, uint64_t id)
     if (t->stream_ids[i] == id)
       return (uint16_t)i;
   if (t->streams == MAX_STREAMS)
-    parse_fail(t, "more distinct streams than " PROG " replays (256)", NULL);
+    parse_fail_at(t, line, "more distinct streams than " PROG " replays (256)", NULL);
   t->stream_ids[t->streams] = id;
   return (uint16_t)t->streams++;
 }
 
-static void unknown_action(trace *t, const char *a)
+/* The code of an action no replay knows: ROW_UNKNOWN + the index of its
+ * name (the last index counts all names past MAX_UNKNOWN_ACTIONS). */
+static uint8_t unknown_action(trace *t, const char *a)
 {
   size_t i;
   for (i = 0; i < t->unknown_actions; i++)
@@ -335,10 +395,8 @@ static void unknown_action(trace *t, const char *a)
     snprintf(t->unknown_action[i], sizeof t->unknown_action[i], "%s", a);
     t->unknown_actions++;
   }
-  t->unknown_action_count[i]++; /* index MAX_UNKNOWN_ACTIONS: all the others */
+  return (uint8_t)(ROW_UNKNOWN + i);
 }
-
-static const char *const rmm_columns[] = { "Thread", "Time", "Action", "Pointer", "Size", "Stream" };
 
 /* Splits line in place at commas; returns the number of fields (at most max). */
 static int split(char *line, char **f, int max)
@@ -354,60 +412,217 @@ static int split(char *line, char **f, int max)
   return n;
 }
 
-static void trace_parse(trace *t, const char *path)
+/* Finds the columns by name.  col[k] = the field index of column k, or -1. */
+static void parse_header(trace *t, char **f, int nf, int *col)
 {
-  memset(t, 0, sizeof *t);
-  t->path = path;
+  for (int k = 0; k < NCOLS; k++)
+    col[k] = -1;
+  for (int i = 0; i < nf; i++)
+    for (int k = 0; k < NCOLS; k++)
+      if (strcmp(f[i], col_name[k]) == 0) {
+        if (col[k] >= 0)
+          parse_fail(t, "the header names a column twice:", col_name[k]);
+        col[k] = i;
+      }
+  for (int k = 0; k < NREQUIRED; k++)
+    if (col[k] < 0) {
+      char what[160];
+      snprintf(what, sizeof what, "not an RMM log: the header lacks the column '%s' (it needs "
+               "Thread,Time,Action,Pointer,Size,Stream); found", col_name[k]);
+      /* the header as found, its fields joined again */
+      char found[256];
+      size_t used = 0;
+      found[0] = '\0';
+      for (int i = 0; i < nf && used < sizeof found; i++)
+        used += (size_t)snprintf(found + used, sizeof found - used, "%s%s", i ? "," : "", f[i]);
+      parse_fail(t, what, found);
+    }
+}
+
+static int manager_index(const trace *t, uint32_t id)
+{
+  for (size_t i = 0; i < t->nmanagers; i++)
+    if (t->managers[i].id == id)
+      return (int)i;
+  return -1;
+}
+
+/* Rows in Seq order; rows of one Seq keep their order in the file. */
+static int cmp_row_seq(const void *a, const void *b)
+{
+  const row *x = a, *y = b;
+  if (x->seq != y->seq)
+    return x->seq < y->seq ? -1 : 1;
+  return x->line < y->line ? -1 : x->line > y->line;
+}
+
+/* Reads the rows of the log, in file order. */
+static row *read_rows(trace *t, const char *path, size_t *nrows)
+{
   FILE *fp = fopen(path, "r");
   if (!fp) {
     fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
     exit(1);
   }
-  ptrmap live = { 0 };
-  ptrmap_grow(&live);
+  row *rows = NULL;
+  size_t n = 0, cap = 0;
   char *line = NULL;
-  size_t linecap = 0, cur = 0;
-  int header = 0;
+  size_t linecap = 0;
+  int header = 0, col[NCOLS], need = 0;
+  uint64_t max_seq = 0;
   ssize_t len;
+  errno = 0;
   while ((len = getline(&line, &linecap, fp)) >= 0) {
     t->lines++;
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
       line[--len] = '\0';
-    if (len == 0)
+    char *text = line;
+    if (t->lines == 1 && strncmp(text, "\xef\xbb\xbf", 3) == 0) /* a byte-order mark */
+      text += 3;
+    if (*text == '\0')
       continue;
     if (memchr(line, '\0', (size_t)len))
       parse_fail(t, "a NUL byte in the line: not a CSV log", NULL);
-    char *f[8];
-    int nf = split(line, f, 8);
+    char *f[MAX_FIELDS];
+    int nf = split(text, f, MAX_FIELDS);
     if (!header) {
-      for (int i = 0; i < 6; i++)
-        if (i >= nf || strcmp(f[i], rmm_columns[i]) != 0)
-          parse_fail(t, "not an RMM log: the header must start Thread,Time,Action,Pointer,Size,Stream; found",
-                     i < nf ? f[i] : "(missing column)");
+      parse_header(t, f, nf, col);
+      for (int k = 0; k < NCOLS; k++)
+        if (col[k] + 1 > need)
+          need = col[k] + 1;
+      t->has_seq = col[COL_SEQ] >= 0;
+      t->has_manager = col[COL_MANAGER] >= 0;
       header = 1;
       continue;
     }
-    if (nf < 6)
-      parse_fail(t, "fewer than the 6 columns Thread,Time,Action,Pointer,Size,Stream", NULL);
-    const char *action = f[2];
-    if (strcmp(action, "allocate failure") == 0) {
+    if (nf < need) {
+      char what[160];
+      int k = 0;
+      while (col[k] < nf)
+        k++;
+      snprintf(what, sizeof what, "%d columns, fewer than the header's: its column %s is column %d", nf,
+               col_name[k], col[k] + 1);
+      parse_fail(t, what, NULL);
+    }
+    row r = { .line = t->lines };
+    const char *action = f[col[COL_ACTION]];
+    if (strcmp(action, "allocate") == 0)
+      r.action = ROW_ALLOC;
+    else if (strcmp(action, "free") == 0)
+      r.action = ROW_FREE;
+    else if (strcmp(action, "allocate failure") == 0)
+      r.action = ROW_FAILURE;
+    else
+      r.action = unknown_action(t, action);
+    if (t->has_seq) {
+      if (parse_dec(f[col[COL_SEQ]], &r.seq) != 0)
+        parse_fail(t, "Seq is not a decimal number", f[col[COL_SEQ]]);
+      if (r.seq < max_seq)
+        t->seq_out_of_order++;
+      else
+        max_seq = r.seq;
+    }
+    if (t->has_manager) {
+      uint64_t id;
+      if (parse_dec(f[col[COL_MANAGER]], &id) != 0 || id > UINT32_MAX)
+        parse_fail(t, "Manager is not a manager's number", f[col[COL_MANAGER]]);
+      r.manager = (uint32_t)id;
+    }
+    if (r.action == ROW_ALLOC || r.action == ROW_FREE) {
+      if (parse_hex(f[col[COL_POINTER]], &r.ptr) != 0)
+        parse_fail(t, "Pointer is not hex", f[col[COL_POINTER]]);
+      if (parse_dec(f[col[COL_SIZE]], &r.size) != 0)
+        parse_fail(t, "Size is not a decimal number of bytes", f[col[COL_SIZE]]);
+      if (parse_hex(f[col[COL_STREAM]], &r.stream) != 0)
+        parse_fail(t, "Stream is not hex", f[col[COL_STREAM]]);
+      if (col[COL_HELD] >= 0 && f[col[COL_HELD]][0]) {
+        if (parse_dec(f[col[COL_HELD]], &r.held) != 0)
+          parse_fail(t, "Held is not a decimal number of bytes", f[col[COL_HELD]]);
+        r.has_held = 1;
+      }
+    }
+    if (n == cap) {
+      cap = cap ? cap * 2 : 4096;
+      rows = xrealloc(rows, cap, sizeof *rows);
+    }
+    rows[n++] = r;
+    errno = 0;
+  }
+  if (ferror(fp)) {
+    fprintf(stderr, PROG ": %s: read error: %s\n", path, strerror(errno ? errno : EIO));
+    exit(1);
+  }
+  if (!header)
+    parse_fail(t, "empty: no RMM header line", NULL);
+  fclose(fp);
+  free(line);
+  *nrows = n;
+  return rows;
+}
+
+/* Reads the log at `path`.  With a Manager column, the rows of manager
+ * `want` are replayed (0: the first manager in replay order). */
+static void trace_parse(trace *t, const char *path, uint32_t want)
+{
+  memset(t, 0, sizeof *t);
+  t->path = path;
+  size_t nrows;
+  row *rows = read_rows(t, path, &nrows);
+  if (t->has_seq) {
+    qsort(rows, nrows, sizeof *rows, cmp_row_seq);
+    for (size_t i = 1; i < nrows; i++)
+      t->seq_duplicates += rows[i].seq == rows[i - 1].seq;
+  }
+  if (t->has_manager) {
+    for (size_t i = 0; i < nrows; i++) {
+      int k = manager_index(t, rows[i].manager);
+      if (k < 0) {
+        t->managers = xrealloc(t->managers, t->nmanagers + 1, sizeof *t->managers);
+        t->managers[t->nmanagers] = (manager_count){ .id = rows[i].manager };
+        k = (int)t->nmanagers++;
+      }
+      t->managers[k].rows++;
+    }
+    t->manager_chosen = want != 0;
+    t->manager = want ? want : t->nmanagers ? t->managers[0].id : 0;
+    if (want && manager_index(t, want) < 0) {
+      char list[256] = "none";
+      size_t used = 0;
+      for (size_t i = 0; i < t->nmanagers && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%" PRIu32, i ? ", " : "", t->managers[i].id);
+      fprintf(stderr, PROG ": %s: no rows of manager %" PRIu32 " (the log's managers: %s)\n", path, want, list);
+      exit(1);
+    }
+  } else if (want) {
+    fprintf(stderr, PROG ": %s: --manager %" PRIu32 ": the log has no Manager column\n", path, want);
+    exit(1);
+  }
+
+  ptrmap live = { 0 };
+  ptrmap_grow(&live);
+  size_t cur = 0;
+  for (size_t k = 0; k < nrows; k++) {
+    const row *r = &rows[k];
+    if (t->has_manager && r->manager != t->manager) {
+      t->other_manager_rows++;
+      continue;
+    }
+    if (r->action == ROW_FAILURE) {
       t->alloc_failures++;
       continue;
     }
-    int is_free = strcmp(action, "free") == 0;
-    if (!is_free && strcmp(action, "allocate") != 0) {
-      unknown_action(t, action);
+    if (r->action >= ROW_UNKNOWN) {
+      t->unknown_action_count[r->action - ROW_UNKNOWN]++;
       continue;
     }
-    uint64_t ptr, size, stream;
-    if (parse_hex(f[3], &ptr) != 0)
-      parse_fail(t, "Pointer is not hex", f[3]);
-    if (parse_dec(f[4], &size) != 0)
-      parse_fail(t, "Size is not a decimal number of bytes", f[4]);
-    if (parse_hex(f[5], &stream) != 0)
-      parse_fail(t, "Stream is not hex", f[5]);
-    uint16_t s = stream_index(t, stream);
-    if (!is_free) {
+    if (r->has_held) {
+      t->has_held = 1;
+      if (r->held > t->held_peak)
+        t->held_peak = r->held;
+    }
+    uint64_t ptr = r->ptr, size = r->size;
+    uint16_t s = stream_index(t, r->stream, r->line);
+    if (r->action == ROW_ALLOC) {
       t->allocs++;
       if (size == 0 || ptr == 0) {
         t->null_allocs++;
@@ -422,13 +637,15 @@ static void trace_parse(trace *t, const char *path)
         i = ptrmap_find(&live, ptr);
       }
       if (t->slots == UINT32_MAX)
-        parse_fail(t, "more allocations than " PROG " replays", NULL);
+        parse_fail_at(t, r->line, "more allocations than " PROG " replays", NULL);
       live.key[i] = ptr, live.slot[i] = (uint32_t)t->slots, live.size[i] = size;
       live.n++;
       trace_push(t, (event){ .size = size, .slot = (uint32_t)t->slots++, .stream = s, .is_free = 0 });
       cur += size;
-      if (cur > t->peak_live)
+      if (cur > t->peak_live) {
         t->peak_live = cur;
+        t->peak_event = t->n - 1;
+      }
     } else {
       t->frees++;
       size_t i = ptrmap_find(&live, ptr);
@@ -443,14 +660,7 @@ static void trace_parse(trace *t, const char *path)
       ptrmap_remove(&live, i);
     }
   }
-  if (ferror(fp)) {
-    fprintf(stderr, PROG ": %s: read error: %s\n", path, strerror(errno));
-    exit(1);
-  }
-  if (!header)
-    parse_fail(t, "empty: no RMM header line", NULL);
-  fclose(fp);
-  free(line);
+  free(rows);
   t->live_count_at_end = live.n;
   ptrmap_free(&live);
   /* What stays live at the end, counting allocations whose free is missing. */
@@ -474,6 +684,24 @@ static void trace_print(const trace *t)
          "(%.1f MiB); %zu bytes in %zu allocations live at the end\n",
          t->lines, t->allocs, t->frees, t->n, t->streams, t->streams == 1 ? "" : "s", t->peak_live,
          (double)t->peak_live / MiB, t->live_at_end, t->live_count_at_end);
+  if (t->has_seq)
+    printf("# rows replayed in Seq order: %zu were out of file order\n", t->seq_out_of_order);
+  if (t->seq_duplicates)
+    printf("# %zu rows share a Seq with another row (kept in file order)\n", t->seq_duplicates);
+  if (t->has_manager && (t->nmanagers > 1 || t->manager_chosen)) {
+    char list[256];
+    size_t used = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < t->nmanagers && used < sizeof list; i++)
+      used += (size_t)snprintf(list + used, sizeof list - used, "%s%" PRIu32 " (%zu rows)", i ? ", " : "",
+                               t->managers[i].id, t->managers[i].rows);
+    printf("# managers in the log: %s; replaying manager %" PRIu32 " (%s); skipped: %zu rows of other managers\n",
+           list, t->manager, t->manager_chosen ? "--manager" : "the first in replay order, --manager N for another",
+           t->other_manager_rows);
+  }
+  if (t->has_held)
+    printf("# the log's Held column: the manager that wrote it held at most %zu bytes (%.2fx live)\n", t->held_peak,
+           t->peak_live ? (double)t->held_peak / (double)t->peak_live : 0.0);
   if (t->alloc_failures)
     printf("# skipped: %zu 'allocate failure' lines\n", t->alloc_failures);
   if (t->unknown_frees)
@@ -837,30 +1065,65 @@ static result replay(const trace *t, const backend *b, int reps)
 
 static void usage(void)
 {
-  fprintf(stderr, "usage: " PROG " [--quick] [--reps R] LOG...\n"
-                  "  LOG: an RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream)\n");
+  fprintf(stderr, "usage: " PROG " [--quick] [--reps R] [--manager N] LOG...\n"
+                  "  LOG: an RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream), or cuemm's log\n");
   exit(2);
+}
+
+/* A usage error: the message, then exit 2. */
+static __attribute__((format(printf, 1, 2))) void bad_usage(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, PROG ": ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(2);
+}
+
+/* The value of option argv[*i] (--opt VALUE or --opt=VALUE), or NULL when
+ * argv[*i] is not that option. */
+static const char *option_value(int argc, char **argv, int *i, const char *opt)
+{
+  size_t n = strlen(opt);
+  if (strncmp(argv[*i], opt, n) != 0)
+    return NULL;
+  if (argv[*i][n] == '=')
+    return argv[*i] + n + 1;
+  if (argv[*i][n] != '\0')
+    return NULL;
+  if (*i + 1 >= argc)
+    bad_usage("%s needs a value", opt);
+  return argv[++*i];
 }
 
 int main(int argc, char **argv)
 {
-  int quick = 0, reps = -1, nlogs = 0;
+  int quick = 0, reps = -1, nlogs = 0, options_done = 0;
+  uint32_t want_manager = 0;
   char **logs = xcalloc((size_t)argc, sizeof *logs);
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0)
-      quick = 1;
-    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-      char *end;
-      long r = strtol(argv[++i], &end, 10);
-      if (*end || r < 1 || r > 64) {
-        fprintf(stderr, PROG ": --reps takes 1 to 64, not '%s'\n", argv[i]);
-        return 2;
-      }
-      reps = (int)r;
-    } else if (argv[i][0] == '-' && argv[i][1])
-      usage();
-    else
+    const char *v;
+    if (options_done || argv[i][0] != '-' || argv[i][1] == '\0')
       logs[nlogs++] = argv[i];
+    else if (strcmp(argv[i], "--") == 0)
+      options_done = 1;
+    else if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if ((v = option_value(argc, argv, &i, "--reps")) != NULL) {
+      char *end;
+      long r = strtol(v, &end, 10);
+      if (end == v || *end || r < 1 || r > 64)
+        bad_usage("--reps takes 1 to 64, not '%s'", v);
+      reps = (int)r;
+    } else if ((v = option_value(argc, argv, &i, "--manager")) != NULL) {
+      uint64_t id;
+      if (parse_dec(v, &id) != 0 || id < 1 || id > UINT32_MAX)
+        bad_usage("--manager takes a manager's number (1, 2, ...), not '%s'", v);
+      want_manager = (uint32_t)id;
+    } else
+      usage();
   }
   if (nlogs == 0)
     usage();
@@ -870,7 +1133,7 @@ int main(int argc, char **argv)
    * run at once. */
   trace *traces = xcalloc((size_t)nlogs, sizeof *traces);
   for (int i = 0; i < nlogs; i++)
-    trace_parse(&traces[i], logs[i]);
+    trace_parse(&traces[i], logs[i], want_manager);
 
   cuemm_driver_info info;
   char devname[128];
