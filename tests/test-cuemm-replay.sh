@@ -161,6 +161,35 @@ printf '%s\n' "$out" | sed 's/^/# /'
 sim_check "the same log on one stream: cuemm-async holds 4 MiB (exit $rc)" \
   test "$(col one-stream.csv cuemm-async 5)" = 4194304 -a -n "$(has "10 events replayed on 1 stream;" && echo y)"
 
+# --backends: a subset, in the order named.
+out=$("$replay" --quick --backends cuemm-async "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "--backends cuemm-async: one row in the table, cuemm-async's, one 32 MiB chunk held (exit $rc)" \
+  test $rc -eq 0 -a "$(printf '%s\n' "$out" | grep -c '^two-streams.csv ')" = 1 \
+    -a "$(col two-streams.csv cuemm-async 5)" = 33554432 -a "$(col two-streams.csv cuemm-async 1)" = 10
+check "--backends cuemm-async: no other backend ran" \
+  test -z "$(printf '%s\n' "$out" | grep -e '^cuMemAlloc' -e '^cuemm-deferred')"
+check "--backends cuemm-async: its line says events, peak live, held and footprint" \
+  has "^cuemm-async      10 events, [0-9.]* ns/event; peak live 3153920 bytes, peak held 33554432, footprint 10.64; out of memory 0$"
+check "the pool is turned on, and that is said, when CUEMM_POOL is unset" \
+  has "cuemm backends: CUEMM_POOL is unset; the replay turns the pool on (as CUEMM_POOL=vmm)"
+out=$(CUEMM_POOL=vmm CUEMM_LOG="$tmp/replay-log.csv" "$replay" --quick --backends cuemm,cuMemAlloc "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "--backends cuemm,cuMemAlloc: the two cuemm backends, then cuMemAlloc (exit $rc)" \
+  test $rc -eq 0 -a "$(printf '%s\n' "$out" | awk '$1 == "two-streams.csv" { printf "%s ", $2 }')" = "cuemm-async cuemm-deferred cuMemAlloc "
+check "with CUEMM_POOL=vmm nothing is said about the pool" test -z "$(printf '%s\n' "$out" | grep 'CUEMM_POOL is')"
+check "CUEMM_LOG is not applied to the replay's managers, and that is said" \
+  test ! -e "$tmp/replay-log.csv" -a -n "$(has "CUEMM_LOG ($tmp/replay-log.csv) is not applied: the replay's managers write no log" && echo y)"
+out=$("$replay" --backends cuemm-async,cuMemFoo "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
+check "an unknown backend is a usage error naming it and the backends (exit $rc)" \
+  test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: no backend 'cuMemFoo' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred; cuemm for both cuemm-*, all for every one)"
+out=$("$replay" --backends cuemm,cuemm-deferred "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
+check "a backend named twice is a usage error (exit $rc)" \
+  test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: cuemm-deferred is named twice"
+out=$(CUEMM_POOL_CHUNK=3x "$replay" --backends cuemm-async "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
+check "an invalid CUEMM_* variable stops the run with cuemm's message (exit $rc)" \
+  test $rc -eq 1 -a -n "$(printf '%s\n' "$out" | grep "^cuemm-replay: the CUEMM_\* environment: .*CUEMM_POOL_CHUNK")"
+
 # The recorder's conversion of PyTorch's trace entries (no torch needed),
 # and its log read back by the replay.
 py=${CUEMM_PYTHON:-python3}

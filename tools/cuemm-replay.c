@@ -42,9 +42,11 @@
  *                    requests it gave to cuMemAlloc (rounded to 2 MiB)
  * Footprint is held / the trace's own peak of live bytes.
  *
- * Usage: cuemm-replay [--quick] [--reps R] [--manager N] LOG...
- * The cuemm configuration comes from the environment (CUEMM_POOL_CHUNK,
- * CUEMM_POOL_RELEASE_THRESHOLD, ...), with the pool always on.
+ * Usage: cuemm-replay [--quick] [--reps R] [--manager N] [--backends LIST] LOG...
+ * --backends names the backends to run, in that order (cuemm: both cuemm
+ * ones).  The cuemm configuration comes from the environment
+ * (CUEMM_POOL_CHUNK, CUEMM_POOL_RELEASE_THRESHOLD, ...), with the pool
+ * always on (said when CUEMM_POOL is not vmm) and no event log.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -54,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <cuda.h>
@@ -834,12 +837,34 @@ static void drv_teardown(void)
     CHECK(drv.MemPoolTrimTo(dpool, 0)); /* what it kept is not the next backend's to lack */
 }
 
+/* The cuemm backends' configuration: the CUEMM_* environment, read once,
+ * with the pool on and no event log (cuemm_config_read). */
+static cuemm_config cuemm_cfg;
+
+static void cuemm_config_read(void)
+{
+  if (cuemm_config_init(&cuemm_cfg) != CUDA_SUCCESS) {
+    fprintf(stderr, PROG ": the CUEMM_* environment: %s\n", cuemm_cfg.env_error);
+    exit(1);
+  }
+  if (cuemm_cfg.pool != CUEMM_POOL_VMM) {
+    const char *env = getenv("CUEMM_POOL");
+    printf("# cuemm backends: CUEMM_POOL is %s%s%s; the replay turns the pool on (as CUEMM_POOL=vmm), "
+           "with the other CUEMM_* settings as they are\n",
+           env && *env ? "'" : "unset", env && *env ? env : "", env && *env ? "'" : "");
+    cuemm_cfg.pool = CUEMM_POOL_VMM;
+  }
+  /* Every backend's manager would truncate the log, the replayed one too
+   * when it is the same file. */
+  const char *log = cuemm_cfg.log_file && *cuemm_cfg.log_file ? cuemm_cfg.log_file : getenv("CUEMM_LOG");
+  if (log && *log)
+    printf("# cuemm backends: CUEMM_LOG (%s) is not applied: the replay's managers write no log\n", log);
+  cuemm_cfg.log_file = NULL;
+}
+
 static const char *cuemm_setup(void)
 {
-  cuemm_config c;
-  CHECK(cuemm_config_init(&c));
-  c.pool = CUEMM_POOL_VMM;
-  CHECK(cuemm_create(&mgr, ctx, &c));
+  CHECK(cuemm_create(&mgr, ctx, &cuemm_cfg));
   cuemm_pool_stats ps;
   CHECK(cuemm_pool_get_stats(mgr, &ps));
   pool_base = ps.base, pool_span = ps.reserved_bytes, fallback_live = 0;
@@ -917,6 +942,7 @@ static void cuemm_teardown(void)
 
 typedef struct backend {
   const char *name;
+  int is_cuemm;
   const char *(*setup)(void); /* NULL: ready; else why the backend is skipped */
   CUresult (*alloc)(CUdeviceptr *p, size_t size, CUstream s);
   CUresult (*free)(CUdeviceptr p, size_t size, CUstream s);
@@ -928,11 +954,11 @@ typedef struct backend {
 } backend;
 
 static const backend backends[MAX_BACKENDS] = {
-  { "cuMemAlloc", NULL, raw_alloc, raw_free, ctx_sync, raw_held_begin, raw_held_sample, NULL, NULL },
-  { "cuMemAllocAsync", drv_setup, drv_alloc, drv_free, ctx_sync, drv_held_begin, NULL, drv_held_peak, drv_teardown },
-  { "cuemm-async", cuemm_async_setup, cuemm_async_alloc, cuemm_async_free, ctx_sync, NULL, cuemm_held_sample, NULL,
+  { "cuMemAlloc", 0, NULL, raw_alloc, raw_free, ctx_sync, raw_held_begin, raw_held_sample, NULL, NULL },
+  { "cuMemAllocAsync", 0, drv_setup, drv_alloc, drv_free, ctx_sync, drv_held_begin, NULL, drv_held_peak, drv_teardown },
+  { "cuemm-async", 1, cuemm_async_setup, cuemm_async_alloc, cuemm_async_free, ctx_sync, NULL, cuemm_held_sample, NULL,
     cuemm_teardown },
-  { "cuemm-deferred", cuemm_setup, cuemm_deferred_alloc, cuemm_deferred_free, cuemm_deferred_finish, NULL,
+  { "cuemm-deferred", 1, cuemm_setup, cuemm_deferred_alloc, cuemm_deferred_free, cuemm_deferred_finish, NULL,
     cuemm_held_sample, NULL, cuemm_teardown },
 };
 
@@ -1047,31 +1073,73 @@ static result replay(const trace *t, const backend *b, int reps)
   }
   res.ns_per_event = t->n ? median(v, reps) / (double)t->n : 0;
   free(slot);
+  /* The manager first: its caches name the streams. */
+  if (b->teardown)
+    b->teardown();
   for (size_t i = 0; i < t->streams; i++)
     if (t->stream_ids[i] != 0 && t->stream_ids[i] != 2)
       CHECK(drv.StreamDestroy(streams[i]));
-  if (b->teardown)
-    b->teardown();
-  char held_s[64] = "n/a";
-  if (res.held_known && t->peak_live)
-    snprintf(held_s, sizeof held_s, "%zu bytes (%.2fx live)", res.held, (double)res.held / (double)t->peak_live);
-  else if (res.held_known)
-    snprintf(held_s, sizeof held_s, "%zu bytes", res.held);
-  printf("%-16s %10zu events %10.1f ns/event  peak held %s  out of memory %zu\n", b->name, t->n, res.ns_per_event,
-         held_s, res.oom);
+  char held_s[32] = "n/a", foot_s[32] = "n/a";
+  if (res.held_known) {
+    snprintf(held_s, sizeof held_s, "%zu", res.held);
+    if (t->peak_live)
+      snprintf(foot_s, sizeof foot_s, "%.2f", (double)res.held / (double)t->peak_live);
+  }
+  printf("%-16s %zu events, %.1f ns/event; peak live %zu bytes, peak held %s, footprint %s; out of memory %zu\n",
+         b->name, t->n, res.ns_per_event, t->peak_live, held_s, foot_s, res.oom);
   fflush(stdout);
   return res;
 }
 
+static __attribute__((format(printf, 1, 2), noreturn)) void bad_usage(const char *fmt, ...);
+
+/* Parses --backends LIST into sel (indices into backends, in the order
+ * named); returns how many. */
+static int parse_backends(const char *list, int *sel)
+{
+  int n = 0;
+  char *copy = strdup(list), *save = NULL;
+  if (!copy) {
+    fprintf(stderr, PROG ": out of host memory\n");
+    exit(1);
+  }
+  if (!*list)
+    bad_usage("--backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, "
+              "cuemm (both cuemm-*), all");
+  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int first = -1, last = -1;
+    for (int k = 0; k < MAX_BACKENDS; k++)
+      if (strcasecmp(tok, backends[k].name) == 0)
+        first = last = k;
+    if (strcasecmp(tok, "cuemm") == 0)
+      first = 2, last = 3;
+    else if (strcasecmp(tok, "all") == 0)
+      first = 0, last = MAX_BACKENDS - 1;
+    if (first < 0)
+      bad_usage("--backends: no backend '%s' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, "
+                "cuemm-deferred; cuemm for both cuemm-*, all for every one)", tok);
+    for (int k = first; k <= last; k++) {
+      for (int j = 0; j < n; j++)
+        if (sel[j] == k)
+          bad_usage("--backends: %s is named twice", backends[k].name);
+      sel[n++] = k;
+    }
+  }
+  free(copy);
+  if (n == 0)
+    bad_usage("--backends needs at least one name, not '%s'", list);
+  return n;
+}
+
 static void usage(void)
 {
-  fprintf(stderr, "usage: " PROG " [--quick] [--reps R] [--manager N] LOG...\n"
+  fprintf(stderr, "usage: " PROG " [--quick] [--reps R] [--manager N] [--backends LIST] LOG...\n"
                   "  LOG: an RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream), or cuemm's log\n");
   exit(2);
 }
 
 /* A usage error: the message, then exit 2. */
-static __attribute__((format(printf, 1, 2))) void bad_usage(const char *fmt, ...)
+static void bad_usage(const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
@@ -1102,6 +1170,7 @@ int main(int argc, char **argv)
 {
   int quick = 0, reps = -1, nlogs = 0, options_done = 0;
   uint32_t want_manager = 0;
+  int sel[MAX_BACKENDS] = { 0, 1, 2, 3 }, nsel = MAX_BACKENDS;
   char **logs = xcalloc((size_t)argc, sizeof *logs);
   for (int i = 1; i < argc; i++) {
     const char *v;
@@ -1117,6 +1186,8 @@ int main(int argc, char **argv)
       if (end == v || *end || r < 1 || r > 64)
         bad_usage("--reps takes 1 to 64, not '%s'", v);
       reps = (int)r;
+    } else if ((v = option_value(argc, argv, &i, "--backends")) != NULL) {
+      nsel = parse_backends(v, sel);
     } else if ((v = option_value(argc, argv, &i, "--manager")) != NULL) {
       uint64_t id;
       if (parse_dec(v, &id) != 0 || id < 1 || id > UINT32_MAX)
@@ -1145,18 +1216,23 @@ int main(int argc, char **argv)
   printf("# " PROG ": cuemm %s, %s, driver %d (%s)\n", cuemm_version_string(), devname, info.version, info.path);
   printf("# each backend: one pass measuring bytes held, one warm-up pass, then the median of %d timed pass%s\n",
          reps, reps == 1 ? "" : "es");
-  result *res = xcalloc((size_t)nlogs * MAX_BACKENDS, sizeof *res);
+  for (int k = 0; k < nsel; k++)
+    if (backends[sel[k]].is_cuemm) {
+      cuemm_config_read();
+      break;
+    }
+  result *res = xcalloc((size_t)nlogs * (size_t)nsel, sizeof *res);
   for (int i = 0; i < nlogs; i++) {
     trace_print(&traces[i]);
-    for (int k = 0; k < MAX_BACKENDS; k++)
-      res[i * MAX_BACKENDS + k] = replay(&traces[i], &backends[k], reps);
+    for (int k = 0; k < nsel; k++)
+      res[i * nsel + k] = replay(&traces[i], &backends[sel[k]], reps);
   }
 
   printf("\n## summary (held: cuMemAlloc = device memory used above the start, cuMemGetInfo; cuMemAllocAsync = "
          "the pool's reserved high-water mark; cuemm = the pool's mapped bytes + cuMemAlloc fallbacks)\n");
   printf("%-28s %-16s %10s %8s %12s %14s %14s %9s %5s\n", "trace", "backend", "events", "streams", "ns/event",
          "peak live", "peak held", "footprint", "oom");
-  for (int i = 0; i < nlogs * MAX_BACKENDS; i++) {
+  for (int i = 0; i < nlogs * nsel; i++) {
     const result *r = &res[i];
     const char *name = strrchr(r->t->path, '/');
     name = name ? name + 1 : r->t->path;
