@@ -190,6 +190,61 @@ out=$(CUEMM_POOL_CHUNK=3x "$replay" --backends cuemm-async "$src/bench/traces/tw
 check "an invalid CUEMM_* variable stops the run with cuemm's message (exit $rc)" \
   test $rc -eq 1 -a -n "$(printf '%s\n' "$out" | grep "^cuemm-replay: the CUEMM_\* environment: .*CUEMM_POOL_CHUNK")"
 
+# The progress line.  A synthetic log of 40,000 events; --progress-interval 0
+# shows it at every check (every 4096 lines read, every 1024 events
+# replayed), where by default it waits for a second of run time.
+awk 'BEGIN { print "Thread,Time,Action,Pointer,Size,Stream"
+  for (i = 0; i < 20000; i++) {
+    p = sprintf("0x%x", 4096 * (i % 64 + 1)); s = i % 2 ? "0x7000" : "0x0"
+    printf "1,00:00:00.000000,allocate,%s,4096,%s\n1,00:00:00.000000,free,%s,4096,%s\n", p, s, p, s } }' > "$tmp/long.csv"
+"$replay" --quick --progress-interval 0 --backends cuemm-deferred "$tmp/long.csv" > "$tmp/out" 2> "$tmp/err"; rc=$?
+sed 's/^/# /' "$tmp/err" | sed -n '1,3p;$p'
+out=$(cat "$tmp/err")
+check "--progress-interval 0: progress lines on stderr while reading (exit $rc)" \
+  has "^cuemm-replay: reading $tmp/long.csv: 4096 lines, [0-9]* s$"
+check "--progress-interval 0: a line at the first check of each pass, naming the backend and the pass" \
+  test -n "$(has "^cuemm-replay: $tmp/long.csv: cuemm-deferred (1 of 1), the pass measuring bytes held: 1024 of 40000 events (2%), [0-9]* s$" &&
+    has "^cuemm-replay: $tmp/long.csv: cuemm-deferred (1 of 1), the warm-up pass: 1024 of 40000 events (2%), [0-9]* s$" &&
+    has "^cuemm-replay: $tmp/long.csv: cuemm-deferred (1 of 1), timed pass 1 of 1: 39936 of 40000 events (99%), [0-9]* s$" && echo y)"
+check "--progress-interval 0: 9 lines reading, 39 per pass of 3: 126 on stderr, not one on stdout" \
+  test "$(wc -l < "$tmp/err")" -eq 126 -a -z "$(grep 'events (' "$tmp/out")"
+out=$(cat "$tmp/out")
+check "the long log's figures: 40000 events on 2 streams, peak live 4096" \
+  has "40000 events replayed on 2 streams; peak live 4096 bytes"
+"$replay" --quick --quiet --progress-interval 0 --backends cuemm-deferred "$tmp/long.csv" > "$tmp/out" 2> "$tmp/err"; rc=$?
+check "--quiet: no progress line, not even with --progress-interval 0 (exit $rc)" \
+  test $rc -eq 0 -a ! -s "$tmp/err" -a -n "$(grep '^long.csv  *cuemm-deferred  *40000 ' "$tmp/out")"
+"$replay" --quick "$src/bench/traces/two-streams.csv" > "$tmp/out" 2> "$tmp/err"; rc=$?
+check "by default a replay shorter than a second shows no progress line (exit $rc)" test $rc -eq 0 -a ! -s "$tmp/err"
+py=${CUEMM_PYTHON:-python3}
+if test "$py" != : && "$py" -c 'import pty' 2>/dev/null; then
+  # On a terminal: one line redrawn in place (\r, no newline), blanked at the end.
+  "$py" - "$replay" --quick --progress-interval 0 --backends cuemm-deferred "$tmp/long.csv" > "$tmp/tty" <<'PY'
+import os, pty, subprocess, sys
+m, s = pty.openpty()
+p = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=s)
+os.close(s)
+data = b""
+while True:
+    try:
+        chunk = os.read(m, 65536)
+    except OSError:
+        break
+    if not chunk:
+        break
+    data += chunk
+p.wait()
+last = data.rstrip(b"\r").rsplit(b"\r", 1)[-1]
+print(p.returncode, data.count(b"\r"), data.count(b"\n"), int(last.strip() == b""), int(b"\rcuemm-replay: " in data))
+PY
+  # 126 lines, each after a \r, and two blankings (\r, spaces, \r): before
+  # the trace's header and before the backend's line.
+  check "on a terminal: the line is redrawn in place 126 times, blanked twice, no newline: $(cat "$tmp/tty")" \
+    test "$(cat "$tmp/tty")" = "0 130 0 1 1"
+else
+  echo "ok $((n = n + 1)) # SKIP no Python with pty to give the replay a terminal"
+fi
+
 # The recorder's conversion of PyTorch's trace entries (no torch needed),
 # and its log read back by the replay.
 py=${CUEMM_PYTHON:-python3}

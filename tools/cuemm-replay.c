@@ -47,6 +47,9 @@
  * ones).  The cuemm configuration comes from the environment
  * (CUEMM_POOL_CHUNK, CUEMM_POOL_RELEASE_THRESHOLD, ...), with the pool
  * always on (said when CUEMM_POOL is not vmm) and no event log.
+ * A run longer than a second shows where it is on stderr: one line redrawn
+ * in place on a terminal, else a line every 5 s; --progress-interval S
+ * sets the wait and the interval, --quiet turns it off.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -58,6 +61,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda.h>
 #include <cuemm.h>
@@ -86,6 +90,8 @@ static struct {
 #undef DRIVER_FIELD
 } drv;
 
+static void progress_clear(void);
+
 static const char *error_name(CUresult r)
 {
   const char *name = NULL;
@@ -99,6 +105,7 @@ static const char *error_name(CUresult r)
 static void call_failed(const char *call, CUresult r)
 {
   int ours = strncmp(call, "cuemm_", 6) == 0;
+  progress_clear();
   fprintf(stderr, PROG ": %s failed (%s)%s%s\n", call, error_name(r), ours ? ": " : "", ours ? cuemm_last_error() : "");
   exit(1);
 }
@@ -173,6 +180,79 @@ static double median(double *v, int n)
 #define MAX_STREAMS 256
 #define MAX_BACKENDS 4
 #define MAX_UNKNOWN_ACTIONS 8
+
+/* ---- the progress line ---------------------------------------------------- */
+
+/* Where a long run is, on stderr: on a terminal one line redrawn in place,
+ * elsewhere a line at most every PROGRESS_EVERY_S seconds.  The first comes
+ * after PROGRESS_WAIT_S; --progress-interval S sets both the wait and the
+ * interval (0: at every check, about every 1024 events); --quiet: none. */
+#define PROGRESS_WAIT_S 1.0
+#define PROGRESS_EVERY_S 5.0
+#define PROGRESS_EVERY_TTY_S 0.2
+
+static struct {
+  int on, tty;
+  double start, wait, every, last; /* ns */
+  size_t shown;                    /* the length of the line on the terminal; 0: none */
+} progress_line;
+
+static void progress_init(int quiet, double interval_s)
+{
+  progress_line.on = !quiet;
+  progress_line.tty = isatty(STDERR_FILENO);
+  progress_line.start = now_ns();
+  progress_line.wait = (interval_s >= 0 ? interval_s : PROGRESS_WAIT_S) * 1e9;
+  progress_line.every =
+      (interval_s >= 0 ? interval_s : progress_line.tty ? PROGRESS_EVERY_TTY_S : PROGRESS_EVERY_S) * 1e9;
+}
+
+/* Whether a line is due now. */
+static int progress_due(void)
+{
+  if (!progress_line.on)
+    return 0;
+  double now = now_ns();
+  if (now - progress_line.start < progress_line.wait ||
+      (progress_line.last > 0 && now - progress_line.last < progress_line.every))
+    return 0;
+  progress_line.last = now;
+  return 1;
+}
+
+static __attribute__((format(printf, 1, 2))) void progress_show(const char *fmt, ...)
+{
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int len = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (len < 0)
+    return;
+  size_t n = (size_t)len < sizeof buf ? (size_t)len : sizeof buf - 1;
+  n += (size_t)snprintf(buf + n, sizeof buf - n, ", %.0f s", (now_ns() - progress_line.start) / 1e9);
+  if (n >= sizeof buf)
+    n = sizeof buf - 1;
+  if (progress_line.tty) {
+    /* Blank what a longer line before left. */
+    int pad = progress_line.shown > n ? (int)(progress_line.shown - n) : 0;
+    fprintf(stderr, "\r%s%*s", buf, pad, "");
+    progress_line.shown = n;
+  } else {
+    fprintf(stderr, "%s\n", buf);
+  }
+  fflush(stderr);
+}
+
+/* Takes the line off the terminal, before other output. */
+static void progress_clear(void)
+{
+  if (!progress_line.shown)
+    return;
+  fprintf(stderr, "\r%*s\r", (int)progress_line.shown, "");
+  fflush(stderr);
+  progress_line.shown = 0;
+}
 
 /* ---- the trace ------------------------------------------------------------ */
 
@@ -341,6 +421,7 @@ static void trace_push(trace *t, event e)
 /* A data error at line `line` of the log: names the file and the line. */
 static void parse_fail_at(const trace *t, size_t line, const char *what, const char *field)
 {
+  progress_clear();
   fprintf(stderr, PROG ": %s:%zu: %s%s%s%s\n", t->path, line, what, field ? " '" : "", field ? field : "",
           field ? "'" : "");
   exit(1);
@@ -477,6 +558,8 @@ static row *read_rows(trace *t, const char *path, size_t *nrows)
   errno = 0;
   while ((len = getline(&line, &linecap, fp)) >= 0) {
     t->lines++;
+    if ((t->lines & 4095) == 0 && progress_due())
+      progress_show(PROG ": reading %s: %zu lines", path, t->lines);
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
       line[--len] = '\0';
     char *text = line;
@@ -682,6 +765,7 @@ static void trace_parse(trace *t, const char *path, uint32_t want)
 
 static void trace_print(const trace *t)
 {
+  progress_clear();
   printf("\n## %s\n", t->path);
   printf("# %zu lines: %zu allocate, %zu free; %zu events replayed on %zu stream%s; peak live %zu bytes "
          "(%.1f MiB); %zu bytes in %zu allocations live at the end\n",
@@ -974,26 +1058,21 @@ typedef struct result {
   size_t oom;
 } result;
 
-static double progress_t0, progress_last;
-
-static void progress(const trace *t, const backend *b, const char *pass, size_t i)
-{
-  double now = now_ns();
-  if (now - progress_last < 1e9 || now - progress_t0 < 1e9)
-    return;
-  progress_last = now;
-  fprintf(stderr, PROG ": %s, %s, %s: %zu of %zu events\n", t->path, b->name, pass, i, t->n);
-}
+/* Where the replay is, for the progress line. */
+typedef struct position {
+  const char *backend;
+  int backend_no, backends;
+  char pass[48];
+} position;
 
 /* One pass of the whole trace; returns its time in ns (the finish included,
  * the cleanup of what the trace leaves live excluded).  With `held`, samples
  * the backend's bytes held after every event into *held. */
 static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, const CUstream *streams,
-                          const char *pass, size_t *oom, size_t *held)
+                          const position *pos, size_t *oom, size_t *held)
 {
   size_t peak = 0, ooms = 0;
   int sample = held && b->held_sample;
-  progress_t0 = progress_last = now_ns();
   double t0 = now_ns();
   for (size_t i = 0; i < t->n; i++) {
     const event *e = &t->ev[i];
@@ -1003,8 +1082,10 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
         slot[e->slot] = 0;
         ooms++;
       } else if (r != CUDA_SUCCESS) {
-        fprintf(stderr, PROG ": %s: %s: allocating %llu bytes (event %zu) failed (%d): %s\n", t->path, b->name,
-                (unsigned long long)e->size, i, (int)r, cuemm_last_error());
+        progress_clear();
+        fprintf(stderr, PROG ": %s: %s: allocating %llu bytes (event %zu) failed (%s)%s%s\n", t->path, b->name,
+                (unsigned long long)e->size, i + 1, error_name(r), b->is_cuemm ? ": " : "",
+                b->is_cuemm ? cuemm_last_error() : "");
         exit(1);
       }
     } else if (slot[e->slot]) {
@@ -1016,8 +1097,9 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
       if (h > peak)
         peak = h;
     }
-    if ((i & 4095) == 4095)
-      progress(t, b, pass, i + 1);
+    if ((i & 1023) == 1023 && progress_due())
+      progress_show(PROG ": %s: %s (%d of %d), %s: %zu of %zu events (%zu%%)", t->path, pos->backend,
+                    pos->backend_no, pos->backends, pos->pass, i + 1, t->n, (i + 1) * 100 / t->n);
   }
   CHECK(b->finish());
   double ns = now_ns() - t0;
@@ -1036,10 +1118,12 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
   return ns;
 }
 
-static result replay(const trace *t, const backend *b, int reps)
+static result replay(const trace *t, const backend *b, int backend_no, int nbackends, int reps)
 {
   result res = { .t = t, .b = b };
+  position pos = { .backend = b->name, .backend_no = backend_no, .backends = nbackends };
   if (b->setup && (res.skipped = b->setup()) != NULL) {
+    progress_clear();
     printf("%-16s skipped: %s\n", b->name, res.skipped);
     return res;
   }
@@ -1056,18 +1140,19 @@ static result replay(const trace *t, const backend *b, int reps)
   size_t oom = 0, held = 0;
   if (b->held_begin)
     b->held_begin();
-  replay_pass(t, b, slot, streams, "measuring bytes held", &oom, &held);
+  snprintf(pos.pass, sizeof pos.pass, "the pass measuring bytes held");
+  replay_pass(t, b, slot, streams, &pos, &oom, &held);
   res.held_known = b->held_sample != NULL;
   if (b->held_peak)
     res.held_known = b->held_peak(&held);
   res.held = held;
   res.oom = oom;
-  replay_pass(t, b, slot, streams, "warm-up", &oom, NULL);
+  snprintf(pos.pass, sizeof pos.pass, "the warm-up pass");
+  replay_pass(t, b, slot, streams, &pos, &oom, NULL);
   double v[64];
   for (int r = 0; r < reps; r++) {
-    char pass[32];
-    snprintf(pass, sizeof pass, "pass %d of %d", r + 1, reps);
-    v[r] = replay_pass(t, b, slot, streams, pass, &oom, NULL);
+    snprintf(pos.pass, sizeof pos.pass, "timed pass %d of %d", r + 1, reps);
+    v[r] = replay_pass(t, b, slot, streams, &pos, &oom, NULL);
     if (oom > res.oom)
       res.oom = oom;
   }
@@ -1079,6 +1164,7 @@ static result replay(const trace *t, const backend *b, int reps)
   for (size_t i = 0; i < t->streams; i++)
     if (t->stream_ids[i] != 0 && t->stream_ids[i] != 2)
       CHECK(drv.StreamDestroy(streams[i]));
+  progress_clear();
   char held_s[32] = "n/a", foot_s[32] = "n/a";
   if (res.held_known) {
     snprintf(held_s, sizeof held_s, "%zu", res.held);
@@ -1133,7 +1219,8 @@ static int parse_backends(const char *list, int *sel)
 
 static void usage(void)
 {
-  fprintf(stderr, "usage: " PROG " [--quick] [--reps R] [--manager N] [--backends LIST] LOG...\n"
+  fprintf(stderr, "usage: " PROG " [--quick] [--reps R] [--manager N] [--backends LIST] [--quiet] "
+                  "[--progress-interval S] LOG...\n"
                   "  LOG: an RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream), or cuemm's log\n");
   exit(2);
 }
@@ -1168,7 +1255,8 @@ static const char *option_value(int argc, char **argv, int *i, const char *opt)
 
 int main(int argc, char **argv)
 {
-  int quick = 0, reps = -1, nlogs = 0, options_done = 0;
+  int quick = 0, reps = -1, nlogs = 0, options_done = 0, quiet = 0;
+  double interval = -1;
   uint32_t want_manager = 0;
   int sel[MAX_BACKENDS] = { 0, 1, 2, 3 }, nsel = MAX_BACKENDS;
   char **logs = xcalloc((size_t)argc, sizeof *logs);
@@ -1180,6 +1268,15 @@ int main(int argc, char **argv)
       options_done = 1;
     else if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
+    else if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0)
+      quiet = 1;
+    else if ((v = option_value(argc, argv, &i, "--progress-interval")) != NULL) {
+      char *end;
+      errno = 0;
+      interval = strtod(v, &end);
+      if (end == v || *end || errno || !(interval >= 0 && interval <= 86400))
+        bad_usage("--progress-interval takes seconds, 0 to 86400, not '%s'", v);
+    }
     else if ((v = option_value(argc, argv, &i, "--reps")) != NULL) {
       char *end;
       long r = strtol(v, &end, 10);
@@ -1200,6 +1297,7 @@ int main(int argc, char **argv)
     usage();
   if (reps < 0)
     reps = quick ? 1 : 5;
+  progress_init(quiet, interval);
   /* Every log is read before the device is touched: a bad line stops the
    * run at once. */
   trace *traces = xcalloc((size_t)nlogs, sizeof *traces);
@@ -1225,7 +1323,7 @@ int main(int argc, char **argv)
   for (int i = 0; i < nlogs; i++) {
     trace_print(&traces[i]);
     for (int k = 0; k < nsel; k++)
-      res[i * nsel + k] = replay(&traces[i], &backends[sel[k]], reps);
+      res[i * nsel + k] = replay(&traces[i], &backends[sel[k]], k + 1, nsel, reps);
   }
 
   printf("\n## summary (held: cuMemAlloc = device memory used above the start, cuMemGetInfo; cuMemAllocAsync = "
