@@ -5,6 +5,7 @@
 b=${CUEMM_TOP_BUILDDIR:-.}
 src=${top_srcdir:-.}
 replay="$b/tools/cuemm-replay"
+py=${CUEMM_PYTHON:-python3}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-cuemm-replay.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 n=0
@@ -216,7 +217,6 @@ check "--quiet: no progress line, not even with --progress-interval 0 (exit $rc)
   test $rc -eq 0 -a ! -s "$tmp/err" -a -n "$(grep '^long.csv  *cuemm-deferred  *40000 ' "$tmp/out")"
 "$replay" --quick "$src/bench/traces/two-streams.csv" > "$tmp/out" 2> "$tmp/err"; rc=$?
 check "by default a replay shorter than a second shows no progress line (exit $rc)" test $rc -eq 0 -a ! -s "$tmp/err"
-py=${CUEMM_PYTHON:-python3}
 if test "$py" != : && "$py" -c 'import pty' 2>/dev/null; then
   # On a terminal: one line redrawn in place (\r, no newline), blanked at the end.
   "$py" - "$replay" --quick --progress-interval 0 --backends cuemm-deferred "$tmp/long.csv" > "$tmp/tty" <<'PY'
@@ -245,9 +245,61 @@ else
   echo "ok $((n = n + 1)) # SKIP no Python with pty to give the replay a terminal"
 fi
 
+# --snapshot FILE: the first cuemm backend's manager at the trace's peak of
+# live bytes, as JSON.  In replay-seq.csv the peak is after event 5 of 8:
+# 4, 2 and 3 MiB live (the 1 MiB block freed on the first stream is cached
+# or free by then).
+snap="$tmp/peak.json"
+out=$("$replay" --quick --backends cuMemAlloc,cuemm-async,cuemm-deferred --snapshot "$snap" \
+  "$src/tests/fixtures/replay-seq.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+why="cuemm_snapshot_take answers CUDA_ERROR_NOT_SUPPORTED in this libcuemm (not implemented yet)"
+if has "cuemm_snapshot_take failed (CUDA_ERROR_NOT_SUPPORTED)"; then
+  check "--snapshot: the library's refusal stops the run, naming the file and the call; exit 1, no file left" \
+    test $rc -eq 1 -a ! -e "$snap" -a -n "$(has "^cuemm-replay: --snapshot $snap: cuemm_snapshot_take failed (CUDA_ERROR_NOT_SUPPORTED): ." && echo y)"
+  echo "ok $((n = n + 1)) # SKIP --snapshot writes the JSON at the peak: $why"
+  echo "ok $((n = n + 1)) # SKIP --snapshot: the JSON has chunks, blocks, 3 live blocks of 4, 2 and 3 MiB: $why"
+  echo "ok $((n = n + 1)) # SKIP --snapshot: the figures printed are the JSON's: $why"
+else
+  check "--snapshot: cuMemAlloc ran first, then cuemm-async wrote the snapshot (exit $rc)" \
+    test $rc -eq 0 -a -s "$snap" -a "$(printf '%s\n' "$out" | grep -c '^# snapshot of')" = 1 \
+      -a -n "$(has "^cuMemAlloc .*; peak live 9437184 bytes" && echo y)"
+  check "--snapshot writes the JSON at the peak: after event 5 of 8" \
+    has "^# snapshot of cuemm-async after event 5 of 8, where live bytes reach the trace's peak: $snap: [0-9]* chunks, [0-9]* blocks, 3 of them live (9437184 bytes)$"
+  # What the JSON says: chunks, blocks, and the live ones' requested sizes.
+  if test "$py" != : && "$py" -c 'import json' 2>/dev/null; then
+    got=$("$py" -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+live = sorted(b["requested"] for b in s["blocks"] if b["state"] == "live")
+print(len(s["chunks"]), len(s["blocks"]), live, all(b["stream_ordered"] for b in s["blocks"] if b["state"] == "live"))' "$snap" 2>&1)
+  else
+    got="$(grep -o '"chunks"' "$snap" | wc -l) $(grep -o '"state" *: *"[a-z]*"' "$snap" | wc -l) $(grep -o '"state" *: *"live"' "$snap" | wc -l)"
+  fi
+  printf '# %s\n' "$got"
+  check "--snapshot: the JSON has chunks, blocks, 3 live ones (with Python: of 4, 2 and 3 MiB, stream-ordered): $got" \
+    test -n "$(printf '%s\n' "$got" | grep -e '^[1-9][0-9]* [1-9][0-9]* \[2097152, 3145728, 4194304\] True$' -e '^1 [1-9][0-9]* 3$')"
+  nb=$(printf '%s\n' "$got" | awk '{ print $2 }')
+  check "--snapshot: the figures printed are the JSON's ($nb blocks)" has "$snap: [0-9]* chunks, $nb blocks, 3 of them live"
+fi
+if test -w /dev/full; then
+  out=$("$replay" --quick --backends cuemm-deferred --snapshot /dev/full "$src/tests/fixtures/replay-seq.csv" 2>&1); rc=$?
+  check "--snapshot /dev/full: a failure to write stops the run, naming the file; the file stays (exit $rc)" \
+    test $rc -eq 1 -a -c /dev/full -a -n "$(has "^cuemm-replay: --snapshot /dev/full: ." && echo y)"
+else
+  echo "ok $((n = n + 1)) # SKIP no /dev/full to fail a write"
+fi
+out=$("$replay" --snapshot "$tmp/no/such/dir/s.json" "$src/tests/fixtures/replay-seq.csv" 2>&1); rc=$?
+check "--snapshot into a folder that does not exist: its reason, before any replay (exit $rc)" \
+  test $rc -eq 1 -a "$out" = "cuemm-replay: --snapshot $tmp/no/such/dir/s.json: No such file or directory"
+out=$("$replay" --snapshot "$snap" "$src/tests/fixtures/replay-seq.csv" "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
+check "--snapshot with two logs is a usage error (exit $rc)" \
+  test $rc -eq 2 -a "$out" = "cuemm-replay: --snapshot writes one file: give one LOG, not 2"
+out=$("$replay" --snapshot "$snap" --backends cuMemAlloc,cuMemAllocAsync "$src/tests/fixtures/replay-seq.csv" 2>&1); rc=$?
+check "--snapshot without a cuemm backend is a usage error (exit $rc)" \
+  test $rc -eq 2 -a "$out" = "cuemm-replay: --snapshot needs a cuemm backend (cuemm-async or cuemm-deferred) in --backends"
+
 # The recorder's conversion of PyTorch's trace entries (no torch needed),
 # and its log read back by the replay.
-py=${CUEMM_PYTHON:-python3}
 if test "$py" != : && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null; then
   out=$("$py" "$src/scripts/torch-trace.py" --self-test --out "$tmp" 2>&1); rc=$?
   printf '%s\n' "$out" | sed 's/^/# /'

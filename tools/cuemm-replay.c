@@ -49,7 +49,10 @@
  * always on (said when CUEMM_POOL is not vmm) and no event log.
  * A run longer than a second shows where it is on stderr: one line redrawn
  * in place on a terminal, else a line every 5 s; --progress-interval S
- * sets the wait and the interval, --quiet turns it off.
+ * sets the wait and the interval, --quiet turns it off.  --snapshot FILE
+ * writes cuemm_snapshot_take's JSON (cuemm_snapshot_write_json) of the
+ * first cuemm backend's manager at the trace's peak of live bytes, in its
+ * pass measuring bytes held.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -60,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1046,6 +1050,55 @@ static const backend backends[MAX_BACKENDS] = {
     cuemm_held_sample, NULL, cuemm_teardown },
 };
 
+/* ---- the snapshot at the peak (--snapshot FILE) --------------------------- */
+
+static const char *snapshot_path; /* NULL: none asked for */
+static FILE *snapshot_file;       /* open until the snapshot is written */
+static int snapshot_created;      /* the file did not exist before: removed again on failure */
+
+/* cuemm_snapshot_take of the backend's manager, written as JSON to the
+ * snapshot file; a failure stops the run (the file removed). */
+static void snapshot_write(const trace *t, const backend *b, size_t events_done)
+{
+  cuemm_snapshot *s = NULL;
+  const char *call = "cuemm_snapshot_take";
+  CUresult r = cuemm_snapshot_take(mgr, &s);
+  if (r == CUDA_SUCCESS) {
+    call = "cuemm_snapshot_write_json";
+    r = cuemm_snapshot_write_json(s, snapshot_file);
+  }
+  const char *why = r != CUDA_SUCCESS ? cuemm_last_error() : NULL;
+  if (r == CUDA_SUCCESS && (fputc('\n', snapshot_file) == EOF || fflush(snapshot_file) != 0)) {
+    call = "writing";
+    why = strerror(errno);
+  }
+  if (fclose(snapshot_file) != 0 && !why) {
+    call = "closing";
+    why = strerror(errno);
+  }
+  snapshot_file = NULL;
+  if (why) {
+    progress_clear();
+    if (r != CUDA_SUCCESS)
+      fprintf(stderr, PROG ": --snapshot %s: %s failed (%s): %s\n", snapshot_path, call, error_name(r), why);
+    else
+      fprintf(stderr, PROG ": --snapshot %s: %s: %s\n", snapshot_path, call, why);
+    if (snapshot_created)
+      unlink(snapshot_path);
+    cuemm_snapshot_free(s);
+    exit(1);
+  }
+  size_t live = 0, bytes = 0;
+  for (size_t i = 0; i < s->nblocks; i++)
+    if (s->blocks[i].state == CUEMM_BLOCK_LIVE)
+      live++, bytes += s->blocks[i].requested;
+  progress_clear();
+  printf("# snapshot of %s after event %zu of %zu, where live bytes reach the trace's peak: %s: %zu chunks, "
+         "%zu blocks, %zu of them live (%zu bytes)\n",
+         b->name, events_done, t->n, snapshot_path, s->nchunks, s->nblocks, live, bytes);
+  cuemm_snapshot_free(s);
+}
+
 /* ---- the replay ----------------------------------------------------------- */
 
 typedef struct result {
@@ -1067,12 +1120,16 @@ typedef struct position {
 
 /* One pass of the whole trace; returns its time in ns (the finish included,
  * the cleanup of what the trace leaves live excluded).  With `held`, samples
- * the backend's bytes held after every event into *held. */
+ * the backend's bytes held after every event into *held.  With `snapshot`,
+ * writes the snapshot file after the event where live bytes reach the
+ * trace's peak. */
 static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, const CUstream *streams,
-                          const position *pos, size_t *oom, size_t *held)
+                          const position *pos, size_t *oom, size_t *held, int snapshot)
 {
   size_t peak = 0, ooms = 0;
   int sample = held && b->held_sample;
+  if (snapshot && t->n == 0)
+    snapshot_write(t, b, 0);
   double t0 = now_ns();
   for (size_t i = 0; i < t->n; i++) {
     const event *e = &t->ev[i];
@@ -1097,6 +1154,8 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
       if (h > peak)
         peak = h;
     }
+    if (snapshot && i == t->peak_event)
+      snapshot_write(t, b, i + 1);
     if ((i & 1023) == 1023 && progress_due())
       progress_show(PROG ": %s: %s (%d of %d), %s: %zu of %zu events (%zu%%)", t->path, pos->backend,
                     pos->backend_no, pos->backends, pos->pass, i + 1, t->n, (i + 1) * 100 / t->n);
@@ -1118,7 +1177,7 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
   return ns;
 }
 
-static result replay(const trace *t, const backend *b, int backend_no, int nbackends, int reps)
+static result replay(const trace *t, const backend *b, int backend_no, int nbackends, int reps, int snapshot)
 {
   result res = { .t = t, .b = b };
   position pos = { .backend = b->name, .backend_no = backend_no, .backends = nbackends };
@@ -1141,18 +1200,18 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
   if (b->held_begin)
     b->held_begin();
   snprintf(pos.pass, sizeof pos.pass, "the pass measuring bytes held");
-  replay_pass(t, b, slot, streams, &pos, &oom, &held);
+  replay_pass(t, b, slot, streams, &pos, &oom, &held, snapshot);
   res.held_known = b->held_sample != NULL;
   if (b->held_peak)
     res.held_known = b->held_peak(&held);
   res.held = held;
   res.oom = oom;
   snprintf(pos.pass, sizeof pos.pass, "the warm-up pass");
-  replay_pass(t, b, slot, streams, &pos, &oom, NULL);
+  replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0);
   double v[64];
   for (int r = 0; r < reps; r++) {
     snprintf(pos.pass, sizeof pos.pass, "timed pass %d of %d", r + 1, reps);
-    v[r] = replay_pass(t, b, slot, streams, &pos, &oom, NULL);
+    v[r] = replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0);
     if (oom > res.oom)
       res.oom = oom;
   }
@@ -1219,8 +1278,8 @@ static int parse_backends(const char *list, int *sel)
 
 static void usage(void)
 {
-  fprintf(stderr, "usage: " PROG " [--quick] [--reps R] [--manager N] [--backends LIST] [--quiet] "
-                  "[--progress-interval S] LOG...\n"
+  fprintf(stderr, "usage: " PROG " [--quick] [--reps R] [--manager N] [--backends LIST] [--snapshot FILE] "
+                  "[--quiet] [--progress-interval S] LOG...\n"
                   "  LOG: an RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream), or cuemm's log\n");
   exit(2);
 }
@@ -1283,6 +1342,10 @@ int main(int argc, char **argv)
       if (end == v || *end || r < 1 || r > 64)
         bad_usage("--reps takes 1 to 64, not '%s'", v);
       reps = (int)r;
+    } else if ((v = option_value(argc, argv, &i, "--snapshot")) != NULL) {
+      if (!*v)
+        bad_usage("--snapshot needs a file name");
+      snapshot_path = v;
     } else if ((v = option_value(argc, argv, &i, "--backends")) != NULL) {
       nsel = parse_backends(v, sel);
     } else if ((v = option_value(argc, argv, &i, "--manager")) != NULL) {
@@ -1295,6 +1358,16 @@ int main(int argc, char **argv)
   }
   if (nlogs == 0)
     usage();
+  int snapshot_backend = -1; /* the index in sel of the backend that writes it */
+  if (snapshot_path) {
+    if (nlogs > 1)
+      bad_usage("--snapshot writes one file: give one LOG, not %d", nlogs);
+    for (int k = 0; k < nsel && snapshot_backend < 0; k++)
+      if (backends[sel[k]].is_cuemm)
+        snapshot_backend = k;
+    if (snapshot_backend < 0)
+      bad_usage("--snapshot needs a cuemm backend (cuemm-async or cuemm-deferred) in --backends");
+  }
   if (reps < 0)
     reps = quick ? 1 : 5;
   progress_init(quiet, interval);
@@ -1303,6 +1376,15 @@ int main(int argc, char **argv)
   trace *traces = xcalloc((size_t)nlogs, sizeof *traces);
   for (int i = 0; i < nlogs; i++)
     trace_parse(&traces[i], logs[i], want_manager);
+
+  if (snapshot_path) {
+    struct stat st;
+    snapshot_created = stat(snapshot_path, &st) != 0 && errno == ENOENT;
+    if (!(snapshot_file = fopen(snapshot_path, "w"))) {
+      fprintf(stderr, PROG ": --snapshot %s: %s\n", snapshot_path, strerror(errno));
+      return 1;
+    }
+  }
 
   cuemm_driver_info info;
   char devname[128];
@@ -1323,7 +1405,7 @@ int main(int argc, char **argv)
   for (int i = 0; i < nlogs; i++) {
     trace_print(&traces[i]);
     for (int k = 0; k < nsel; k++)
-      res[i * nsel + k] = replay(&traces[i], &backends[sel[k]], k + 1, nsel, reps);
+      res[i * nsel + k] = replay(&traces[i], &backends[sel[k]], k + 1, nsel, reps, k == snapshot_backend);
   }
 
   printf("\n## summary (held: cuMemAlloc = device memory used above the start, cuMemGetInfo; cuMemAllocAsync = "
