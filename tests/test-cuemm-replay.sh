@@ -1,7 +1,13 @@
 #!/bin/sh
-# test-cuemm-replay.sh: cuemm-replay reads RMM logs as RMM writes them, replays the
-# traces in bench/traces through every backend the driver offers, prints
-# their known peaks, and stops at a malformed line naming it.
+# test-cuemm-replay.sh: cuemm-replay on simcuda.  It reads RMM logs as RMM
+# writes them (bench/traces) and cuemm's own (tests/fixtures: Seq out of file
+# order over two threads and two streams, two managers in one log), replays
+# them through the backends --backends names, and prints figures known in
+# advance: events, peak live bytes, bytes held and footprints (exact for a
+# two-stream log under 2 MiB chunks).  Also the progress line (forced with
+# --progress-interval 0, off with --quiet, in place on a terminal), the
+# snapshot at the peak (skipped while the library lacks it), and every
+# error with its message and exit status.
 b=${CUEMM_TOP_BUILDDIR:-.}
 src=${top_srcdir:-.}
 replay="$b/tools/cuemm-replay"
@@ -91,8 +97,59 @@ printf 'Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1000,64\n' > "$tm
 out=$("$replay" --quick "$tmp/short.csv" 2>&1); rc=$?
 check "a line of 5 columns stops the run with its line (exit $rc)" \
   test $rc -eq 1 -a "$out" = "cuemm-replay: $tmp/short.csv:2: 5 columns, fewer than the header's: its column Stream is column 6"
-"$replay" --quick > "$tmp/usage" 2>&1; rc=$?
-check "no log is a usage error (exit $rc)" test $rc -eq 2
+out=$("$replay" --quick 2>&1); rc=$?
+check "no log is a usage error (exit $rc)" \
+  test $rc -eq 2 -a "$out" = "cuemm-replay: no LOG to replay
+Usage: cuemm-replay [OPTION]... LOG...
+Try 'cuemm-replay --help' for more."
+
+# The other errors: each with its message, 1 for the data, 2 for the usage.
+err() { # err DESCRIPTION EXIT EXPECTED-FIRST-LINE COMMAND...: the run fails so, touching no device
+  d=$1 x=$2 e=$3; shift 3
+  out=$("$@" 2>&1); rc=$?
+  check "$d (exit $rc): $e" test $rc -eq "$x" -a "$(printf '%s\n' "$out" | sed -n 1p)" = "$e" \
+    -a -z "$(printf '%s\n' "$out" | grep '^# cuemm-replay: cuemm')"
+}
+fx="$src/tests/fixtures/replay-seq.csv"
+err "a missing log" 1 "cuemm-replay: $tmp/none.csv: No such file or directory" "$replay" "$tmp/none.csv"
+err "a folder as the log" 1 "cuemm-replay: $tmp: read error: Is a directory" "$replay" "$tmp"
+if test "$(id -u)" != 0; then
+  cp "$fx" "$tmp/locked.csv" && chmod 000 "$tmp/locked.csv"
+  err "an unreadable log" 1 "cuemm-replay: $tmp/locked.csv: Permission denied" "$replay" "$tmp/locked.csv"
+else
+  echo "ok $((n = n + 1)) # SKIP an unreadable log: root reads any file"
+fi
+: > "$tmp/empty.csv"
+err "an empty log" 1 "cuemm-replay: $tmp/empty.csv: empty: no header line" "$replay" "$tmp/empty.csv"
+printf 'Thread,Time,Action,Pointer,Size,Stream,Seq,Seq\n' > "$tmp/twice.csv"
+err "a column named twice" 1 "cuemm-replay: $tmp/twice.csv:1: the header names a column twice: 'Seq'" "$replay" "$tmp/twice.csv"
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1000,64k,0x0\n' > "$tmp/size.csv"
+err "a size that is not decimal" 1 "cuemm-replay: $tmp/size.csv:2: Size is not a decimal number of bytes '64k'" \
+  "$replay" "$tmp/size.csv"
+sed '3s/,5,1,/,five,1,/' "$fx" > "$tmp/seq.csv"
+err "a Seq that is not a number" 1 "cuemm-replay: $tmp/seq.csv:3: Seq is not a decimal number 'five'" "$replay" "$tmp/seq.csv"
+sed '4s/,6,1,/,6,,/' "$fx" > "$tmp/mgr.csv"
+err "an empty Manager" 1 "cuemm-replay: $tmp/mgr.csv:4: Manager is not a manager's number ''" "$replay" "$tmp/mgr.csv"
+err "an unknown option" 2 "cuemm-replay: unknown option '--fast'" "$replay" --fast "$fx"
+err "--reps 0" 2 "cuemm-replay: --reps takes 1 to 64, not '0'" "$replay" --reps 0 "$fx"
+err "--reps=65" 2 "cuemm-replay: --reps takes 1 to 64, not '65'" "$replay" --reps=65 "$fx"
+err "--reps without its value" 2 "cuemm-replay: --reps needs a value" "$replay" "$fx" --reps
+err "--manager 0" 2 "cuemm-replay: --manager takes a manager's number (1, 2, ...), not '0'" "$replay" --manager 0 "$fx"
+err "--manager x" 2 "cuemm-replay: --manager takes a manager's number (1, 2, ...), not 'x'" "$replay" --manager x "$fx"
+err "--progress-interval -1" 2 "cuemm-replay: --progress-interval takes seconds, 0 to 86400, not '-1'" \
+  "$replay" --progress-interval -1 "$fx"
+err "--backends with no name" 2 "cuemm-replay: --backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, cuemm (both cuemm-*), all" \
+  "$replay" --backends= "$fx"
+err "--snapshot with no file name" 2 "cuemm-replay: --snapshot needs a file name" "$replay" --snapshot= "$fx"
+out=$("$replay" --help 2>&1); rc=$?
+check "--help: exit 0, every option documented (exit $rc)" \
+  test $rc -eq 0 -a -n "$(for o in --backends --manager --reps --quick --snapshot --progress-interval --quiet --help --version \
+    cuMemAlloc, cuMemAllocAsync, cuemm-async cuemm-deferred Seq Manager CUEMM_LOG CUEMM_POOL=vmm 'Exit status'; do
+    has "$o" || exit 1; done; echo y)"
+out=$("$replay" --version 2>&1); rc=$?
+check "--version: the program's and the library's (exit $rc)" has "^cuemm-replay (cuemm) [0-9.]*, on libcuemm [0-9.]*$"
+out=$("$replay" --quick --backends cuemm-deferred - < "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
+check "- reads the log from standard input (exit $rc)" has "10 events replayed on 3 streams; peak live 3153920 bytes"
 
 # cuemm's own log: RMM's six columns, then Seq, Manager, Call, Held, Events.
 # Rows are buffered per thread, so the file is in order only per thread:

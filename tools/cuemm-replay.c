@@ -1,58 +1,104 @@
-/* cuemm-replay.c: allocation traces of real programs replayed through the
- * allocators, for their time per event and the memory they hold.
+/* cuemm-replay.c: allocation logs replayed on the GPU through cuemm and
+ * through the driver's allocators, for the memory each holds and its time.
  *
- * A trace is an RMM logging_resource_adaptor CSV log, or cuemm's own
- * (CUEMM_LOG, see cuemm.h): a header naming the columns, then one line per
- * event.  Columns are found by name: RMM's Thread, Time, Action, Pointer,
- * Size and Stream are required, cuemm's Seq, Manager and Held are read when
- * present, any other is ignored.  Action is `allocate`, `free` or
- * `allocate failure`, Pointer and Stream are hex (with or without 0x), Size
- * is decimal.  With a Seq column the rows are replayed in Seq order (cuemm
- * buffers rows per thread, so its file is in order only within a thread);
- * with a Manager column naming several managers, only one manager's rows
- * are (--manager N; by default the first in replay order).
- * scripts/torch-trace.py writes RMM logs from PyTorch's own allocator.  Each log is parsed into an array first (the pointers resolved
- * to slots, the streams to indices), so the timed passes do no parsing and
- * no lookups; then every event is replayed in order through each backend:
+ * NAME
+ *   cuemm-replay - replay an allocation log through cuemm and the driver
  *
- *   cuMemAlloc        cuMemAlloc / cuMemFree (streams ignored)
- *   cuMemAllocAsync   cuMemAllocAsync / cuMemFreeAsync on the device's
- *                     default memory pool, release threshold at UINT64_MAX
- *   cuemm-async       cuemm_alloc_async / cuemm_free_async (a manager with
- *                     the pool)
- *   cuemm-deferred    cuemm_alloc / cuemm_free (a manager with the pool)
+ * SYNOPSIS
+ *   cuemm-replay [--backends LIST] [--manager N] [--reps R | --quick]
+ *                [--snapshot FILE] [--quiet] [--progress-interval S] LOG...
+ *   cuemm-replay --help | --version
  *
- * Each distinct trace stream gets a stream of its own, created for the
- * replay (non-blocking, as PyTorch's side streams are); trace streams 0
- * and 0x1 (cudaStreamLegacy) are the legacy default stream (NULL), 0x2 the
- * per-thread one.
+ * DESCRIPTION
+ *   Replays each LOG (a file, or - for standard input) on device 0 through
+ *   each backend, in the order --backends names them (default all four):
+ *     cuMemAlloc       cuMemAlloc / cuMemFree (streams ignored)
+ *     cuMemAllocAsync  cuMemAllocAsync / cuMemFreeAsync on the device's
+ *                      default memory pool, release threshold at UINT64_MAX
+ *     cuemm-async      cuemm_alloc_async / cuemm_free_async
+ *     cuemm-deferred   cuemm_alloc / cuemm_free
+ *   ("cuemm" names both cuemm backends, "all" every one.)  Each stream of
+ *   the log gets a stream of its own, created for the replay (non-blocking,
+ *   as PyTorch's side streams are); streams 0 and 0x1 (cudaStreamLegacy)
+ *   are the legacy default stream, 0x2 the per-thread one.  Pointers are
+ *   remapped: each allocation of the log is numbered and a free finds what
+ *   the backend handed out for it.
  *
- * Per backend and trace: one untimed pass on the fresh allocator that
- * measures the bytes held from the driver at their peak, then one untimed
- * warm-up pass, then R timed passes (default 5, --quick 1); the time per
- * event is the median pass time over the events replayed.  A pass ends by
- * synchronizing the context (cuemm's deferred path flushes first), and that
- * is timed.  What the trace leaves live at its end is freed after the clock
- * stops.  Bytes held:
- *   cuMemAlloc       the device's used memory (cuMemGetInfo) above what it
- *                    was before the pass, read after every event
- *   cuMemAllocAsync  CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH over the pass (the
- *                    pool trimmed and the mark reset first)
- *   cuemm            the pool's mapped_bytes after every event, plus the
- *                    requests it gave to cuMemAlloc (rounded to 2 MiB)
- * Footprint is held / the trace's own peak of live bytes.
+ *   For each log and backend it prints the events replayed, the log's peak
+ *   of live bytes, the peak of bytes held from the driver, their ratio
+ *   (the footprint), the time per event (the median of the timed passes)
+ *   and the allocations that failed out of memory; a table of them all ends
+ *   the run.
  *
- * Usage: cuemm-replay [--quick] [--reps R] [--manager N] [--backends LIST] LOG...
- * --backends names the backends to run, in that order (cuemm: both cuemm
- * ones).  The cuemm configuration comes from the environment
- * (CUEMM_POOL_CHUNK, CUEMM_POOL_RELEASE_THRESHOLD, ...), with the pool
- * always on (said when CUEMM_POOL is not vmm) and no event log.
- * A run longer than a second shows where it is on stderr: one line redrawn
- * in place on a terminal, else a line every 5 s; --progress-interval S
- * sets the wait and the interval, --quiet turns it off.  --snapshot FILE
- * writes cuemm_snapshot_take's JSON (cuemm_snapshot_write_json) of the
- * first cuemm backend's manager at the trace's peak of live bytes, in its
- * pass measuring bytes held.
+ * LOG FORMAT
+ *   A CSV log as RMM's logging_resource_adaptor writes it, or as cuemm
+ *   writes it (CUEMM_LOG, see cuemm.h): a header naming the columns, then a
+ *   row per event.  Columns are found by name: RMM's Thread, Time, Action,
+ *   Pointer, Size and Stream are required, anywhere in the header; cuemm's
+ *   Seq, Manager and Held are read when present; others are ignored.
+ *   Action is allocate, free or "allocate failure" (skipped, counted);
+ *   other actions are skipped and counted by name.  Pointer and Stream are
+ *   hex with or without 0x, Size, Seq, Manager and Held decimal.
+ *     Seq      the rows are replayed in Seq order (cuemm buffers rows per
+ *              thread: its file is in order only within a thread)
+ *     Manager  with several managers in one log, one manager's rows are
+ *              replayed: --manager N, by default the first in replay order;
+ *              the rows of the others are counted
+ *     Held     its highest figure (the recording manager's own peak held
+ *              bytes) is printed beside the replay's
+ *   Frees of pointers not live, allocations of size 0, allocations at a
+ *   pointer still live (whose free is missing: the earlier one stays live)
+ *   are counted and said.
+ *
+ * OPTIONS
+ *   --backends LIST        comma-separated backends, in the order to run
+ *   --manager N            the manager of a cuemm log to replay
+ *   --reps R               timed passes, 1 to 64 (default 5); --quick: 1
+ *   --snapshot FILE        the first cuemm backend's cuemm_snapshot_take,
+ *                          written by cuemm_snapshot_write_json into FILE
+ *                          after the event where live bytes reach the log's
+ *                          peak (in the pass measuring bytes held); one LOG
+ *   --progress-interval S  seconds before the first progress line and
+ *                          between lines (0: at every check)
+ *   -q, --quiet            no progress line
+ *   Options take their value as the next argument or after "="; "--" ends
+ *   them.
+ *
+ * PASSES AND FIGURES
+ *   Each log is parsed into an array first (pointers resolved to slots,
+ *   streams to indices), so the timed passes do no parsing and no lookups.
+ *   Per backend: one untimed pass on the fresh allocator measuring the
+ *   bytes held, one untimed warm-up pass, then R timed passes; a pass ends
+ *   by synchronizing the context (cuemm-deferred flushes first), and that
+ *   is timed; what the log leaves live is freed after the clock stops.
+ *   Bytes held:
+ *     cuMemAlloc       the device's used memory (cuMemGetInfo) above what
+ *                      it was before the pass, read after every event
+ *     cuMemAllocAsync  CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH over the pass (the
+ *                      pool trimmed and the mark reset first); n/a when the
+ *                      driver has no pool attributes
+ *     cuemm            the pool's mapped_bytes after every event, plus the
+ *                      requests it gave to cuMemAlloc (rounded to 2 MiB)
+ *   Footprint is held / the log's peak of live bytes.
+ *
+ *   A run longer than a second shows where it is on stderr: one line
+ *   redrawn in place on a terminal (every 0.2 s), else a line every 5 s.
+ *
+ * ENVIRONMENT
+ *   The cuemm backends use the CUEMM_* settings (cuemm_config_init), with
+ *   two exceptions, both said in the output: the pool is always on (as
+ *   CUEMM_POOL=vmm), and CUEMM_LOG is not applied (each backend's manager
+ *   would truncate the file).  The driver is the one cuemm loads
+ *   (CUEMM_LIBCUDA, else libcuda.so.1): the program's own driver calls are
+ *   resolved from that file at run time, so it links libcuemm alone.
+ *
+ * EXIT STATUS
+ *   0 done; 1 a log unreadable or malformed (file and line named), a
+ *   driver or cuemm call failed, or the snapshot could not be taken or
+ *   written; 2 a usage error (an unknown option or backend, a bad value).
+ *
+ * scripts/torch-trace.py writes RMM logs from PyTorch's own allocator;
+ * scripts/gpu-traces.sh records and replays them on a GPU.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -71,6 +117,9 @@
 #include <cuemm.h>
 
 #define PROG "cuemm-replay"
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
 
 /* ---- the driver ----------------------------------------------------------- */
 
@@ -108,9 +157,10 @@ static const char *error_name(CUresult r)
  * for cuemm's calls, the error's name for the driver's. */
 static void call_failed(const char *call, CUresult r)
 {
-  int ours = strncmp(call, "cuemm_", 6) == 0;
+  int ours = strncmp(call, "cuemm_", 6) == 0, driver = strncmp(call, "drv.", 4) == 0;
   progress_clear();
-  fprintf(stderr, PROG ": %s failed (%s)%s%s\n", call, error_name(r), ours ? ": " : "", ours ? cuemm_last_error() : "");
+  fprintf(stderr, PROG ": %s%s failed (%s)%s%s\n", driver ? "cu" : "", driver ? call + 4 : call, error_name(r),
+          ours ? ": " : "", ours ? cuemm_last_error() : "");
   exit(1);
 }
 
@@ -547,7 +597,8 @@ static int cmp_row_seq(const void *a, const void *b)
 /* Reads the rows of the log, in file order. */
 static row *read_rows(trace *t, const char *path, size_t *nrows)
 {
-  FILE *fp = fopen(path, "r");
+  int from_stdin = strcmp(path, "-") == 0;
+  FILE *fp = from_stdin ? stdin : fopen(path, "r");
   if (!fp) {
     fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
     exit(1);
@@ -642,9 +693,12 @@ static row *read_rows(trace *t, const char *path, size_t *nrows)
     fprintf(stderr, PROG ": %s: read error: %s\n", path, strerror(errno ? errno : EIO));
     exit(1);
   }
-  if (!header)
-    parse_fail(t, "empty: no RMM header line", NULL);
-  fclose(fp);
+  if (!header) {
+    fprintf(stderr, PROG ": %s: empty: no header line\n", path);
+    exit(1);
+  }
+  if (!from_stdin)
+    fclose(fp);
   free(line);
   *nrows = n;
   return rows;
@@ -1276,11 +1330,60 @@ static int parse_backends(const char *list, int *sel)
   return n;
 }
 
+static const char help_text[] =
+    "Usage: " PROG " [OPTION]... LOG...\n"
+    "Replays allocation logs on the GPU through cuemm, with the CUEMM_* settings of\n"
+    "the environment, and through the driver's cuMemAlloc/cuMemFree and\n"
+    "cuMemAllocAsync/cuMemFreeAsync for comparison.  For each log and backend it\n"
+    "prints the events replayed, the log's peak of live bytes, the peak of bytes\n"
+    "held from the driver, their ratio (the footprint), the time per event (the\n"
+    "median of the timed passes) and the allocations that failed out of memory; a\n"
+    "table of them all ends the run.\n"
+    "\n"
+    "LOG is a CSV file (- for standard input) as RMM's logging_resource_adaptor\n"
+    "writes it (Thread,Time,Action,Pointer,Size,Stream) or as cuemm writes it\n"
+    "(CUEMM_LOG: the same, then Seq,Manager,Call,Held,Events).  Columns are found by\n"
+    "name; RMM's six are required.  With a Seq column the rows are replayed in Seq\n"
+    "order; with several managers in the Manager column, one manager's rows.  Each\n"
+    "stream of the log is replayed on a stream of its own (0 and 0x1: the legacy\n"
+    "default stream, 0x2: the per-thread one); pointers are remapped.\n"
+    "\n"
+    "Options:\n"
+    "  --backends LIST        the backends to run, comma-separated, in that order:\n"
+    "                         cuMemAlloc, cuMemAllocAsync, cuemm-async\n"
+    "                         (cuemm_alloc_async/cuemm_free_async), cuemm-deferred\n"
+    "                         (cuemm_alloc/cuemm_free); cuemm: both cuemm ones;\n"
+    "                         all: every one (the default)\n"
+    "  --manager N            replay manager N's rows of a cuemm log (default: the\n"
+    "                         first manager in replay order)\n"
+    "  --reps R               timed passes per backend, 1 to 64 (default 5)\n"
+    "  --quick                one timed pass (--reps 1)\n"
+    "  --snapshot FILE        write the first cuemm backend's snapshot\n"
+    "                         (cuemm_snapshot_take, as JSON) into FILE at the event\n"
+    "                         where live bytes reach the log's peak; one LOG only\n"
+    "  --progress-interval S  seconds before the first progress line and between\n"
+    "                         lines (default: 1 s, then every 0.2 s in place on a\n"
+    "                         terminal, else every 5 s); 0: at every check\n"
+    "  -q, --quiet            no progress line\n"
+    "  -h, --help             this text, then exit\n"
+    "  --version              the versions of " PROG " and of its libcuemm\n"
+    "\n"
+    "Each backend makes one untimed pass measuring the bytes held, one warm-up pass,\n"
+    "then the timed passes, each ended by a synchronization of the context.  Bytes\n"
+    "held: cuMemAlloc: device memory used above the start (cuMemGetInfo after every\n"
+    "event); cuMemAllocAsync: the default pool's reserved high-water mark; cuemm:\n"
+    "the pool's mapped bytes plus the requests it gave to cuMemAlloc.\n"
+    "\n"
+    "The cuemm backends always use the pool (as CUEMM_POOL=vmm) and write no log\n"
+    "(CUEMM_LOG is not applied); the output says so when the environment differs.\n"
+    "The driver is the one cuemm loads: CUEMM_LIBCUDA, else libcuda.so.1.\n"
+    "\n"
+    "Exit status: 0 done; 1 a log unreadable or malformed (the file and line are\n"
+    "named), a driver or cuemm call failed, or the snapshot failed; 2 a usage error.\n";
+
 static void usage(void)
 {
-  fprintf(stderr, "usage: " PROG " [--quick] [--reps R] [--manager N] [--backends LIST] [--snapshot FILE] "
-                  "[--quiet] [--progress-interval S] LOG...\n"
-                  "  LOG: an RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream), or cuemm's log\n");
+  fprintf(stderr, "Usage: " PROG " [OPTION]... LOG...\nTry '" PROG " --help' for more.\n");
   exit(2);
 }
 
@@ -1325,7 +1428,13 @@ int main(int argc, char **argv)
       logs[nlogs++] = argv[i];
     else if (strcmp(argv[i], "--") == 0)
       options_done = 1;
-    else if (strcmp(argv[i], "--quick") == 0)
+    else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(help_text, stdout);
+      return 0;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      printf(PROG " (cuemm) %s, on libcuemm %s\n", PACKAGE_VERSION, cuemm_version_string());
+      return 0;
+    } else if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
     else if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0)
       quiet = 1;
@@ -1353,11 +1462,15 @@ int main(int argc, char **argv)
       if (parse_dec(v, &id) != 0 || id < 1 || id > UINT32_MAX)
         bad_usage("--manager takes a manager's number (1, 2, ...), not '%s'", v);
       want_manager = (uint32_t)id;
-    } else
+    } else {
+      fprintf(stderr, PROG ": unknown option '%s'\n", argv[i]);
       usage();
+    }
   }
-  if (nlogs == 0)
+  if (nlogs == 0) {
+    fprintf(stderr, PROG ": no LOG to replay\n");
     usage();
+  }
   int snapshot_backend = -1; /* the index in sel of the backend that writes it */
   if (snapshot_path) {
     if (nlogs > 1)
