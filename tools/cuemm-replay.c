@@ -1430,9 +1430,11 @@ int main(int argc, char **argv)
       options_done = 1;
     else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       fputs(help_text, stdout);
+      free(logs);
       return 0;
     } else if (strcmp(argv[i], "--version") == 0) {
       printf(PROG " (cuemm) %s, on libcuemm %s\n", PACKAGE_VERSION, cuemm_version_string());
+      free(logs);
       return 0;
     } else if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
@@ -1495,7 +1497,7 @@ int main(int argc, char **argv)
     snapshot_created = stat(snapshot_path, &st) != 0 && errno == ENOENT;
     if (!(snapshot_file = fopen(snapshot_path, "w"))) {
       fprintf(stderr, PROG ": --snapshot %s: %s\n", snapshot_path, strerror(errno));
-      return 1;
+      exit(1);
     }
   }
 
@@ -1544,7 +1546,7 @@ int main(int argc, char **argv)
            r->ns_per_event, r->t->peak_live, held, foot, r->oom);
   }
   for (int i = 0; i < nlogs; i++)
-    free(traces[i].ev);
+    free(traces[i].ev), free(traces[i].managers);
   free(traces), free(res), free(logs);
   CHECK(drv.CtxSetCurrent(NULL));
   CHECK(drv.DevicePrimaryCtxRelease(dev));
