@@ -10,8 +10,9 @@
 #      into OUTDIR/traces/torch-*.csv (RMM logs), with its figures in
 #      OUTDIR/record.txt;
 #   2. tools/cuemm-replay replays each log through cuMemAlloc, the driver's
-#      pool, cuemm's stream-ordered path and its deferred path: OUTDIR/replay-NAME.txt (progress in .err), all of them
-#      in OUTDIR/replay.txt, the tables together in OUTDIR/summary.txt.
+#      pool, cuemm's stream-ordered path and its deferred path:
+#      OUTDIR/replay-NAME.txt (progress in .err), all of them in
+#      OUTDIR/replay.txt, the tables together in OUTDIR/summary.txt.
 # About 2 to 3 minutes on an H100; the recording stops at 200 s and the
 # replays at 330 s from the start, so the whole stays under 6 minutes.  PYTHON picks the interpreter (default python3);
 # TRACE_ARGS adds options to the recorder (--quick for a smoke run),
