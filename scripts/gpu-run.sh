@@ -46,8 +46,7 @@ run)
   make quickstart > "$out/quickstart.log" 2>&1; echo "quickstart exit $?"; head -n 3 "$out/quickstart.log"
   make bench > "$out/bench-build.log" 2>&1 || { tail -n 20 "$out/bench-build.log"; exit 1; }
   for b in bench/bench-*; do
-    # bench-replay needs traces: scripts/gpu-traces.sh records and replays them.
-    case $b in *.o|*.c|*/bench-replay) continue ;; esac
+    case $b in *.o|*.c) continue ;; esac
     test -x "$b" || continue
     n=1
     while test $n -le "${BENCH_REPEAT:-3}"; do

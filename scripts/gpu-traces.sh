@@ -9,10 +9,10 @@
 #   1. scripts/torch-trace.py records the gpt2, resnet50 and serve workloads
 #      into OUTDIR/traces/torch-*.csv (RMM logs), with its figures in
 #      OUTDIR/record.txt;
-#   2. bench/bench-replay replays each log through cuMemAlloc, the driver's
-#      pool, cuemm's stream-ordered path (when the library has it) and its
-#      deferred path: OUTDIR/replay-NAME.txt (progress in .err), all of them
-#      in OUTDIR/replay.txt, the tables together in OUTDIR/summary.txt.
+#   2. tools/cuemm-replay replays each log through cuMemAlloc, the driver's
+#      pool, cuemm's stream-ordered path and its deferred path:
+#      OUTDIR/replay-NAME.txt (progress in .err), all of them in
+#      OUTDIR/replay.txt, the tables together in OUTDIR/summary.txt.
 # About 2 to 3 minutes on an H100; the recording stops at 200 s and the
 # replays at 330 s from the start, so the whole stays under 6 minutes.  PYTHON picks the interpreter (default python3);
 # TRACE_ARGS adds options to the recorder (--quick for a smoke run),
@@ -34,7 +34,7 @@ status=0
 } > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 
-make bench > "$out/bench-build.log" 2>&1 || { tail -n 20 "$out/bench-build.log"; exit 1; }
+make tools/cuemm-replay > "$out/replay-build.log" 2>&1 || { tail -n 20 "$out/replay-build.log"; exit 1; }
 
 echo "== recording (scripts/torch-trace.py)"
 # Each workload gets 70 s in its own process; the three together about 1.5
@@ -60,15 +60,15 @@ for log in "$@"; do
     status=1
     continue
   fi
-  echo "== replaying $name (bench/bench-replay, at most $left s)"
+  echo "== replaying $name (tools/cuemm-replay, at most $left s)"
   # Progress lines go to stderr, apart from the table.
   # shellcheck disable=SC2086
-  timeout $left ./bench/bench-replay ${REPLAY_ARGS:-} "$log" > "$out/replay-$name.txt" 2> "$out/replay-$name.err"
+  timeout $left ./tools/cuemm-replay ${REPLAY_ARGS:-} "$log" > "$out/replay-$name.txt" 2> "$out/replay-$name.err"
   rc=$?
   cat "$out/replay-$name.txt"
   cat "$out/replay-$name.txt" >> "$out/replay.txt"
   if test $rc -ne 0; then
-    echo "gpu-traces: bench-replay on $name: exit $rc" | tee -a "$out/replay.txt" >&2
+    echo "gpu-traces: cuemm-replay on $name: exit $rc" | tee -a "$out/replay.txt" >&2
     tail -n 5 "$out/replay-$name.err" >&2
     status=1
   fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """torch-trace.py: allocation traces of real PyTorch workloads, written as
-RMM logging_resource_adaptor logs for bench/bench-replay.
+RMM logging_resource_adaptor logs for tools/cuemm-replay.
 
 Each workload runs in a process of its own (a fresh caching allocator, so
 that its trace starts empty and torch's peak figures are its own) with

@@ -1,0 +1,1554 @@
+/* cuemm-replay.c: allocation logs replayed on the GPU through cuemm and
+ * through the driver's allocators, for the memory each holds and its time.
+ *
+ * NAME
+ *   cuemm-replay - replay an allocation log through cuemm and the driver
+ *
+ * SYNOPSIS
+ *   cuemm-replay [--backends LIST] [--manager N] [--reps R | --quick]
+ *                [--snapshot FILE] [--quiet] [--progress-interval S] LOG...
+ *   cuemm-replay --help | --version
+ *
+ * DESCRIPTION
+ *   Replays each LOG (a file, or - for standard input) on device 0 through
+ *   each backend, in the order --backends names them (default all four):
+ *     cuMemAlloc       cuMemAlloc / cuMemFree (streams ignored)
+ *     cuMemAllocAsync  cuMemAllocAsync / cuMemFreeAsync on the device's
+ *                      default memory pool, release threshold at UINT64_MAX
+ *     cuemm-async      cuemm_alloc_async / cuemm_free_async
+ *     cuemm-deferred   cuemm_alloc / cuemm_free
+ *   ("cuemm" names both cuemm backends, "all" every one.)  Each stream of
+ *   the log gets a stream of its own, created for the replay (non-blocking,
+ *   as PyTorch's side streams are); streams 0 and 0x1 (cudaStreamLegacy)
+ *   are the legacy default stream, 0x2 the per-thread one.  Pointers are
+ *   remapped: each allocation of the log is numbered and a free finds what
+ *   the backend handed out for it.
+ *
+ *   For each log and backend it prints the events replayed, the log's peak
+ *   of live bytes, the peak of bytes held from the driver, their ratio
+ *   (the footprint), the time per event (the median of the timed passes)
+ *   and the allocations that failed out of memory; a table of them all ends
+ *   the run.
+ *
+ * LOG FORMAT
+ *   A CSV log as RMM's logging_resource_adaptor writes it, or as cuemm
+ *   writes it (CUEMM_LOG, see cuemm.h): a header naming the columns, then a
+ *   row per event.  Columns are found by name: RMM's Thread, Time, Action,
+ *   Pointer, Size and Stream are required, anywhere in the header; cuemm's
+ *   Seq, Manager and Held are read when present; others are ignored.
+ *   Action is allocate, free or "allocate failure" (skipped, counted);
+ *   other actions are skipped and counted by name.  Pointer and Stream are
+ *   hex with or without 0x, Size, Seq, Manager and Held decimal.
+ *     Seq      the rows are replayed in Seq order (cuemm buffers rows per
+ *              thread: its file is in order only within a thread)
+ *     Manager  with several managers in one log, one manager's rows are
+ *              replayed: --manager N, by default the first in replay order;
+ *              the rows of the others are counted
+ *     Held     its highest figure (the recording manager's own peak held
+ *              bytes) is printed beside the replay's
+ *   Frees of pointers not live, allocations of size 0, allocations at a
+ *   pointer still live (whose free is missing: the earlier one stays live)
+ *   are counted and said.
+ *
+ * OPTIONS
+ *   --backends LIST        comma-separated backends, in the order to run
+ *   --manager N            the manager of a cuemm log to replay
+ *   --reps R               timed passes, 1 to 64 (default 5); --quick: 1
+ *   --snapshot FILE        the first cuemm backend's cuemm_snapshot_take,
+ *                          written by cuemm_snapshot_write_json into FILE
+ *                          after the event where live bytes reach the log's
+ *                          peak (in the pass measuring bytes held); one LOG
+ *   --progress-interval S  seconds before the first progress line and
+ *                          between lines (0: at every check)
+ *   -q, --quiet            no progress line
+ *   Options take their value as the next argument or after "="; "--" ends
+ *   them.
+ *
+ * PASSES AND FIGURES
+ *   Each log is parsed into an array first (pointers resolved to slots,
+ *   streams to indices), so the timed passes do no parsing and no lookups.
+ *   Per backend: one untimed pass on the fresh allocator measuring the
+ *   bytes held, one untimed warm-up pass, then R timed passes; a pass ends
+ *   by synchronizing the context (cuemm-deferred flushes first), and that
+ *   is timed; what the log leaves live is freed after the clock stops.
+ *   Bytes held:
+ *     cuMemAlloc       the device's used memory (cuMemGetInfo) above what
+ *                      it was before the pass, read after every event
+ *     cuMemAllocAsync  CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH over the pass (the
+ *                      pool trimmed and the mark reset first); n/a when the
+ *                      driver has no pool attributes
+ *     cuemm            the pool's mapped_bytes after every event, plus the
+ *                      requests it gave to cuMemAlloc (rounded to 2 MiB)
+ *   Footprint is held / the log's peak of live bytes.
+ *
+ *   A run longer than a second shows where it is on stderr: one line
+ *   redrawn in place on a terminal (every 0.2 s), else a line every 5 s.
+ *
+ * ENVIRONMENT
+ *   The cuemm backends use the CUEMM_* settings (cuemm_config_init), with
+ *   two exceptions, both said in the output: the pool is always on (as
+ *   CUEMM_POOL=vmm), and CUEMM_LOG is not applied (each backend's manager
+ *   would truncate the file).  The driver is the one cuemm loads
+ *   (CUEMM_LIBCUDA, else libcuda.so.1): the program's own driver calls are
+ *   resolved from that file at run time, so it links libcuemm alone.
+ *
+ * EXIT STATUS
+ *   0 done; 1 a log unreadable or malformed (file and line named), a
+ *   driver or cuemm call failed, or the snapshot could not be taken or
+ *   written; 2 a usage error (an unknown option or backend, a bad value).
+ *
+ * scripts/torch-trace.py writes RMM logs from PyTorch's own allocator;
+ * scripts/gpu-traces.sh records and replays them on a GPU.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda.h>
+#include <cuemm.h>
+
+#define PROG "cuemm-replay"
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
+
+/* ---- the driver ----------------------------------------------------------- */
+
+/* The program links libcuemm only.  Its own driver calls go to the file
+ * cuemm loaded (CUEMM_LIBCUDA, else libcuda.so.1 through the loader's
+ * search path), resolved through cuGetProcAddress at the API version the
+ * library pins, so one driver serves both and the installed program needs
+ * no libcuda at link time.  O(): entries an older driver (or simcuda) may
+ * lack. */
+#define DRIVER_API_VERSION 12000
+#define DRIVER_ENTRIES(X, O)                                                   \
+  X(GetErrorName) X(DeviceGet) X(DeviceGetName) X(DevicePrimaryCtxRetain)      \
+  X(DevicePrimaryCtxRelease) X(CtxSetCurrent) X(CtxSynchronize)                \
+  X(MemGetInfo) X(MemAlloc) X(MemFree) X(StreamCreate) X(StreamDestroy)        \
+  O(MemAllocAsync) O(MemFreeAsync) O(DeviceGetDefaultMemPool)                  \
+  O(MemPoolSetAttribute) O(MemPoolGetAttribute) O(MemPoolTrimTo)
+
+static struct {
+#define DRIVER_FIELD(name) __typeof__(cu##name) *name;
+  DRIVER_ENTRIES(DRIVER_FIELD, DRIVER_FIELD)
+#undef DRIVER_FIELD
+} drv;
+
+static void progress_clear(void);
+
+static const char *error_name(CUresult r)
+{
+  const char *name = NULL;
+  if (!drv.GetErrorName || drv.GetErrorName(r, &name) != CUDA_SUCCESS || !name)
+    return "unknown error";
+  return name;
+}
+
+/* Stops the run: a driver or cuemm call failed.  The message is cuemm's
+ * for cuemm's calls, the error's name for the driver's. */
+static void call_failed(const char *call, CUresult r)
+{
+  int ours = strncmp(call, "cuemm_", 6) == 0, driver = strncmp(call, "drv.", 4) == 0;
+  progress_clear();
+  fprintf(stderr, PROG ": %s%s failed (%s)%s%s\n", driver ? "cu" : "", driver ? call + 4 : call, error_name(r),
+          ours ? ": " : "", ours ? cuemm_last_error() : "");
+  exit(1);
+}
+
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    CUresult r_ = (call);                                                      \
+    if (r_ != CUDA_SUCCESS)                                                    \
+      call_failed(#call, r_);                                                  \
+  } while (0)
+
+/* Loads the driver through cuemm, then resolves the entries above from the
+ * same file. */
+static void driver_load(cuemm_driver_info *info)
+{
+  CUresult r = cuemm_driver_load();
+  if (r != CUDA_SUCCESS) {
+    fprintf(stderr, PROG ": no usable CUDA driver: %s\n", cuemm_last_error());
+    exit(1);
+  }
+  CHECK(cuemm_driver_get_info(info));
+  void *h = dlopen(info->path, RTLD_NOW | RTLD_LOCAL);
+  typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+  gpa_fn gpa = h ? (gpa_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
+  if (!gpa) {
+    fprintf(stderr, PROG ": %s: %s\n", info->path, h ? "no cuGetProcAddress_v2" : dlerror());
+    exit(1);
+  }
+#define DRIVER_RESOLVE(name, required)                                                                 \
+  do {                                                                                                 \
+    CUdriverProcAddressQueryResult st_ = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                         \
+    void *fn_ = NULL;                                                                                  \
+    if (gpa("cu" #name, &fn_, DRIVER_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st_) == CUDA_SUCCESS && \
+        st_ == CU_GET_PROC_ADDRESS_SUCCESS)                                                            \
+      drv.name = (__typeof__(drv.name))fn_;                                                            \
+    else if (required) {                                                                               \
+      fprintf(stderr, PROG ": the CUDA driver %s lacks cu" #name "\n", info->path);                    \
+      exit(1);                                                                                         \
+    }                                                                                                  \
+  } while (0);
+#define DRIVER_REQ(name) DRIVER_RESOLVE(name, 1)
+#define DRIVER_OPT(name) DRIVER_RESOLVE(name, 0)
+  DRIVER_ENTRIES(DRIVER_REQ, DRIVER_OPT)
+#undef DRIVER_REQ
+#undef DRIVER_OPT
+#undef DRIVER_RESOLVE
+}
+
+/* ---- time ----------------------------------------------------------------- */
+
+static double now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Sorts v in place. */
+static double median(double *v, int n)
+{
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define MiB ((size_t)1 << 20)
+#define MAX_STREAMS 256
+#define MAX_BACKENDS 4
+#define MAX_UNKNOWN_ACTIONS 8
+
+/* ---- the progress line ---------------------------------------------------- */
+
+/* Where a long run is, on stderr: on a terminal one line redrawn in place,
+ * elsewhere a line at most every PROGRESS_EVERY_S seconds.  The first comes
+ * after PROGRESS_WAIT_S; --progress-interval S sets both the wait and the
+ * interval (0: at every check, about every 1024 events); --quiet: none. */
+#define PROGRESS_WAIT_S 1.0
+#define PROGRESS_EVERY_S 5.0
+#define PROGRESS_EVERY_TTY_S 0.2
+
+static struct {
+  int on, tty;
+  double start, wait, every, last; /* ns */
+  size_t shown;                    /* the length of the line on the terminal; 0: none */
+} progress_line;
+
+static void progress_init(int quiet, double interval_s)
+{
+  progress_line.on = !quiet;
+  progress_line.tty = isatty(STDERR_FILENO);
+  progress_line.start = now_ns();
+  progress_line.wait = (interval_s >= 0 ? interval_s : PROGRESS_WAIT_S) * 1e9;
+  progress_line.every =
+      (interval_s >= 0 ? interval_s : progress_line.tty ? PROGRESS_EVERY_TTY_S : PROGRESS_EVERY_S) * 1e9;
+}
+
+/* Whether a line is due now. */
+static int progress_due(void)
+{
+  if (!progress_line.on)
+    return 0;
+  double now = now_ns();
+  if (now - progress_line.start < progress_line.wait ||
+      (progress_line.last > 0 && now - progress_line.last < progress_line.every))
+    return 0;
+  progress_line.last = now;
+  return 1;
+}
+
+static __attribute__((format(printf, 1, 2))) void progress_show(const char *fmt, ...)
+{
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int len = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (len < 0)
+    return;
+  size_t n = (size_t)len < sizeof buf ? (size_t)len : sizeof buf - 1;
+  n += (size_t)snprintf(buf + n, sizeof buf - n, ", %.0f s", (now_ns() - progress_line.start) / 1e9);
+  if (n >= sizeof buf)
+    n = sizeof buf - 1;
+  if (progress_line.tty) {
+    /* Blank what a longer line before left. */
+    int pad = progress_line.shown > n ? (int)(progress_line.shown - n) : 0;
+    fprintf(stderr, "\r%s%*s", buf, pad, "");
+    progress_line.shown = n;
+  } else {
+    fprintf(stderr, "%s\n", buf);
+  }
+  fflush(stderr);
+}
+
+/* Takes the line off the terminal, before other output. */
+static void progress_clear(void)
+{
+  if (!progress_line.shown)
+    return;
+  fprintf(stderr, "\r%*s\r", (int)progress_line.shown, "");
+  fflush(stderr);
+  progress_line.shown = 0;
+}
+
+/* ---- the trace ------------------------------------------------------------ */
+
+typedef struct event {
+  uint64_t size;   /* for a free: the size of the allocation it frees */
+  uint32_t slot;   /* the allocation, numbered in trace order */
+  uint16_t stream; /* index into the trace's streams */
+  uint8_t is_free;
+} event;
+
+/* The columns the replay knows, found in the header by name.  The first
+ * six are RMM's and required; the others are cuemm's own (see cuemm.h)
+ * and optional.  Columns of other names are ignored. */
+enum { COL_THREAD, COL_TIME, COL_ACTION, COL_POINTER, COL_SIZE, COL_STREAM, COL_SEQ, COL_MANAGER, COL_HELD, NCOLS };
+#define NREQUIRED 6
+#define MAX_FIELDS 64
+static const char *const col_name[NCOLS] = { "Thread", "Time", "Action", "Pointer", "Size",
+                                             "Stream", "Seq", "Manager", "Held" };
+
+/* One row of the log as read, before the rows are put in order. */
+enum { ROW_ALLOC, ROW_FREE, ROW_FAILURE, ROW_UNKNOWN /* + the index of its name */ };
+typedef struct row {
+  uint64_t seq, ptr, size, stream, held;
+  size_t line;
+  uint32_t manager;
+  uint8_t action;
+  uint8_t has_held;
+} row;
+
+typedef struct manager_count {
+  uint32_t id;
+  size_t rows;
+} manager_count;
+
+typedef struct trace {
+  const char *path;
+  event *ev;
+  size_t n, cap;
+  size_t slots;                      /* allocations replayed */
+  uint64_t stream_ids[MAX_STREAMS];  /* the trace's stream values, by index */
+  size_t streams;
+  size_t lines;
+  size_t allocs, frees;
+  size_t alloc_failures;             /* `allocate failure` lines, skipped */
+  size_t unknown_frees;              /* frees of a pointer not live: skipped */
+  size_t null_allocs;                /* allocations of size 0 or at 0: skipped */
+  size_t reallocated;                /* allocations of a pointer still live (its free is missing) */
+  size_t free_size_mismatch;         /* frees whose size differs from the allocation's */
+  size_t unknown_action_count[MAX_UNKNOWN_ACTIONS + 1];
+  char unknown_action[MAX_UNKNOWN_ACTIONS][32];
+  size_t unknown_actions;
+  size_t peak_live, live_at_end, live_count_at_end;
+  size_t peak_event;                 /* the event after which live bytes first reach peak_live */
+  int has_seq;                       /* a Seq column: replayed in Seq order */
+  size_t seq_out_of_order;           /* rows whose Seq is below one earlier in the file */
+  size_t seq_duplicates;             /* rows whose Seq another row has too (kept in file order) */
+  int has_manager;                   /* a Manager column */
+  manager_count *managers;           /* the managers of the log, in the order first replayed */
+  size_t nmanagers;
+  uint32_t manager;                  /* the manager replayed, with has_manager */
+  int manager_chosen;                /* named by --manager */
+  size_t other_manager_rows;         /* rows of the other managers, skipped */
+  int has_held;                      /* a Held column with figures */
+  size_t held_peak;                  /* the highest Held of the manager replayed */
+} trace;
+
+/* The parser's map from trace pointers to live slots: open addressing,
+ * deletions by backward shift so probes stay short. */
+typedef struct ptrmap {
+  uint64_t *key; /* 0: empty (pointer 0 is never live) */
+  uint32_t *slot;
+  uint64_t *size;
+  size_t cap, n;
+} ptrmap;
+
+static size_t ptr_hash(uint64_t k, size_t cap)
+{
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  return (size_t)k & (cap - 1);
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+  void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, PROG ": out of host memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static void *xrealloc(void *p, size_t n, size_t size)
+{
+  if (size && n > SIZE_MAX / size) {
+    fprintf(stderr, PROG ": out of host memory\n");
+    exit(1);
+  }
+  p = realloc(p, n && size ? n * size : 1);
+  if (!p) {
+    fprintf(stderr, PROG ": out of host memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static void ptrmap_grow(ptrmap *m)
+{
+  ptrmap old = *m;
+  m->cap = old.cap ? old.cap * 2 : 1024;
+  m->key = xcalloc(m->cap, sizeof *m->key);
+  m->slot = xcalloc(m->cap, sizeof *m->slot);
+  m->size = xcalloc(m->cap, sizeof *m->size);
+  m->n = 0;
+  for (size_t i = 0; i < old.cap; i++)
+    if (old.key[i]) {
+      size_t j = ptr_hash(old.key[i], m->cap);
+      while (m->key[j])
+        j = (j + 1) & (m->cap - 1);
+      m->key[j] = old.key[i], m->slot[j] = old.slot[i], m->size[j] = old.size[i];
+      m->n++;
+    }
+  free(old.key), free(old.slot), free(old.size);
+}
+
+/* The index holding k, or the empty index where it would go. */
+static size_t ptrmap_find(const ptrmap *m, uint64_t k)
+{
+  size_t j = ptr_hash(k, m->cap);
+  while (m->key[j] && m->key[j] != k)
+    j = (j + 1) & (m->cap - 1);
+  return j;
+}
+
+static void ptrmap_remove(ptrmap *m, size_t i)
+{
+  size_t mask = m->cap - 1;
+  m->key[i] = 0;
+  m->n--;
+  for (size_t j = (i + 1) & mask; m->key[j]; j = (j + 1) & mask) {
+    size_t home = ptr_hash(m->key[j], m->cap);
+    /* Move j back into the hole unless its home lies cyclically in (i, j]. */
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      m->key[i] = m->key[j], m->slot[i] = m->slot[j], m->size[i] = m->size[j];
+      m->key[j] = 0;
+      i = j;
+    }
+  }
+}
+
+static void ptrmap_free(ptrmap *m)
+{
+  free(m->key), free(m->slot), free(m->size);
+}
+
+static void trace_push(trace *t, event e)
+{
+  if (t->n == t->cap) {
+    t->cap = t->cap ? t->cap * 2 : 4096;
+    t->ev = xrealloc(t->ev, t->cap, sizeof *t->ev);
+  }
+  t->ev[t->n++] = e;
+}
+
+/* A data error at line `line` of the log: names the file and the line. */
+static void parse_fail_at(const trace *t, size_t line, const char *what, const char *field)
+{
+  progress_clear();
+  fprintf(stderr, PROG ": %s:%zu: %s%s%s%s\n", t->path, line, what, field ? " '" : "", field ? field : "",
+          field ? "'" : "");
+  exit(1);
+}
+
+static void parse_fail(const trace *t, const char *what, const char *field)
+{
+  parse_fail_at(t, t->lines, what, field);
+}
+
+/* Hex with or without 0x: 1 to 16 digits and nothing else. */
+static int parse_hex(const char *s, uint64_t *v)
+{
+  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+    s += 2;
+  size_t n = strlen(s);
+  if (n == 0 || n > 16 || strspn(s, "0123456789abcdefABCDEF") != n)
+    return -1;
+  *v = strtoull(s, NULL, 16);
+  return 0;
+}
+
+static int parse_dec(const char *s, uint64_t *v)
+{
+  size_t n = strlen(s);
+  if (n == 0 || n > 20 || strspn(s, "0123456789") != n)
+    return -1;
+  errno = 0;
+  *v = strtoull(s, NULL, 10);
+  return errno ? -1 : 0;
+}
+
+static uint16_t stream_index(trace *t, uint64_t id, size_t line)
+{
+  if (id == 1) /* cudaStreamLegacy is the default stream by another name */
+    id = 0;
+  for (size_t i = 0; i < t->streams; i++)
+    if (t->stream_ids[i] == id)
+      return (uint16_t)i;
+  if (t->streams == MAX_STREAMS)
+    parse_fail_at(t, line, "more distinct streams than " PROG " replays (256)", NULL);
+  t->stream_ids[t->streams] = id;
+  return (uint16_t)t->streams++;
+}
+
+/* The code of an action no replay knows: ROW_UNKNOWN + the index of its
+ * name (the last index counts all names past MAX_UNKNOWN_ACTIONS). */
+static uint8_t unknown_action(trace *t, const char *a)
+{
+  size_t i;
+  for (i = 0; i < t->unknown_actions; i++)
+    if (strcmp(t->unknown_action[i], a) == 0)
+      break;
+  if (i == t->unknown_actions && i < MAX_UNKNOWN_ACTIONS) {
+    snprintf(t->unknown_action[i], sizeof t->unknown_action[i], "%s", a);
+    t->unknown_actions++;
+  }
+  return (uint8_t)(ROW_UNKNOWN + i);
+}
+
+/* Splits line in place at commas; returns the number of fields (at most max). */
+static int split(char *line, char **f, int max)
+{
+  int n = 0;
+  for (char *p = line; n < max;) {
+    f[n++] = p;
+    p = strchr(p, ',');
+    if (!p)
+      break;
+    *p++ = '\0';
+  }
+  return n;
+}
+
+/* Finds the columns by name.  col[k] = the field index of column k, or -1. */
+static void parse_header(trace *t, char **f, int nf, int *col)
+{
+  for (int k = 0; k < NCOLS; k++)
+    col[k] = -1;
+  for (int i = 0; i < nf; i++)
+    for (int k = 0; k < NCOLS; k++)
+      if (strcmp(f[i], col_name[k]) == 0) {
+        if (col[k] >= 0)
+          parse_fail(t, "the header names a column twice:", col_name[k]);
+        col[k] = i;
+      }
+  for (int k = 0; k < NREQUIRED; k++)
+    if (col[k] < 0) {
+      char what[160];
+      snprintf(what, sizeof what, "not an RMM log: the header lacks the column '%s' (it needs "
+               "Thread,Time,Action,Pointer,Size,Stream); found", col_name[k]);
+      /* the header as found, its fields joined again */
+      char found[256];
+      size_t used = 0;
+      found[0] = '\0';
+      for (int i = 0; i < nf && used < sizeof found; i++)
+        used += (size_t)snprintf(found + used, sizeof found - used, "%s%s", i ? "," : "", f[i]);
+      parse_fail(t, what, found);
+    }
+}
+
+static int manager_index(const trace *t, uint32_t id)
+{
+  for (size_t i = 0; i < t->nmanagers; i++)
+    if (t->managers[i].id == id)
+      return (int)i;
+  return -1;
+}
+
+/* Rows in Seq order; rows of one Seq keep their order in the file. */
+static int cmp_row_seq(const void *a, const void *b)
+{
+  const row *x = a, *y = b;
+  if (x->seq != y->seq)
+    return x->seq < y->seq ? -1 : 1;
+  return x->line < y->line ? -1 : x->line > y->line;
+}
+
+/* Reads the rows of the log, in file order. */
+static row *read_rows(trace *t, const char *path, size_t *nrows)
+{
+  int from_stdin = strcmp(path, "-") == 0;
+  FILE *fp = from_stdin ? stdin : fopen(path, "r");
+  if (!fp) {
+    fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+  row *rows = NULL;
+  size_t n = 0, cap = 0;
+  char *line = NULL;
+  size_t linecap = 0;
+  int header = 0, col[NCOLS], need = 0;
+  uint64_t max_seq = 0;
+  ssize_t len;
+  errno = 0;
+  while ((len = getline(&line, &linecap, fp)) >= 0) {
+    t->lines++;
+    if ((t->lines & 4095) == 0 && progress_due())
+      progress_show(PROG ": reading %s: %zu lines", path, t->lines);
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+      line[--len] = '\0';
+    char *text = line;
+    if (t->lines == 1 && strncmp(text, "\xef\xbb\xbf", 3) == 0) /* a byte-order mark */
+      text += 3;
+    if (*text == '\0')
+      continue;
+    if (memchr(line, '\0', (size_t)len))
+      parse_fail(t, "a NUL byte in the line: not a CSV log", NULL);
+    char *f[MAX_FIELDS];
+    int nf = split(text, f, MAX_FIELDS);
+    if (!header) {
+      parse_header(t, f, nf, col);
+      for (int k = 0; k < NCOLS; k++)
+        if (col[k] + 1 > need)
+          need = col[k] + 1;
+      t->has_seq = col[COL_SEQ] >= 0;
+      t->has_manager = col[COL_MANAGER] >= 0;
+      header = 1;
+      continue;
+    }
+    if (nf < need) {
+      char what[160];
+      int k = 0;
+      while (col[k] < nf)
+        k++;
+      snprintf(what, sizeof what, "%d columns, fewer than the header's: its column %s is column %d", nf,
+               col_name[k], col[k] + 1);
+      parse_fail(t, what, NULL);
+    }
+    row r = { .line = t->lines };
+    const char *action = f[col[COL_ACTION]];
+    if (strcmp(action, "allocate") == 0)
+      r.action = ROW_ALLOC;
+    else if (strcmp(action, "free") == 0)
+      r.action = ROW_FREE;
+    else if (strcmp(action, "allocate failure") == 0)
+      r.action = ROW_FAILURE;
+    else
+      r.action = unknown_action(t, action);
+    if (t->has_seq) {
+      if (parse_dec(f[col[COL_SEQ]], &r.seq) != 0)
+        parse_fail(t, "Seq is not a decimal number", f[col[COL_SEQ]]);
+      if (r.seq < max_seq)
+        t->seq_out_of_order++;
+      else
+        max_seq = r.seq;
+    }
+    if (t->has_manager) {
+      uint64_t id;
+      if (parse_dec(f[col[COL_MANAGER]], &id) != 0 || id > UINT32_MAX)
+        parse_fail(t, "Manager is not a manager's number", f[col[COL_MANAGER]]);
+      r.manager = (uint32_t)id;
+    }
+    if (r.action == ROW_ALLOC || r.action == ROW_FREE) {
+      if (parse_hex(f[col[COL_POINTER]], &r.ptr) != 0)
+        parse_fail(t, "Pointer is not hex", f[col[COL_POINTER]]);
+      if (parse_dec(f[col[COL_SIZE]], &r.size) != 0)
+        parse_fail(t, "Size is not a decimal number of bytes", f[col[COL_SIZE]]);
+      if (parse_hex(f[col[COL_STREAM]], &r.stream) != 0)
+        parse_fail(t, "Stream is not hex", f[col[COL_STREAM]]);
+      if (col[COL_HELD] >= 0 && f[col[COL_HELD]][0]) {
+        if (parse_dec(f[col[COL_HELD]], &r.held) != 0)
+          parse_fail(t, "Held is not a decimal number of bytes", f[col[COL_HELD]]);
+        r.has_held = 1;
+      }
+    }
+    if (n == cap) {
+      cap = cap ? cap * 2 : 4096;
+      rows = xrealloc(rows, cap, sizeof *rows);
+    }
+    rows[n++] = r;
+    errno = 0;
+  }
+  if (ferror(fp)) {
+    fprintf(stderr, PROG ": %s: read error: %s\n", path, strerror(errno ? errno : EIO));
+    exit(1);
+  }
+  if (!header) {
+    fprintf(stderr, PROG ": %s: empty: no header line\n", path);
+    exit(1);
+  }
+  if (!from_stdin)
+    fclose(fp);
+  free(line);
+  *nrows = n;
+  return rows;
+}
+
+/* Reads the log at `path`.  With a Manager column, the rows of manager
+ * `want` are replayed (0: the first manager in replay order). */
+static void trace_parse(trace *t, const char *path, uint32_t want)
+{
+  memset(t, 0, sizeof *t);
+  t->path = path;
+  size_t nrows;
+  row *rows = read_rows(t, path, &nrows);
+  if (t->has_seq) {
+    qsort(rows, nrows, sizeof *rows, cmp_row_seq);
+    for (size_t i = 1; i < nrows; i++)
+      t->seq_duplicates += rows[i].seq == rows[i - 1].seq;
+  }
+  if (t->has_manager) {
+    for (size_t i = 0; i < nrows; i++) {
+      int k = manager_index(t, rows[i].manager);
+      if (k < 0) {
+        t->managers = xrealloc(t->managers, t->nmanagers + 1, sizeof *t->managers);
+        t->managers[t->nmanagers] = (manager_count){ .id = rows[i].manager };
+        k = (int)t->nmanagers++;
+      }
+      t->managers[k].rows++;
+    }
+    t->manager_chosen = want != 0;
+    t->manager = want ? want : t->nmanagers ? t->managers[0].id : 0;
+    if (want && manager_index(t, want) < 0) {
+      char list[256] = "none";
+      size_t used = 0;
+      for (size_t i = 0; i < t->nmanagers && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%" PRIu32, i ? ", " : "", t->managers[i].id);
+      fprintf(stderr, PROG ": %s: no rows of manager %" PRIu32 " (the log's managers: %s)\n", path, want, list);
+      exit(1);
+    }
+  } else if (want) {
+    fprintf(stderr, PROG ": %s: --manager %" PRIu32 ": the log has no Manager column\n", path, want);
+    exit(1);
+  }
+
+  ptrmap live = { 0 };
+  ptrmap_grow(&live);
+  size_t cur = 0;
+  for (size_t k = 0; k < nrows; k++) {
+    const row *r = &rows[k];
+    if (t->has_manager && r->manager != t->manager) {
+      t->other_manager_rows++;
+      continue;
+    }
+    if (r->action == ROW_FAILURE) {
+      t->alloc_failures++;
+      continue;
+    }
+    if (r->action >= ROW_UNKNOWN) {
+      t->unknown_action_count[r->action - ROW_UNKNOWN]++;
+      continue;
+    }
+    if (r->has_held) {
+      t->has_held = 1;
+      if (r->held > t->held_peak)
+        t->held_peak = r->held;
+    }
+    uint64_t ptr = r->ptr, size = r->size;
+    uint16_t s = stream_index(t, r->stream, r->line);
+    if (r->action == ROW_ALLOC) {
+      t->allocs++;
+      if (size == 0 || ptr == 0) {
+        t->null_allocs++;
+        continue;
+      }
+      if (live.n * 2 >= live.cap)
+        ptrmap_grow(&live);
+      size_t i = ptrmap_find(&live, ptr);
+      if (live.key[i]) { /* its free is missing: it stays live to the end */
+        t->reallocated++;
+        ptrmap_remove(&live, i);
+        i = ptrmap_find(&live, ptr);
+      }
+      if (t->slots == UINT32_MAX)
+        parse_fail_at(t, r->line, "more allocations than " PROG " replays", NULL);
+      live.key[i] = ptr, live.slot[i] = (uint32_t)t->slots, live.size[i] = size;
+      live.n++;
+      trace_push(t, (event){ .size = size, .slot = (uint32_t)t->slots++, .stream = s, .is_free = 0 });
+      cur += size;
+      if (cur > t->peak_live) {
+        t->peak_live = cur;
+        t->peak_event = t->n - 1;
+      }
+    } else {
+      t->frees++;
+      size_t i = ptrmap_find(&live, ptr);
+      if (ptr == 0 || !live.key[i]) {
+        t->unknown_frees++;
+        continue;
+      }
+      if (live.size[i] != size)
+        t->free_size_mismatch++;
+      trace_push(t, (event){ .size = live.size[i], .slot = live.slot[i], .stream = s, .is_free = 1 });
+      cur -= live.size[i];
+      ptrmap_remove(&live, i);
+    }
+  }
+  free(rows);
+  t->live_count_at_end = live.n;
+  ptrmap_free(&live);
+  /* What stays live at the end, counting allocations whose free is missing. */
+  t->live_at_end = cur;
+  if (t->reallocated) {
+    unsigned char *seen = xcalloc(t->slots, 1);
+    size_t all = 0, n = 0;
+    for (size_t i = 0; i < t->n; i++)
+      seen[t->ev[i].slot] ^= 1, all = t->ev[i].is_free ? all - t->ev[i].size : all + t->ev[i].size;
+    for (size_t i = 0; i < t->slots; i++)
+      n += seen[i];
+    t->live_at_end = all, t->live_count_at_end = n;
+    free(seen);
+  }
+}
+
+static void trace_print(const trace *t)
+{
+  progress_clear();
+  printf("\n## %s\n", t->path);
+  printf("# %zu lines: %zu allocate, %zu free; %zu events replayed on %zu stream%s; peak live %zu bytes "
+         "(%.1f MiB); %zu bytes in %zu allocations live at the end\n",
+         t->lines, t->allocs, t->frees, t->n, t->streams, t->streams == 1 ? "" : "s", t->peak_live,
+         (double)t->peak_live / MiB, t->live_at_end, t->live_count_at_end);
+  if (t->has_seq)
+    printf("# rows replayed in Seq order: %zu were out of file order\n", t->seq_out_of_order);
+  if (t->seq_duplicates)
+    printf("# %zu rows share a Seq with another row (kept in file order)\n", t->seq_duplicates);
+  if (t->has_manager && (t->nmanagers > 1 || t->manager_chosen)) {
+    char list[256];
+    size_t used = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < t->nmanagers && used < sizeof list; i++)
+      used += (size_t)snprintf(list + used, sizeof list - used, "%s%" PRIu32 " (%zu rows)", i ? ", " : "",
+                               t->managers[i].id, t->managers[i].rows);
+    printf("# managers in the log: %s; replaying manager %" PRIu32 " (%s); skipped: %zu rows of other managers\n",
+           list, t->manager, t->manager_chosen ? "--manager" : "the first in replay order, --manager N for another",
+           t->other_manager_rows);
+  }
+  if (t->has_held)
+    printf("# the log's Held column: the manager that wrote it held at most %zu bytes (%.2fx live)\n", t->held_peak,
+           t->peak_live ? (double)t->held_peak / (double)t->peak_live : 0.0);
+  if (t->alloc_failures)
+    printf("# skipped: %zu 'allocate failure' lines\n", t->alloc_failures);
+  if (t->unknown_frees)
+    printf("# skipped: %zu frees of a pointer not live (allocated before the log began, or freed twice)\n",
+           t->unknown_frees);
+  if (t->null_allocs)
+    printf("# skipped: %zu allocations of size 0 or at pointer 0\n", t->null_allocs);
+  if (t->reallocated)
+    printf("# %zu allocations at a pointer still live: the earlier one stays live to the end\n", t->reallocated);
+  if (t->free_size_mismatch)
+    printf("# %zu frees name another size than their allocation (the allocation's is used)\n",
+           t->free_size_mismatch);
+  for (size_t i = 0; i <= MAX_UNKNOWN_ACTIONS; i++)
+    if (t->unknown_action_count[i])
+      printf("# skipped: %zu lines of unknown action '%s'\n", t->unknown_action_count[i],
+             i < t->unknown_actions ? t->unknown_action[i] : "(others)");
+}
+
+/* ---- the backends --------------------------------------------------------- */
+
+typedef CUresult (*alloc_async_fn)(cuemm_manager *, CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*free_async_fn)(cuemm_manager *, CUdeviceptr, CUstream);
+static const alloc_async_fn alloc_async = cuemm_alloc_async;
+static const free_async_fn free_async = cuemm_free_async;
+
+static CUcontext ctx;
+static CUdevice dev;
+static cuemm_manager *mgr;
+static CUdeviceptr pool_base;
+static size_t pool_span, fallback_live;
+static size_t info_base_used;
+
+static CUmemoryPool dpool;
+static int dpool_attrs;
+
+static size_t round2m(size_t n)
+{
+  return (n + 2 * MiB - 1) & ~(2 * MiB - 1);
+}
+
+static CUresult raw_alloc(CUdeviceptr *p, size_t size, CUstream s)
+{
+  (void)s;
+  return drv.MemAlloc(p, size);
+}
+
+static CUresult raw_free(CUdeviceptr p, size_t size, CUstream s)
+{
+  (void)size, (void)s;
+  return drv.MemFree(p);
+}
+
+static CUresult ctx_sync(void)
+{
+  return drv.CtxSynchronize();
+}
+
+static size_t used_now(void)
+{
+  size_t free_b, total;
+  CHECK(drv.MemGetInfo(&free_b, &total));
+  return total - free_b;
+}
+
+static void raw_held_begin(void)
+{
+  info_base_used = used_now();
+}
+
+static size_t raw_held_sample(void)
+{
+  size_t u = used_now();
+  return u > info_base_used ? u - info_base_used : 0;
+}
+
+static const char *drv_setup(void)
+{
+  if (!drv.MemAllocAsync || !drv.MemFreeAsync)
+    return "the driver has no cuMemAllocAsync / cuMemFreeAsync";
+  dpool_attrs = 0;
+  if (drv.DeviceGetDefaultMemPool && drv.MemPoolSetAttribute && drv.MemPoolGetAttribute && drv.MemPoolTrimTo &&
+      drv.DeviceGetDefaultMemPool(&dpool, dev) == CUDA_SUCCESS) {
+    cuuint64_t max = UINT64_MAX;
+    CHECK(drv.MemPoolSetAttribute(dpool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max));
+    dpool_attrs = 1;
+  } else {
+    printf("# cuMemAllocAsync: the driver has no memory-pool attributes: release threshold left as it is, "
+           "bytes held not measured\n");
+  }
+  return NULL;
+}
+
+static CUresult drv_alloc(CUdeviceptr *p, size_t size, CUstream s)
+{
+  return drv.MemAllocAsync(p, size, s);
+}
+
+static CUresult drv_free(CUdeviceptr p, size_t size, CUstream s)
+{
+  (void)size;
+  return drv.MemFreeAsync(p, s);
+}
+
+/* The pool emptied and its high-water mark reset, so the pass measures the
+ * trace alone. */
+static void drv_held_begin(void)
+{
+  if (!dpool_attrs)
+    return;
+  CHECK(drv.CtxSynchronize());
+  CHECK(drv.MemPoolTrimTo(dpool, 0));
+  cuuint64_t zero = 0;
+  CHECK(drv.MemPoolSetAttribute(dpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
+}
+
+static int drv_held_peak(size_t *peak)
+{
+  if (!dpool_attrs)
+    return 0;
+  cuuint64_t high = 0;
+  CHECK(drv.MemPoolGetAttribute(dpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high));
+  *peak = (size_t)high;
+  return 1;
+}
+
+static void drv_teardown(void)
+{
+  CHECK(drv.CtxSynchronize());
+  if (dpool_attrs)
+    CHECK(drv.MemPoolTrimTo(dpool, 0)); /* what it kept is not the next backend's to lack */
+}
+
+/* The cuemm backends' configuration: the CUEMM_* environment, read once,
+ * with the pool on and no event log (cuemm_config_read). */
+static cuemm_config cuemm_cfg;
+
+static void cuemm_config_read(void)
+{
+  if (cuemm_config_init(&cuemm_cfg) != CUDA_SUCCESS) {
+    fprintf(stderr, PROG ": the CUEMM_* environment: %s\n", cuemm_cfg.env_error);
+    exit(1);
+  }
+  if (cuemm_cfg.pool != CUEMM_POOL_VMM) {
+    const char *env = getenv("CUEMM_POOL");
+    printf("# cuemm backends: CUEMM_POOL is %s%s%s; the replay turns the pool on (as CUEMM_POOL=vmm), "
+           "with the other CUEMM_* settings as they are\n",
+           env && *env ? "'" : "unset", env && *env ? env : "", env && *env ? "'" : "");
+    cuemm_cfg.pool = CUEMM_POOL_VMM;
+  }
+  /* Every backend's manager would truncate the log, the replayed one too
+   * when it is the same file. */
+  const char *log = cuemm_cfg.log_file && *cuemm_cfg.log_file ? cuemm_cfg.log_file : getenv("CUEMM_LOG");
+  if (log && *log)
+    printf("# cuemm backends: CUEMM_LOG (%s) is not applied: the replay's managers write no log\n", log);
+  cuemm_cfg.log_file = NULL;
+}
+
+static const char *cuemm_setup(void)
+{
+  CHECK(cuemm_create(&mgr, ctx, &cuemm_cfg));
+  cuemm_pool_stats ps;
+  CHECK(cuemm_pool_get_stats(mgr, &ps));
+  pool_base = ps.base, pool_span = ps.reserved_bytes, fallback_live = 0;
+  printf("# cuemm pool: %zu MiB reserved, chunk %zu MiB, release threshold %zu MiB%s\n", ps.reserved_bytes / MiB,
+         ps.chunk_bytes / MiB, ps.release_threshold / MiB, ps.limit_bytes != ps.reserved_bytes ? ", limited" : "");
+  return NULL;
+}
+
+static const char *cuemm_async_setup(void)
+{
+  return cuemm_setup();
+}
+
+/* Requests larger than the pool go to cuMemAlloc: counted as held too. */
+static inline void note_fallback(CUdeviceptr p, size_t size, int freed)
+{
+  if (p - pool_base >= pool_span) {
+    if (freed)
+      fallback_live -= round2m(size);
+    else
+      fallback_live += round2m(size);
+  }
+}
+
+static CUresult cuemm_async_alloc(CUdeviceptr *p, size_t size, CUstream s)
+{
+  CUresult r = alloc_async(mgr, p, size, s);
+  if (r == CUDA_SUCCESS)
+    note_fallback(*p, size, 0);
+  return r;
+}
+
+static CUresult cuemm_async_free(CUdeviceptr p, size_t size, CUstream s)
+{
+  note_fallback(p, size, 1);
+  return free_async(mgr, p, s);
+}
+
+static CUresult cuemm_deferred_alloc(CUdeviceptr *p, size_t size, CUstream s)
+{
+  (void)s;
+  CUresult r = cuemm_alloc(mgr, p, size);
+  if (r == CUDA_SUCCESS)
+    note_fallback(*p, size, 0);
+  return r;
+}
+
+static CUresult cuemm_deferred_free(CUdeviceptr p, size_t size, CUstream s)
+{
+  (void)s;
+  note_fallback(p, size, 1);
+  return cuemm_free(mgr, p);
+}
+
+/* The deferred path's pass ends with its queue released, as the stream
+ * ordered ones end with their frees done. */
+static CUresult cuemm_deferred_finish(void)
+{
+  CUresult r = cuemm_flush(mgr);
+  return r ? r : drv.CtxSynchronize();
+}
+
+static size_t cuemm_held_sample(void)
+{
+  cuemm_pool_stats ps;
+  CHECK(cuemm_pool_get_stats(mgr, &ps));
+  return ps.mapped_bytes + fallback_live;
+}
+
+static void cuemm_teardown(void)
+{
+  CHECK(cuemm_destroy(mgr));
+  mgr = NULL;
+}
+
+typedef struct backend {
+  const char *name;
+  int is_cuemm;
+  const char *(*setup)(void); /* NULL: ready; else why the backend is skipped */
+  CUresult (*alloc)(CUdeviceptr *p, size_t size, CUstream s);
+  CUresult (*free)(CUdeviceptr p, size_t size, CUstream s);
+  CUresult (*finish)(void);           /* ends a pass, timed */
+  void (*held_begin)(void);           /* before the measuring pass; may be NULL */
+  size_t (*held_sample)(void);        /* bytes held now, after every event; may be NULL */
+  int (*held_peak)(size_t *peak);     /* the peak after the pass, when no samples; may be NULL */
+  void (*teardown)(void);             /* may be NULL */
+} backend;
+
+static const backend backends[MAX_BACKENDS] = {
+  { "cuMemAlloc", 0, NULL, raw_alloc, raw_free, ctx_sync, raw_held_begin, raw_held_sample, NULL, NULL },
+  { "cuMemAllocAsync", 0, drv_setup, drv_alloc, drv_free, ctx_sync, drv_held_begin, NULL, drv_held_peak, drv_teardown },
+  { "cuemm-async", 1, cuemm_async_setup, cuemm_async_alloc, cuemm_async_free, ctx_sync, NULL, cuemm_held_sample, NULL,
+    cuemm_teardown },
+  { "cuemm-deferred", 1, cuemm_setup, cuemm_deferred_alloc, cuemm_deferred_free, cuemm_deferred_finish, NULL,
+    cuemm_held_sample, NULL, cuemm_teardown },
+};
+
+/* ---- the snapshot at the peak (--snapshot FILE) --------------------------- */
+
+static const char *snapshot_path; /* NULL: none asked for */
+static FILE *snapshot_file;       /* open until the snapshot is written */
+static int snapshot_created;      /* the file did not exist before: removed again on failure */
+
+/* cuemm_snapshot_take of the backend's manager, written as JSON to the
+ * snapshot file; a failure stops the run (the file removed). */
+static void snapshot_write(const trace *t, const backend *b, size_t events_done)
+{
+  cuemm_snapshot *s = NULL;
+  const char *call = "cuemm_snapshot_take";
+  CUresult r = cuemm_snapshot_take(mgr, &s);
+  if (r == CUDA_SUCCESS) {
+    call = "cuemm_snapshot_write_json";
+    r = cuemm_snapshot_write_json(s, snapshot_file);
+  }
+  const char *why = r != CUDA_SUCCESS ? cuemm_last_error() : NULL;
+  if (r == CUDA_SUCCESS && (fputc('\n', snapshot_file) == EOF || fflush(snapshot_file) != 0)) {
+    call = "writing";
+    why = strerror(errno);
+  }
+  if (fclose(snapshot_file) != 0 && !why) {
+    call = "closing";
+    why = strerror(errno);
+  }
+  snapshot_file = NULL;
+  if (why) {
+    progress_clear();
+    if (r != CUDA_SUCCESS)
+      fprintf(stderr, PROG ": --snapshot %s: %s failed (%s): %s\n", snapshot_path, call, error_name(r), why);
+    else
+      fprintf(stderr, PROG ": --snapshot %s: %s: %s\n", snapshot_path, call, why);
+    if (snapshot_created)
+      unlink(snapshot_path);
+    cuemm_snapshot_free(s);
+    exit(1);
+  }
+  size_t live = 0, bytes = 0;
+  for (size_t i = 0; i < s->nblocks; i++)
+    if (s->blocks[i].state == CUEMM_BLOCK_LIVE)
+      live++, bytes += s->blocks[i].requested;
+  progress_clear();
+  printf("# snapshot of %s after event %zu of %zu, where live bytes reach the trace's peak: %s: %zu chunks, "
+         "%zu blocks, %zu of them live (%zu bytes)\n",
+         b->name, events_done, t->n, snapshot_path, s->nchunks, s->nblocks, live, bytes);
+  cuemm_snapshot_free(s);
+}
+
+/* ---- the replay ----------------------------------------------------------- */
+
+typedef struct result {
+  const trace *t;
+  const backend *b;
+  const char *skipped;
+  double ns_per_event;
+  int held_known;
+  size_t held;
+  size_t oom;
+} result;
+
+/* Where the replay is, for the progress line. */
+typedef struct position {
+  const char *backend;
+  int backend_no, backends;
+  char pass[48];
+} position;
+
+/* One pass of the whole trace; returns its time in ns (the finish included,
+ * the cleanup of what the trace leaves live excluded).  With `held`, samples
+ * the backend's bytes held after every event into *held.  With `snapshot`,
+ * writes the snapshot file after the event where live bytes reach the
+ * trace's peak. */
+static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, const CUstream *streams,
+                          const position *pos, size_t *oom, size_t *held, int snapshot)
+{
+  size_t peak = 0, ooms = 0;
+  int sample = held && b->held_sample;
+  if (snapshot && t->n == 0)
+    snapshot_write(t, b, 0);
+  double t0 = now_ns();
+  for (size_t i = 0; i < t->n; i++) {
+    const event *e = &t->ev[i];
+    if (!e->is_free) {
+      CUresult r = b->alloc(&slot[e->slot], (size_t)e->size, streams[e->stream]);
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        slot[e->slot] = 0;
+        ooms++;
+      } else if (r != CUDA_SUCCESS) {
+        progress_clear();
+        fprintf(stderr, PROG ": %s: %s: allocating %llu bytes (event %zu) failed (%s)%s%s\n", t->path, b->name,
+                (unsigned long long)e->size, i + 1, error_name(r), b->is_cuemm ? ": " : "",
+                b->is_cuemm ? cuemm_last_error() : "");
+        exit(1);
+      }
+    } else if (slot[e->slot]) {
+      CHECK(b->free(slot[e->slot], (size_t)e->size, streams[e->stream]));
+      slot[e->slot] = 0;
+    }
+    if (sample) {
+      size_t h = b->held_sample();
+      if (h > peak)
+        peak = h;
+    }
+    if (snapshot && i == t->peak_event)
+      snapshot_write(t, b, i + 1);
+    if ((i & 1023) == 1023 && progress_due())
+      progress_show(PROG ": %s: %s (%d of %d), %s: %zu of %zu events (%zu%%)", t->path, pos->backend,
+                    pos->backend_no, pos->backends, pos->pass, i + 1, t->n, (i + 1) * 100 / t->n);
+  }
+  CHECK(b->finish());
+  double ns = now_ns() - t0;
+  if (held)
+    *held = peak;
+  *oom = ooms;
+  /* What the trace leaves live, freed in the order it was allocated. */
+  for (size_t i = 0; i < t->n; i++) {
+    const event *e = &t->ev[i];
+    if (!e->is_free && slot[e->slot]) {
+      CHECK(b->free(slot[e->slot], (size_t)e->size, streams[e->stream]));
+      slot[e->slot] = 0;
+    }
+  }
+  CHECK(b->finish());
+  return ns;
+}
+
+static result replay(const trace *t, const backend *b, int backend_no, int nbackends, int reps, int snapshot)
+{
+  result res = { .t = t, .b = b };
+  position pos = { .backend = b->name, .backend_no = backend_no, .backends = nbackends };
+  if (b->setup && (res.skipped = b->setup()) != NULL) {
+    progress_clear();
+    printf("%-16s skipped: %s\n", b->name, res.skipped);
+    return res;
+  }
+  CUstream streams[MAX_STREAMS];
+  for (size_t i = 0; i < t->streams; i++) {
+    if (t->stream_ids[i] == 0)
+      streams[i] = NULL; /* the legacy default stream */
+    else if (t->stream_ids[i] == 2)
+      streams[i] = CU_STREAM_PER_THREAD;
+    else
+      CHECK(drv.StreamCreate(&streams[i], CU_STREAM_NON_BLOCKING));
+  }
+  CUdeviceptr *slot = xcalloc(t->slots, sizeof *slot);
+  size_t oom = 0, held = 0;
+  if (b->held_begin)
+    b->held_begin();
+  snprintf(pos.pass, sizeof pos.pass, "the pass measuring bytes held");
+  replay_pass(t, b, slot, streams, &pos, &oom, &held, snapshot);
+  res.held_known = b->held_sample != NULL;
+  if (b->held_peak)
+    res.held_known = b->held_peak(&held);
+  res.held = held;
+  res.oom = oom;
+  snprintf(pos.pass, sizeof pos.pass, "the warm-up pass");
+  replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0);
+  double v[64];
+  for (int r = 0; r < reps; r++) {
+    snprintf(pos.pass, sizeof pos.pass, "timed pass %d of %d", r + 1, reps);
+    v[r] = replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0);
+    if (oom > res.oom)
+      res.oom = oom;
+  }
+  res.ns_per_event = t->n ? median(v, reps) / (double)t->n : 0;
+  free(slot);
+  /* The manager first: its caches name the streams. */
+  if (b->teardown)
+    b->teardown();
+  for (size_t i = 0; i < t->streams; i++)
+    if (t->stream_ids[i] != 0 && t->stream_ids[i] != 2)
+      CHECK(drv.StreamDestroy(streams[i]));
+  progress_clear();
+  char held_s[32] = "n/a", foot_s[32] = "n/a";
+  if (res.held_known) {
+    snprintf(held_s, sizeof held_s, "%zu", res.held);
+    if (t->peak_live)
+      snprintf(foot_s, sizeof foot_s, "%.2f", (double)res.held / (double)t->peak_live);
+  }
+  printf("%-16s %zu events, %.1f ns/event; peak live %zu bytes, peak held %s, footprint %s; out of memory %zu\n",
+         b->name, t->n, res.ns_per_event, t->peak_live, held_s, foot_s, res.oom);
+  fflush(stdout);
+  return res;
+}
+
+static __attribute__((format(printf, 1, 2), noreturn)) void bad_usage(const char *fmt, ...);
+
+/* Parses --backends LIST into sel (indices into backends, in the order
+ * named); returns how many. */
+static int parse_backends(const char *list, int *sel)
+{
+  int n = 0;
+  char *copy = strdup(list), *save = NULL;
+  if (!copy) {
+    fprintf(stderr, PROG ": out of host memory\n");
+    exit(1);
+  }
+  if (!*list)
+    bad_usage("--backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, "
+              "cuemm (both cuemm-*), all");
+  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int first = -1, last = -1;
+    for (int k = 0; k < MAX_BACKENDS; k++)
+      if (strcasecmp(tok, backends[k].name) == 0)
+        first = last = k;
+    if (strcasecmp(tok, "cuemm") == 0)
+      first = 2, last = 3;
+    else if (strcasecmp(tok, "all") == 0)
+      first = 0, last = MAX_BACKENDS - 1;
+    if (first < 0)
+      bad_usage("--backends: no backend '%s' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, "
+                "cuemm-deferred; cuemm for both cuemm-*, all for every one)", tok);
+    for (int k = first; k <= last; k++) {
+      for (int j = 0; j < n; j++)
+        if (sel[j] == k)
+          bad_usage("--backends: %s is named twice", backends[k].name);
+      sel[n++] = k;
+    }
+  }
+  free(copy);
+  if (n == 0)
+    bad_usage("--backends needs at least one name, not '%s'", list);
+  return n;
+}
+
+static const char help_text[] =
+    "Usage: " PROG " [OPTION]... LOG...\n"
+    "Replays allocation logs on the GPU through cuemm, with the CUEMM_* settings of\n"
+    "the environment, and through the driver's cuMemAlloc/cuMemFree and\n"
+    "cuMemAllocAsync/cuMemFreeAsync for comparison.  For each log and backend it\n"
+    "prints the events replayed, the log's peak of live bytes, the peak of bytes\n"
+    "held from the driver, their ratio (the footprint), the time per event (the\n"
+    "median of the timed passes) and the allocations that failed out of memory; a\n"
+    "table of them all ends the run.\n"
+    "\n"
+    "LOG is a CSV file (- for standard input) as RMM's logging_resource_adaptor\n"
+    "writes it (Thread,Time,Action,Pointer,Size,Stream) or as cuemm writes it\n"
+    "(CUEMM_LOG: the same, then Seq,Manager,Call,Held,Events).  Columns are found by\n"
+    "name; RMM's six are required.  With a Seq column the rows are replayed in Seq\n"
+    "order; with several managers in the Manager column, one manager's rows.  Each\n"
+    "stream of the log is replayed on a stream of its own (0 and 0x1: the legacy\n"
+    "default stream, 0x2: the per-thread one); pointers are remapped.\n"
+    "\n"
+    "Options:\n"
+    "  --backends LIST        the backends to run, comma-separated, in that order:\n"
+    "                         cuMemAlloc, cuMemAllocAsync, cuemm-async\n"
+    "                         (cuemm_alloc_async/cuemm_free_async), cuemm-deferred\n"
+    "                         (cuemm_alloc/cuemm_free); cuemm: both cuemm ones;\n"
+    "                         all: every one (the default)\n"
+    "  --manager N            replay manager N's rows of a cuemm log (default: the\n"
+    "                         first manager in replay order)\n"
+    "  --reps R               timed passes per backend, 1 to 64 (default 5)\n"
+    "  --quick                one timed pass (--reps 1)\n"
+    "  --snapshot FILE        write the first cuemm backend's snapshot\n"
+    "                         (cuemm_snapshot_take, as JSON) into FILE at the event\n"
+    "                         where live bytes reach the log's peak; one LOG only\n"
+    "  --progress-interval S  seconds before the first progress line and between\n"
+    "                         lines (default: 1 s, then every 0.2 s in place on a\n"
+    "                         terminal, else every 5 s); 0: at every check\n"
+    "  -q, --quiet            no progress line\n"
+    "  -h, --help             this text, then exit\n"
+    "  --version              the versions of " PROG " and of its libcuemm\n"
+    "\n"
+    "Each backend makes one untimed pass measuring the bytes held, one warm-up pass,\n"
+    "then the timed passes, each ended by a synchronization of the context.  Bytes\n"
+    "held: cuMemAlloc: device memory used above the start (cuMemGetInfo after every\n"
+    "event); cuMemAllocAsync: the default pool's reserved high-water mark; cuemm:\n"
+    "the pool's mapped bytes plus the requests it gave to cuMemAlloc.\n"
+    "\n"
+    "The cuemm backends always use the pool (as CUEMM_POOL=vmm) and write no log\n"
+    "(CUEMM_LOG is not applied); the output says so when the environment differs.\n"
+    "The driver is the one cuemm loads: CUEMM_LIBCUDA, else libcuda.so.1.\n"
+    "\n"
+    "Exit status: 0 done; 1 a log unreadable or malformed (the file and line are\n"
+    "named), a driver or cuemm call failed, or the snapshot failed; 2 a usage error.\n";
+
+static void usage(void)
+{
+  fprintf(stderr, "Usage: " PROG " [OPTION]... LOG...\nTry '" PROG " --help' for more.\n");
+  exit(2);
+}
+
+/* A usage error: the message, then exit 2. */
+static void bad_usage(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, PROG ": ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(2);
+}
+
+/* The value of option argv[*i] (--opt VALUE or --opt=VALUE), or NULL when
+ * argv[*i] is not that option. */
+static const char *option_value(int argc, char **argv, int *i, const char *opt)
+{
+  size_t n = strlen(opt);
+  if (strncmp(argv[*i], opt, n) != 0)
+    return NULL;
+  if (argv[*i][n] == '=')
+    return argv[*i] + n + 1;
+  if (argv[*i][n] != '\0')
+    return NULL;
+  if (*i + 1 >= argc)
+    bad_usage("%s needs a value", opt);
+  return argv[++*i];
+}
+
+int main(int argc, char **argv)
+{
+  int quick = 0, reps = -1, nlogs = 0, options_done = 0, quiet = 0;
+  double interval = -1;
+  uint32_t want_manager = 0;
+  int sel[MAX_BACKENDS] = { 0, 1, 2, 3 }, nsel = MAX_BACKENDS;
+  char **logs = xcalloc((size_t)argc, sizeof *logs);
+  for (int i = 1; i < argc; i++) {
+    const char *v;
+    if (options_done || argv[i][0] != '-' || argv[i][1] == '\0')
+      logs[nlogs++] = argv[i];
+    else if (strcmp(argv[i], "--") == 0)
+      options_done = 1;
+    else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(help_text, stdout);
+      free(logs);
+      return 0;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      printf(PROG " (cuemm) %s, on libcuemm %s\n", PACKAGE_VERSION, cuemm_version_string());
+      free(logs);
+      return 0;
+    } else if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0)
+      quiet = 1;
+    else if ((v = option_value(argc, argv, &i, "--progress-interval")) != NULL) {
+      char *end;
+      errno = 0;
+      interval = strtod(v, &end);
+      if (end == v || *end || errno || !(interval >= 0 && interval <= 86400))
+        bad_usage("--progress-interval takes seconds, 0 to 86400, not '%s'", v);
+    }
+    else if ((v = option_value(argc, argv, &i, "--reps")) != NULL) {
+      char *end;
+      long r = strtol(v, &end, 10);
+      if (end == v || *end || r < 1 || r > 64)
+        bad_usage("--reps takes 1 to 64, not '%s'", v);
+      reps = (int)r;
+    } else if ((v = option_value(argc, argv, &i, "--snapshot")) != NULL) {
+      if (!*v)
+        bad_usage("--snapshot needs a file name");
+      snapshot_path = v;
+    } else if ((v = option_value(argc, argv, &i, "--backends")) != NULL) {
+      nsel = parse_backends(v, sel);
+    } else if ((v = option_value(argc, argv, &i, "--manager")) != NULL) {
+      uint64_t id;
+      if (parse_dec(v, &id) != 0 || id < 1 || id > UINT32_MAX)
+        bad_usage("--manager takes a manager's number (1, 2, ...), not '%s'", v);
+      want_manager = (uint32_t)id;
+    } else {
+      fprintf(stderr, PROG ": unknown option '%s'\n", argv[i]);
+      usage();
+    }
+  }
+  if (nlogs == 0) {
+    fprintf(stderr, PROG ": no LOG to replay\n");
+    usage();
+  }
+  int snapshot_backend = -1; /* the index in sel of the backend that writes it */
+  if (snapshot_path) {
+    if (nlogs > 1)
+      bad_usage("--snapshot writes one file: give one LOG, not %d", nlogs);
+    for (int k = 0; k < nsel && snapshot_backend < 0; k++)
+      if (backends[sel[k]].is_cuemm)
+        snapshot_backend = k;
+    if (snapshot_backend < 0)
+      bad_usage("--snapshot needs a cuemm backend (cuemm-async or cuemm-deferred) in --backends");
+  }
+  if (reps < 0)
+    reps = quick ? 1 : 5;
+  progress_init(quiet, interval);
+  /* Every log is read before the device is touched: a bad line stops the
+   * run at once. */
+  trace *traces = xcalloc((size_t)nlogs, sizeof *traces);
+  for (int i = 0; i < nlogs; i++)
+    trace_parse(&traces[i], logs[i], want_manager);
+
+  if (snapshot_path) {
+    struct stat st;
+    snapshot_created = stat(snapshot_path, &st) != 0 && errno == ENOENT;
+    if (!(snapshot_file = fopen(snapshot_path, "w"))) {
+      fprintf(stderr, PROG ": --snapshot %s: %s\n", snapshot_path, strerror(errno));
+      exit(1);
+    }
+  }
+
+  cuemm_driver_info info;
+  char devname[128];
+  driver_load(&info);
+  CHECK(drv.DeviceGet(&dev, 0));
+  CHECK(drv.DeviceGetName(devname, sizeof devname, dev));
+  CHECK(drv.DevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(drv.CtxSetCurrent(ctx));
+  printf("# " PROG ": cuemm %s, %s, driver %d (%s)\n", cuemm_version_string(), devname, info.version, info.path);
+  printf("# each backend: one pass measuring bytes held, one warm-up pass, then the median of %d timed pass%s\n",
+         reps, reps == 1 ? "" : "es");
+  for (int k = 0; k < nsel; k++)
+    if (backends[sel[k]].is_cuemm) {
+      cuemm_config_read();
+      break;
+    }
+  result *res = xcalloc((size_t)nlogs * (size_t)nsel, sizeof *res);
+  for (int i = 0; i < nlogs; i++) {
+    trace_print(&traces[i]);
+    for (int k = 0; k < nsel; k++)
+      res[i * nsel + k] = replay(&traces[i], &backends[sel[k]], k + 1, nsel, reps, k == snapshot_backend);
+  }
+
+  printf("\n## summary (held: cuMemAlloc = device memory used above the start, cuMemGetInfo; cuMemAllocAsync = "
+         "the pool's reserved high-water mark; cuemm = the pool's mapped bytes + cuMemAlloc fallbacks)\n");
+  printf("%-28s %-16s %10s %8s %12s %14s %14s %9s %5s\n", "trace", "backend", "events", "streams", "ns/event",
+         "peak live", "peak held", "footprint", "oom");
+  for (int i = 0; i < nlogs * nsel; i++) {
+    const result *r = &res[i];
+    const char *name = strrchr(r->t->path, '/');
+    name = name ? name + 1 : r->t->path;
+    if (r->skipped) {
+      printf("%-28s %-16s %10s %8s %12s %14zu %14s %9s %5s\n", name, r->b->name, "skipped", "-", "-", r->t->peak_live,
+             "-", "-", "-");
+      continue;
+    }
+    char held[32] = "n/a", foot[32] = "n/a";
+    if (r->held_known) {
+      snprintf(held, sizeof held, "%zu", r->held);
+      if (r->t->peak_live)
+        snprintf(foot, sizeof foot, "%.2f", (double)r->held / (double)r->t->peak_live);
+    }
+    printf("%-28s %-16s %10zu %8zu %12.1f %14zu %14s %9s %5zu\n", name, r->b->name, r->t->n, r->t->streams,
+           r->ns_per_event, r->t->peak_live, held, foot, r->oom);
+  }
+  for (int i = 0; i < nlogs; i++)
+    free(traces[i].ev), free(traces[i].managers);
+  free(traces), free(res), free(logs);
+  CHECK(drv.CtxSetCurrent(NULL));
+  CHECK(drv.DevicePrimaryCtxRelease(dev));
+  return 0;
+}
