@@ -369,4 +369,16 @@ else
   echo "ok $((n = n + 1)) # SKIP no Python 3.8 or newer for scripts/torch-trace.py"
   echo "ok $((n = n + 1)) # SKIP no Python 3.8 or newer for scripts/torch-trace.py"
 fi
+# A log the library writes (CUEMM_LOG) read back: the quickstart example's
+# 86 rows replayed, peak live as the rows say, every row a whole one.
+out=$(CUEMM_POOL=vmm CUEMM_LOG="$tmp/quickstart-%p.csv" "$b/examples/quickstart" 2>&1); rc=$?
+qlog=$(ls "$tmp"/quickstart-*.csv 2>/dev/null | head -n 1)
+check "the quickstart example writes its event log (exit $rc)" test $rc -eq 0 -a -n "$qlog"
+rows=$(($(wc -l < "${qlog:-/dev/null}") - 1))
+peak=$(awk -F, 'NR > 1 { live += ($3 == "allocate" ? $5 : ($3 == "free" ? -$5 : 0)); if (live > peak) peak = live }
+  END { print peak + 0 }' "${qlog:-/dev/null}")
+out=$("$replay" --quick --backends cuemm-async "${qlog:-/dev/null}" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "cuemm-replay replays it: $rows events, peak live $peak bytes (exit $rc)" \
+  has "$rows events replayed on 1 stream; peak live $peak bytes"
 echo "1..$n"
