@@ -316,24 +316,35 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
 {
   size_t need = round_up(size, CUEMM__SA_ALIGN);
   const cuemm__sa *sa = &p->sa;
+  /* Where to map: the place that needs the least new memory.  Mapped
+   * against a free block at one end of a hole, the growth joins it, and
+   * only the rest of the request is new; a hole whose free neighbours
+   * together nearly serve the request is filled.  Placing by address alone
+   * would map a whole request while a large free block waits beside
+   * another hole (a serving trace held 1.21x its live bytes so). */
   size_t best_off = SIZE_MAX, best_bytes = 0;
   int capped = 0;
   for (uint32_t i = sa->holes; i != CUEMM__SA_NIL; i = sa->b[i].lnext) {
     const cuemm__sa_block *h = &sa->b[i];
     size_t before = h->prev != CUEMM__SA_NIL && sa->b[h->prev].state == CUEMM__SA_FREE ? sa->b[h->prev].size : 0;
     size_t after = h->next != CUEMM__SA_NIL && sa->b[h->next].state == CUEMM__SA_FREE ? sa->b[h->next].size : 0;
-    size_t bytes = round_up(need > before ? need - before : p->unit, p->unit);
-    if (bytes > h->size) {
-      if (before + h->size + after < need)
-        continue;
-      bytes = h->size; /* fill the whole hole: free space on both sides joins */
-    }
+    size_t up = round_up(need > before ? need - before : p->unit, p->unit);
+    size_t down = round_up(need > after ? need - after : p->unit, p->unit);
+    size_t bytes, off;
+    if (up <= h->size && up <= down)
+      bytes = up, off = h->off;                      /* from the hole's start, joining the block before */
+    else if (down <= h->size)
+      bytes = down, off = h->off + h->size - down;   /* up to the hole's end, joining the block after */
+    else if (before + h->size + after >= need)
+      bytes = h->size, off = h->off;                 /* the whole hole: free space on both sides joins */
+    else
+      continue;
     if (p->mapped + bytes > p->limit) {
       capped = 1;
       continue;
     }
-    if (h->off < best_off) {
-      best_off = h->off;
+    if (bytes < best_bytes || (bytes == best_bytes && off < best_off) || best_off == SIZE_MAX) {
+      best_off = off;
       best_bytes = bytes;
     }
   }
