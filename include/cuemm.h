@@ -542,8 +542,9 @@ CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer);
  * (cuemm_config.stream_reuse) B takes the block at once and is made to wait
  * on A's event with cuStreamWaitEvent.  Otherwise the block comes from the
  * pool, which first takes back the idle blocks of every thread's cache and
- * only then grows.  A thread's cache holds at most pool_release_threshold
- * or 256 MiB of freed blocks, whichever is less: past it, the next free
+ * only then grows.  A thread's cache holds at most a quarter of the pool's
+ * mapped bytes (at least 256 MiB) or pool_release_threshold, whichever is
+ * less: past it, the next free
  * gives its idle blocks back to the pool, oldest first (cached blocks keep
  * their places, so they cannot merge with free space).  cuemm_pool_trim,
  * cuemm_reset and the pool's
