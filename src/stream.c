@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "nvtx.h"
 #include "stream.h"
 
 #define STREAM_TLS_SLOTS 8
@@ -549,6 +550,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   if (got != CUEMM__HEAP_NIL) {
     *p = (CUdeviceptr)h->b[got].ptr;
     cuemm__heap_unlock(h);
+    cuemm__nvtx_live(m->pool, (uintptr_t)*p, size);
     return CUDA_SUCCESS;
   }
   cuemm__heap_unlock(h);
@@ -578,9 +580,10 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   if (r != CUDA_SUCCESS)
     m->st.alloc_failures++;
   cuemm__lock_release(&m->lock);
-  if (r == CUDA_SUCCESS)
+  if (r == CUDA_SUCCESS) {
     *p = (CUdeviceptr)ptr;
-  else
+    cuemm__nvtx_live(m->pool, ptr, size);
+  } else
     cuemm__error_append(" (cuemm_alloc_async of %zu bytes on stream %p)", size, (void *)stream);
   return r;
 }
@@ -607,6 +610,7 @@ CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t
       if (r != CUEMM__HEAP_NIL) {
         *p = (CUdeviceptr)h->b[r].ptr;
         cuemm__heap_leave(h);
+        cuemm__nvtx_live(m->pool, (uintptr_t)*p, size);
         return CUDA_SUCCESS;
       }
     }
@@ -691,8 +695,8 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       if (h->b[rec].state == CUEMM__HB_CACHED)
         r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: double free of 0x%" PRIxPTR " (%zu bytes): "
                          "it was freed on stream %p already", p, h->b[rec].size, (void *)h->st[h->b[rec].hs].s);
-      else
-        r = cache_on(m, h, rec, stream, "cuemm_free_async");
+      else if ((r = cache_on(m, h, rec, stream, "cuemm_free_async")) == CUDA_SUCCESS)
+        cuemm__nvtx_dead(m->pool, p);
       cuemm__heap_unlock(h);
       return r;
     }
@@ -769,8 +773,10 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       m->pool_pending++;
     else
       cuemm__pool_give(m->pool, blk); /* cannot happen in practice; never leak */
-  } else
+  } else {
     h->allocs++;
+    cuemm__nvtx_dead(m->pool, p);
+  }
   cuemm__heap_unlock(h);
   cuemm__lock_release(&m->lock);
   return CUDA_SUCCESS;
@@ -822,6 +828,7 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstrea
       uint32_t hs = cuemm__heap_stream(h, stream);
       if (hs != CUEMM__HEAP_NIL && cuemm__heap_cache(h, r, hs) == 0) {
         int over = h->cached_bytes > h->trim_mark;
+        cuemm__nvtx_dead(m->pool, (uintptr_t)dp); /* before another thread may take the block */
         cuemm__heap_leave(h);
         if (__builtin_expect(over, 0))
           trim_heap(m, h);
