@@ -5,7 +5,8 @@
  * NVTX is a header-only library whose functions do nothing until a tool
  * attaches; cuemm builds without the CUDA toolkit's NVTX headers, so this
  * file speaks the protocol itself, with declarations written from the
- * published NVTX 3 headers (c/include/nvtx3 in github.com/NVIDIA/NVTX):
+ * published NVTX 3 headers (c/include/nvtx3 in github.com/NVIDIA/NVTX, the
+ * version the CUDA 13 toolkit ships as include/nvtx3):
  *
  *   - The tool is the shared library NVTX_INJECTION64_PATH names
  *     (NVTX_INJECTION32_PATH in a 32-bit process); nothing else is searched
@@ -19,11 +20,17 @@
  *     implements; cuemm uses only CORE2's nvtxDomainCreateA (id 12) and
  *     nvtxInitialize (id 15).  Returning 0 means the tool refused.
  *   - Memory extension: its InitializeInjectionNvtxExtension(moduleInfo)
- *     is called with module id 1 (NVTX_EXT_MODULEID_MEM), compatibility id
- *     0x0102 (NVTX_EXT_COMPATID_MEM) and one segment of 17 slots
- *     (NVTX3EXT_CBID_MEM_FN_NUM), in which the tool stores the function of
- *     callback id k in slot k (0 stays unused); a slot left 0 (or set to 1,
- *     "disabled") has no function.  Returning 0 means the tool refused.
+ *     is called with NVTX version 3, module id 1 (NVTX_EXT_MODULEID_MEM),
+ *     compatibility id 0x0102 (NVTX_EXT_COMPATID_MEM) and one segment, id
+ *     1, of 63 slots (NVTX_EXT_MEM_SLOT_COUNT), in which the tool stores
+ *     the function of callback id k in slot k: nvtxMemHeapRegister 0,
+ *     nvtxMemHeapUnregister 1, nvtxMemHeapReset 2, nvtxMemRegionsRegister
+ *     3, nvtxMemRegionsUnregister 5 (NVTX3EXT_CBID_*).  A slot left 0 (or
+ *     set to 1, "disabled") has no function.  Returning 0 means the tool
+ *     refused.  This is the layout of nvtxDetail/nvtxExtImplMem_v1.h in
+ *     that toolkit, which its tools read; some NVTX sources had one
+ *     segment, id 0, of 17 slots numbered from 1 instead.  A tool that
+ *     fills the slots from 1 leaves slot 0 empty, and is left alone.
  *
  * The calls come in the order an NVTX program makes them: core
  * initialization, nvtxDomainCreateA("cuemm"), nvtxInitialize(NULL), then
@@ -90,15 +97,16 @@ typedef struct nv_etbl_version {
 /* The memory extension. */
 #define NV_MEM_MODULE_ID 1
 #define NV_MEM_COMPAT_ID 0x0102
-#define NV_MEM_SLOTS 17
+#define NV_MEM_SEGMENT_ID 1
+#define NV_MEM_SLOTS 63
 #define NV_EXT_FRESH 0
 #define NV_EXT_DISABLED 1
 enum {
-  NV_MEM_HEAP_REGISTER = 1,
-  NV_MEM_HEAP_UNREGISTER = 2,
-  NV_MEM_HEAP_RESET = 3,
-  NV_MEM_REGIONS_REGISTER = 4,
-  NV_MEM_REGIONS_UNREGISTER = 6,
+  NV_MEM_HEAP_REGISTER = 0,
+  NV_MEM_HEAP_UNREGISTER = 1,
+  NV_MEM_HEAP_RESET = 2,
+  NV_MEM_REGIONS_REGISTER = 3,
+  NV_MEM_REGIONS_UNREGISTER = 5,
 };
 #define NV_MEM_HEAP_USAGE_SUB_ALLOCATOR 1
 #define NV_MEM_TYPE_VIRTUAL_ADDRESS 1
@@ -260,16 +268,15 @@ static void tool_load(void)
     if (initialize)
       initialize(NULL);
   }
-  nv_ext_segment segment = { 0, NV_MEM_SLOTS, tool.mem };
+  nv_ext_segment segment = { NV_MEM_SEGMENT_ID, NV_MEM_SLOTS, tool.mem };
   nv_ext_module module = { NV_VERSION, sizeof(nv_ext_module), NV_MEM_MODULE_ID, NV_MEM_COMPAT_ID, 1, &segment,
                            NULL, NULL };
   if (!init_ext(&module))
     return;
-  /* Slot 0 has no function: a tool that filled it counts from another
-   * base, and its functions would be called with the wrong arguments. */
-  if (tool.mem[0] != NV_EXT_FRESH || !slot_set(tool.mem[NV_MEM_HEAP_REGISTER]) ||
-      !slot_set(tool.mem[NV_MEM_HEAP_UNREGISTER]) || !slot_set(tool.mem[NV_MEM_REGIONS_REGISTER]) ||
-      !slot_set(tool.mem[NV_MEM_REGIONS_UNREGISTER]))
+  /* Every function used must be there; a tool numbering the slots from 1
+   * leaves slot 0 (nvtxMemHeapRegister) empty and stops here. */
+  if (!slot_set(tool.mem[NV_MEM_HEAP_REGISTER]) || !slot_set(tool.mem[NV_MEM_HEAP_UNREGISTER]) ||
+      !slot_set(tool.mem[NV_MEM_REGIONS_REGISTER]) || !slot_set(tool.mem[NV_MEM_REGIONS_UNREGISTER]))
     return;
   tool.heap_register = (nv_heap_register_fn)tool.mem[NV_MEM_HEAP_REGISTER];
   tool.heap_unregister = (nv_heap_unregister_fn)tool.mem[NV_MEM_HEAP_UNREGISTER];
@@ -336,6 +343,7 @@ typedef struct live_region {
 
 struct cuemm__nvtx_pool {
   pthread_mutex_t lock;
+  CUcontext ctx;        /* the pool's context, current around the tool's calls */
   int off;              /* annotations stopped (no host memory for the table): every heap is gone */
   void **heap;          /* per unit: at a chunk's head, the tool's heap, NULL when none */
   live_region *live;    /* the registered blocks, open addressing on the address */
@@ -359,7 +367,29 @@ struct cuemm__nvtx_pool *cuemm__nvtx_pool_new(const cuemm__pool *p)
     return NULL;
   }
   pthread_mutex_init(&np->lock, NULL);
+  if (p->drv->CtxGetCurrent(&np->ctx) != CUDA_SUCCESS) /* cuemm__pool_create runs in the manager's context */
+    np->ctx = NULL;
   return np;
+}
+
+/* The tool is told of memory with the pool's context current, as a
+ * program using NVTX would be in its own: cuemm_alloc and the
+ * stream-ordered fast paths run in whatever context the caller has
+ * current.  Best effort: a failing driver call leaves the context as it
+ * is.  Returns whether it pushed. */
+static int ctx_in(const cuemm__pool *p, const struct cuemm__nvtx_pool *np)
+{
+  CUcontext cur = NULL;
+  if (!np->ctx || p->drv->CtxGetCurrent(&cur) != CUDA_SUCCESS || cur == np->ctx)
+    return 0;
+  return p->drv->CtxPushCurrent(np->ctx) == CUDA_SUCCESS;
+}
+
+static void ctx_out(const cuemm__pool *p, int pushed)
+{
+  CUcontext popped;
+  if (pushed)
+    p->drv->CtxPopCurrent(&popped);
 }
 
 static size_t slot_of(uintptr_t ptr, size_t cap)
@@ -500,6 +530,7 @@ void cuemm__nvtx_pool_gone_(cuemm__pool *p, int tell_tool)
 void cuemm__nvtx_live_(cuemm__pool *p, uintptr_t ptr, size_t size)
 {
   struct cuemm__nvtx_pool *np = p->nvtx;
+  int pushed = ctx_in(p, np);
   pthread_mutex_lock(&np->lock);
   if (np->off)
     goto out;
@@ -523,14 +554,17 @@ void cuemm__nvtx_live_(cuemm__pool *p, uintptr_t ptr, size_t size)
   }
 out:
   pthread_mutex_unlock(&np->lock);
+  ctx_out(p, pushed);
 }
 
 void cuemm__nvtx_dead_(cuemm__pool *p, uintptr_t ptr)
 {
   struct cuemm__nvtx_pool *np = p->nvtx;
+  int pushed = ctx_in(p, np);
   pthread_mutex_lock(&np->lock);
   live_region *e = np->off ? NULL : live_find(np, ptr);
   if (e)
     unregister_locked(p, np, e);
   pthread_mutex_unlock(&np->lock);
+  ctx_out(p, pushed);
 }

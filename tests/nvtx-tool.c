@@ -21,7 +21,8 @@
  *                               the wrong size or compatibility id, a table
  *                               of the wrong shape, a region outside its heap
  *                               or over another, a heap over another, an
- *                               unknown heap, domain or region
+ *                               unknown heap, domain or region, a call with
+ *                               no CUDA context current
  *
  * The layouts below are written from the NVTX headers on their own and
  * checked against the sizes those headers give on LP64, so that cuemm's
@@ -29,9 +30,11 @@
  *
  * NVTX_TOOL_FAIL makes it misbehave as a broken or foreign tool would:
  * "core" (InitializeInjectionNvtx2 returns 0), "ext" (the extension's
- * returns 0), "base" (it fills slot 0 too, as a tool counting from another
- * base would), "noregion" (it leaves nvtxMemRegionsRegister empty).
+ * returns 0), "from1" (it numbers the memory extension's slots from 1, as
+ * some NVTX sources did, so that nvtxMemHeapRegister lands in slot 1),
+ * "noregion" (it leaves nvtxMemRegionsRegister empty).
  */
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -168,6 +171,18 @@ static struct region {
 static char domain_object;  /* the domain handle this tool gives out */
 static void *domain_handle;  /* NULL until nvtxDomainCreateA: then calls must name it */
 
+/* A tool finds the memory it is told of through the calling thread's
+ * CUDA context: one must be current (checked when the process has the
+ * driver loaded). */
+static void check_context(const char *call)
+{
+  typedef int (*get_current_fn)(void **);
+  get_current_fn get = (get_current_fn)dlsym(RTLD_DEFAULT, "cuCtxGetCurrent");
+  void *ctx = NULL;
+  if (get && (get(&ctx) != 0 || !ctx))
+    say("error %s with no CUDA context current", call);
+}
+
 static int check_domain(void *domain)
 {
   if (domain != domain_handle) {
@@ -252,8 +267,8 @@ TOOL_EXPORT int InitializeInjectionNvtx2(get_export_table_fn get)
       continue;
     }
     for (unsigned i = 1; i < size; i++)
-      if (!table[i] || *table[i]) {
-        say("error module %d: slot %u missing or not empty", m, i);
+      if (!table[i]) {
+        say("error module %d: slot %u missing", m, i);
         good = 0;
       }
     if (good && m == 5) { /* CORE2 */
@@ -281,6 +296,7 @@ static int check_struct(const char *what, uint16_t compat, uint16_t size, size_t
 static void *heap_register(void *domain, const heap_desc *d)
 {
   pthread_mutex_lock(&lock);
+  check_context("heap");
   void *h = NULL;
   if (!check_domain(domain) || !check_struct("heap", d->ext_compat_id, d->struct_size, sizeof *d))
     goto out;
@@ -320,6 +336,7 @@ static void drop_regions_of(int id)
 static void heap_unregister(void *domain, void *heap)
 {
   pthread_mutex_lock(&lock);
+  check_context("unheap");
   int id = heap_id(heap);
   if (check_domain(domain) && !id)
     say("error unheap of an unknown heap %p", heap);
@@ -347,6 +364,7 @@ static void heap_reset(void *domain, void *heap)
 static void regions_register(void *domain, const regions_register_batch *b)
 {
   pthread_mutex_lock(&lock);
+  check_context("region");
   int id = heap_id(b->heap);
   if (!check_domain(domain) || !check_struct("region batch", b->ext_compat_id, b->struct_size, sizeof *b))
     goto out;
@@ -392,6 +410,7 @@ out:
 static void regions_unregister(void *domain, const regions_unregister_batch *b)
 {
   pthread_mutex_lock(&lock);
+  check_context("unregion");
   if (!check_domain(domain) || !check_struct("unregister batch", b->ext_compat_id, b->struct_size, sizeof *b))
     goto out;
   if (b->ref_type != 1 || b->ref_element_size != sizeof(void *) || !b->ref_count) {
@@ -427,8 +446,10 @@ TOOL_EXPORT int InitializeInjectionNvtxExtension(module_info *info)
     good = 0;
   } else {
     module_segment *s = info->segments;
-    if (s->segment_id != 0 || s->slot_count != 17 || !s->function_slots) {
-      say("error segment: id %zu (want 0), %zu slots (want 17)", s->segment_id, s->slot_count);
+    /* The layout of the CUDA 13 toolkit's headers: segment 1, 63 slots,
+     * the function of callback id k (from 0) in slot k. */
+    if (s->segment_id != 1 || s->slot_count != 63 || !s->function_slots) {
+      say("error segment: id %zu (want 1), %zu slots (want 63)", s->segment_id, s->slot_count);
       good = 0;
     } else {
       for (size_t i = 0; i < s->slot_count; i++)
@@ -436,14 +457,13 @@ TOOL_EXPORT int InitializeInjectionNvtxExtension(module_info *info)
           say("error slot %zu not fresh", i);
           good = 0;
         }
+      size_t k = failing("from1") ? 1 : 0;
       if (good) {
-        s->function_slots[1] = (intptr_t)heap_register;
-        s->function_slots[2] = (intptr_t)heap_unregister;
-        s->function_slots[3] = (intptr_t)heap_reset;
-        s->function_slots[4] = failing("noregion") ? 0 : (intptr_t)regions_register;
-        s->function_slots[6] = (intptr_t)regions_unregister;
-        if (failing("base"))
-          s->function_slots[0] = (intptr_t)heap_register;
+        s->function_slots[k + 0] = (intptr_t)heap_register;
+        s->function_slots[k + 1] = (intptr_t)heap_unregister;
+        s->function_slots[k + 2] = (intptr_t)heap_reset;
+        s->function_slots[k + 3] = failing("noregion") ? 0 : (intptr_t)regions_register;
+        s->function_slots[k + 5] = (intptr_t)regions_unregister;
       }
     }
   }

@@ -10,10 +10,11 @@
  * stream at once, and a block cached by the stream-ordered path registers
  * again when it is handed out; trimming and destroying unregister the
  * heaps; a manager with nvtx = 0 registers nothing; the tool saw no call
- * it would refuse.  In child processes (the tool loads once per process):
- * a missing file, a file that is no library, a library without the entry
- * points, a tool whose extension refuses, one that fills slot 0 or leaves
- * a function out, and CUEMM_NVTX=0 all leave the allocations working and
+ * it would refuse (a call with no context current among them).  In child
+ * processes (the tool loads once per process): a missing file, a file
+ * that is no library, a library without the entry points, a tool whose
+ * extension refuses, one that numbers the slots from 1 or leaves a
+ * function out, and CUEMM_NVTX=0 all leave the allocations working and
  * nothing registered; a tool whose core refuses still takes the extension.
  */
 #include <inttypes.h>
@@ -217,7 +218,7 @@ static void children(const char *argv0, const char *tool, const char *lib)
     { "NVTX_INJECTION64_PATH names a file that is no library", "/dev/null", NULL, NULL, NULL },
     { "a library without the entry points (libcuemm itself)", lib, NULL, NULL, NULL },
     { "the tool's extension initialization returns 0", tool, "ext", NULL, init },
-    { "the tool fills slot 0 (another numbering of the slots)", tool, "base", NULL, init },
+    { "the tool numbers the extension's slots from 1", tool, "from1", NULL, init },
     { "the tool leaves nvtxMemRegionsRegister out", tool, "noregion", NULL, init },
     { "CUEMM_NVTX=0", tool, NULL, "0", NULL },
   };
