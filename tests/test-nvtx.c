@@ -392,7 +392,7 @@ int main(int argc, char **argv)
    * stream, and a block another thread allocated. */
   CUdeviceptr p4;
   CHECK_CU(cuemm_alloc(m, &p4, 800));
-  fresh();
+  free(fresh()); /* what came before */
   CHECK_CU(cuemm_free_async(m, p4, s));
   got = fresh();
   is_str(got, line("unregion 0x%llx\n", (unsigned long long)p4),
@@ -400,7 +400,7 @@ int main(int argc, char **argv)
   free(got);
   CUdeviceptr q4;
   CHECK_CU(cuemm_alloc_async(m, &q4, 900, s));
-  fresh();
+  free(fresh()); /* what came before */
   struct other_free of = { m, q4, s, CUDA_ERROR_UNKNOWN };
   pthread_t t;
   pthread_create(&t, NULL, free_elsewhere, &of);
