@@ -763,6 +763,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   if (hs == CUEMM__HEAP_NIL)
     hs = cuemm__heap_add_stream(h, stream);
   uint32_t rec = hs == CUEMM__HEAP_NIL ? CUEMM__HEAP_NIL : cuemm__heap_insert(h, p, size, blk, hs, req);
+  cuemm__nvtx_dead(m->pool, p);
   if (rec == CUEMM__HEAP_NIL || cuemm__heap_cache(h, rec, hs) != 0) {
     /* No host memory for the record: the block goes back through the
      * deferred queue instead, which is always correct. */
@@ -773,10 +774,8 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       m->pool_pending++;
     else
       cuemm__pool_give(m->pool, blk); /* cannot happen in practice; never leak */
-  } else {
+  } else
     h->allocs++;
-    cuemm__nvtx_dead(m->pool, p);
-  }
   cuemm__heap_unlock(h);
   cuemm__lock_release(&m->lock);
   return CUDA_SUCCESS;
