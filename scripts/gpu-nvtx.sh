@@ -9,10 +9,14 @@
 #       unpacked `make dist` tarball; scripts/gpu-run.sh pack makes one):
 #       builds tests/gpu-nvtx-oob there and runs it twice under
 #       `compute-sanitizer --tool memcheck` (SANITIZE_FLAGS adds options),
-#       with CUEMM_NVTX=1 and CUEMM_NVTX=0.  Writes OUTDIR/nvtx-1.log,
-#       OUTDIR/nvtx-0.log and OUTDIR/versions.txt (default OUTDIR:
-#       BUILDDIR/gpu-nvtx), prints one line per run, and exits 0 when the
-#       annotated run reported the invalid write and the other did not.
+#       with CUEMM_NVTX=1 and CUEMM_NVTX=0, then once as a control with
+#       the block from cuMemAlloc (which memcheck checks by itself: if that
+#       write is not reported either, the kernel's writes are not checked
+#       at all, and the pool runs prove nothing).  Writes OUTDIR/nvtx-1.log,
+#       OUTDIR/nvtx-0.log, OUTDIR/control.log and OUTDIR/versions.txt
+#       (default OUTDIR: BUILDDIR/gpu-nvtx), prints one line per run, and
+#       exits 0 when the annotated run reported the invalid write and the
+#       other did not (the control's line is there to read a failure).
 #   scripts/gpu-nvtx.sh --parse LOG
 #       the verdict on one log: "reported", "not reported" or "did not run"
 #       (used by tests/test-gpu-nvtx.sh on made-up logs).
@@ -55,11 +59,14 @@ unset CUEMM_MAX_PENDING_DEALLOCS_COUNT CUEMM_MAX_PENDING_DEALLOCS_RATIO CUEMM_PO
   CUEMM_POOL_PIECE CUEMM_POOL_RELEASE_DELAY CUEMM_MEMORY
 
 status=0
-for nvtx in 1 0; do
-  log=$out/nvtx-$nvtx.log
+for run in 1 0 control; do
+  case $run in
+  control) log=$out/control.log nvtx=1 arg=--control label="control (cuMemAlloc block)" ;;
+  *) log=$out/nvtx-$run.log nvtx=$run arg= label="CUEMM_NVTX=$run" ;;
+  esac
   # shellcheck disable=SC2086
   CUEMM_NVTX=$nvtx timeout -k 5 "${SANITIZE_TIMEOUT:-120}" "$b/libtool" --mode=execute \
-    "$cs" --tool memcheck ${SANITIZE_FLAGS:-} "$b/tests/gpu-nvtx-oob" > "$log" 2>&1
+    "$cs" --tool memcheck ${SANITIZE_FLAGS:-} "$b/tests/gpu-nvtx-oob" $arg > "$log" 2>&1
   rc=$?
   v=$(verdict "$log")
   want=$(sed -n 's/.*writing 4 bytes at \(0x[0-9a-f]*\).*/\1/p' "$log" | head -n 1)
@@ -69,11 +76,13 @@ for nvtx in 1 0; do
   "not reported") said="memcheck reported no invalid write" ;;
   *) said="the program did not run" ;;
   esac
-  case $nvtx:$v in
-  "1:reported" | "0:not reported") note="as expected" ;;
+  case $run:$v in
+  "1:reported" | "0:not reported" | "control:reported") note="as expected" ;;
+  control:*) note="UNEXPECTED: memcheck does not see this kernel's writes" ;;
   *) note="WRONG"; status=1 ;;
   esac
-  echo "CUEMM_NVTX=$nvtx: $said: $note (exit $rc; written at ${want:-?}, reported at ${got:--}; $log)"
+  echo "$label: $said: $note (exit $rc; written at ${want:-?}, reported at ${got:--}; $log)"
 done
+grep -h '^gpu-nvtx-oob: NVTX_INJECTION64_PATH=' "$out/nvtx-1.log" | head -n 1
 echo "compute-sanitizer and driver: $(tr '\n' ' ' < "$out/versions.txt")"
 exit $status

@@ -8,9 +8,14 @@
  * mapped chunk, so memcheck, which knows the chunk as an allocation,
  * reports it only when the block is registered as a region of 1000 bytes.
  *
- * Prints what it did (the block, the chunk, the address written) and the
- * result of the synchronization (under memcheck, a reported error may make
- * it fail, which is expected).  Exit status: 0 once the kernel was
+ * With --control the block comes from cuMemAlloc instead (1000 bytes, no
+ * manager): memcheck reports that write by itself, which shows that this
+ * kernel's writes are checked at all when the pool's are not reported.
+ *
+ * Prints what it did (the block, the chunk, the address written, the
+ * NVTX_INJECTION64_PATH the tool set) and the result of the
+ * synchronization (under memcheck, a reported error may make it fail,
+ * which is expected).  Exit status: 0 once the kernel was
  * launched and waited for, whatever the synchronization returned; 77 when
  * the driver cannot load modules (simcuda: the suite builds the program,
  * it cannot run it); 1 when something before the launch failed.  The
@@ -21,6 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda.h>
 #include <cuemm.h>
@@ -61,8 +67,9 @@ static int fail(const char *what, CUresult r)
   return 1;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+  int control = argc > 1 && strcmp(argv[1], "--control") == 0;
   CUresult r;
   if ((r = cuemm_driver_load()) != CUDA_SUCCESS)
     return fail("cuemm_driver_load", r);
@@ -88,15 +95,20 @@ int main(void)
   if ((r = cuemm_config_init(&c)) != CUDA_SUCCESS)
     return fail("cuemm_config_init", r);
   c.pool = CUEMM_POOL_VMM;
-  cuemm_manager *m;
-  if ((r = cuemm_create(&m, NULL, &c)) != CUDA_SUCCESS)
-    return fail("cuemm_create", r);
+  cuemm_manager *m = NULL;
   CUdeviceptr p;
-  if ((r = cuemm_alloc(m, &p, BLOCK)) != CUDA_SUCCESS)
-    return fail("cuemm_alloc", r);
-  cuemm_pool_stats ps;
-  if ((r = cuemm_pool_get_stats(m, &ps)) != CUDA_SUCCESS)
-    return fail("cuemm_pool_get_stats", r);
+  cuemm_pool_stats ps = { 0 };
+  if (control) {
+    if ((r = cuMemAlloc(&p, BLOCK)) != CUDA_SUCCESS)
+      return fail("cuMemAlloc", r);
+  } else {
+    if ((r = cuemm_create(&m, NULL, &c)) != CUDA_SUCCESS)
+      return fail("cuemm_create", r);
+    if ((r = cuemm_alloc(m, &p, BLOCK)) != CUDA_SUCCESS)
+      return fail("cuemm_alloc", r);
+    if ((r = cuemm_pool_get_stats(m, &ps)) != CUDA_SUCCESS)
+      return fail("cuemm_pool_get_stats", r);
+  }
 
   char log[4096] = "";
   CUjit_option opts[] = { CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
@@ -111,9 +123,15 @@ int main(void)
     return fail("cuModuleGetFunction(oob_write)", r);
 
   unsigned long long offset = BLOCK;
-  printf("gpu-nvtx-oob: CUEMM_NVTX=%d; block 0x%llx of %d bytes in a pool of %zu mapped bytes at 0x%llx; "
-         "writing 4 bytes at 0x%llx (block + %llu)\n", c.nvtx, (unsigned long long)p, BLOCK, ps.mapped_bytes,
-         (unsigned long long)ps.base, (unsigned long long)(p + offset), offset);
+  const char *inj = getenv("NVTX_INJECTION64_PATH");
+  printf("gpu-nvtx-oob: NVTX_INJECTION64_PATH=%s\n", inj ? inj : "(unset)");
+  if (control)
+    printf("gpu-nvtx-oob: control: block 0x%llx of %d bytes from cuMemAlloc; writing 4 bytes at 0x%llx (block + "
+           "%llu)\n", (unsigned long long)p, BLOCK, (unsigned long long)(p + offset), offset);
+  else
+    printf("gpu-nvtx-oob: CUEMM_NVTX=%d; block 0x%llx of %d bytes in a pool of %zu mapped bytes at 0x%llx; "
+           "writing 4 bytes at 0x%llx (block + %llu)\n", c.nvtx, (unsigned long long)p, BLOCK, ps.mapped_bytes,
+           (unsigned long long)ps.base, (unsigned long long)(p + offset), offset);
   fflush(stdout);
   void *args[] = { &p, &offset };
   if ((r = launch(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL)) != CUDA_SUCCESS)
@@ -124,8 +142,9 @@ int main(void)
 
   /* After an error memcheck reported the context may be unusable: the rest
    * is reported, not judged. */
-  if ((r = unload(mod)) != CUDA_SUCCESS || (r = cuemm_free(m, p)) != CUDA_SUCCESS ||
-      (r = cuemm_destroy(m)) != CUDA_SUCCESS)
+  if ((r = unload(mod)) != CUDA_SUCCESS ||
+      (r = control ? cuMemFree(p) : cuemm_free(m, p)) != CUDA_SUCCESS ||
+      (m && (r = cuemm_destroy(m)) != CUDA_SUCCESS))
     printf("gpu-nvtx-oob: cleaning up returned %d: %s\n", (int)r, cuemm_last_error());
   cuDevicePrimaryCtxRelease(dev);
   return 0;
