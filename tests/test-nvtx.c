@@ -231,7 +231,7 @@ static void children(const char *argv0, const char *tool, const char *lib)
     if (cases[i].log)
       is_str(got, cases[i].log, "%s: the tool is initialized, then hears of no heap or region", cases[i].what);
     else
-      ok(got == NULL, "%s: the tool is never loaded", cases[i].what);
+      ok(got == NULL, "%s: no tool hears of anything (the stand-in is never loaded)", cases[i].what);
     free(got);
     unlink(log);
   }
