@@ -37,6 +37,10 @@
  *                                     cuemm_config)
  *   CUEMM_POOL_IPC                    1: pool blocks can be shared with other
  *                                     processes (default 0)
+ *   CUEMM_NVTX                        0: no annotations of pool blocks for a
+ *                                     tool attached through NVTX
+ *                                     (compute-sanitizer; default 1, see
+ *                                     cuemm_config.nvtx)
  *   CUEMM_STREAM_REUSE                "event" or "wait": how a block freed on
  *                                     one stream serves another (default
  *                                     "event"; see cuemm_alloc_async)
@@ -275,12 +279,24 @@ typedef struct cuemm_config {
    * still alive then.  CUEMM_STATS, 0 or 1.  Default 0. */
   int stats_at_exit;
   /* Pool blocks annotated for compute-sanitizer through NVTX's memory API
-   * (CUEMM_NVTX, 0 or 1): with 1, when a tool that listens to NVTX is
-   * attached to the process (NVTX_INJECTION64_PATH is set), every block
-   * the pool hands out is registered as a region of the pool, so that an
-   * access past the end of a block, still inside the pool's mapped memory,
-   * is reported.  Without a tool it costs one predicted branch per
-   * allocation.  Default 1. */
+   * (CUEMM_NVTX, 0 or 1).  With 1, when a tool is attached through NVTX
+   * (NVTX_INJECTION64_PATH names its library, as compute-sanitizer sets
+   * it; the library is loaded when the first such pool is created), each
+   * chunk the pool maps is registered as a sub-allocator heap and each
+   * block it hands out (cuemm_alloc, cuemm_alloc_async) as a region of
+   * exactly the bytes asked for, so that memcheck reports an access
+   * outside the live blocks, past a block's end (its rounding to 256
+   * bytes included) or into free pool memory, that stays inside mapped
+   * pool memory and would otherwise pass.  A block given up by cuemm_free
+   * stays registered until the flush that returns it (queued work may
+   * still use it); one given up by cuemm_free_async is unregistered at
+   * once and registered again when a later request reuses it.  An access
+   * that lands in another live block is not reported.  Managed and system
+   * memory, and allocations too large for the pool (cuMemAlloc memory,
+   * which the tool checks on its own), are not annotated.  Without a tool,
+   * or when its library fails to load or refuses the memory extension,
+   * nothing is annotated and nothing fails; the cost is one predicted
+   * branch per allocation and free.  Default 1. */
   int nvtx;
 
   /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when

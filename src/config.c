@@ -99,6 +99,9 @@ static const knob knobs[] = {
   { "CUEMM_MANAGED_LIMIT", "managed_limit", KNOB_SIZE,
     offsetof(cuemm_config, managed_limit), 0, 0, SIZE_MAX_ACCEPTED, 0,
     "a size in bytes up to 256TiB, such as 64GiB (0: no limit)" },
+  { "CUEMM_NVTX", "nvtx", KNOB_FLAG,
+    offsetof(cuemm_config, nvtx), 1, 0, 1, 0,
+    "0 or 1" },
 };
 
 #define NKNOBS (sizeof knobs / sizeof knobs[0])

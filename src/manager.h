@@ -4,7 +4,10 @@
  * reads the CUEMM_* settings, error.c keeps the thread's message; pending.c
  * is the deferred-free queue, owned.c the table of live allocations, pool.c
  * (on suballoc.c, with piece.c choosing how large growths are cut) the VMM
- * pool, managed.c the pool of managed segments and system memory; manager.c
+ * pool, and nvtx.c tells a tool attached through NVTX (compute-sanitizer)
+ * which of its memory is handed out (its chunks as heaps, its blocks as
+ * regions; pool.c, manager.c and stream.c call it where memory changes
+ * hands); managed.c the pool of managed segments and system memory; manager.c
  * owns the lifecycle and the alloc/free/flush policy over them, and host.c
  * adds pinned host memory on the same paths.  Above the manager, and never
  * called by it by name: registry.c maps contexts to managers and holds the

@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "error.h"
+#include "nvtx.h"
 #include "piece.h"
 #include "log.h"
 #include "pool.h"
@@ -167,6 +168,7 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
     free(p);
     return r;
   }
+  p->nvtx = cfg->nvtx ? cuemm__nvtx_pool_new(p) : NULL;
   *out = p;
   return CUDA_SUCCESS;
 }
@@ -368,6 +370,7 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
     p->grow_failures++;
     return r;
   }
+  cuemm__nvtx_chunks_mapped(p, head, n);
   cuemm__sa_fill(&p->sa, best_off, best_bytes);
   __atomic_add_fetch(&p->mapped, best_bytes, __ATOMIC_RELAXED);
   cuemm__log_note(p->log, "grow", best_bytes);
@@ -397,10 +400,13 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
                                  (unsigned long long)at, bytes);
     h->has_handle = 0;
   }
+  cuemm__nvtx_chunk_unmapping(p, head);
   CUresult r = d->MemUnmap(at, bytes);
-  if (r != CUDA_SUCCESS)
+  if (r != CUDA_SUCCESS) {
+    cuemm__nvtx_chunks_mapped(p, head, h->units);
     return cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) releasing pool memory; the chunk stays mapped "
                                "and in use by the pool", (unsigned long long)at, bytes);
+  }
   cuemm__sa_drain(&p->sa, head * p->unit, bytes);
   h->state = CUEMM__CHUNK_EMPTY;
   h->units = 0;
@@ -626,6 +632,7 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
   CUresult first = CUDA_SUCCESS;
   char msg[512] = "";
   const cuemm__driver_table *d = p->drv;
+  cuemm__nvtx_pool_gone(p, use_driver);
   for (size_t u = 0; use_driver && u < p->nunits; u++) {
     cuemm__pool_unit *h = &p->units[u];
     if (h->head != u || h->state == CUEMM__CHUNK_EMPTY)

@@ -68,6 +68,7 @@ typedef struct cuemm__pool {
   int ipc;                /* chunks are exportable as POSIX file descriptors */
   uint64_t next_serial;
   uint64_t chunks_mapped, chunks_released, grow_steps, grow_failures, releases;
+  struct cuemm__nvtx_pool *nvtx;  /* the annotations for a tool (nvtx.c), NULL without one */
 } cuemm__pool;
 
 /* Reserves the address range and prepares the pool; maps nothing yet.

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "nvtx.h"
 #include "stream.h"
 
 #define STREAM_TLS_SLOTS 8
@@ -555,6 +556,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   if (got != CUEMM__HEAP_NIL) {
     *p = (CUdeviceptr)h->b[got].ptr;
     cuemm__heap_unlock(h);
+    cuemm__nvtx_live(m->pool, (uintptr_t)*p, size);
     return CUDA_SUCCESS;
   }
   cuemm__heap_unlock(h);
@@ -584,9 +586,10 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   if (r != CUDA_SUCCESS)
     m->st.alloc_failures++;
   cuemm__lock_release(&m->lock);
-  if (r == CUDA_SUCCESS)
+  if (r == CUDA_SUCCESS) {
     *p = (CUdeviceptr)ptr;
-  else
+    cuemm__nvtx_live(m->pool, ptr, size);
+  } else
     cuemm__error_append(" (cuemm_alloc_async of %zu bytes on stream %p)", size, (void *)stream);
   return r;
 }
@@ -613,6 +616,7 @@ static inline CUresult alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size
       if (r != CUEMM__HEAP_NIL) {
         *p = (CUdeviceptr)h->b[r].ptr;
         cuemm__heap_leave(h);
+        cuemm__nvtx_live(m->pool, (uintptr_t)*p, size);
         return CUDA_SUCCESS;
       }
     }
@@ -697,8 +701,8 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       if (h->b[rec].state == CUEMM__HB_CACHED)
         r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: double free of 0x%" PRIxPTR " (%zu bytes): "
                          "it was freed on stream %p already", p, h->b[rec].size, (void *)h->st[h->b[rec].hs].s);
-      else
-        r = cache_on(m, h, rec, stream, "cuemm_free_async");
+      else if ((r = cache_on(m, h, rec, stream, "cuemm_free_async")) == CUDA_SUCCESS)
+        cuemm__nvtx_dead(m->pool, p);
       cuemm__heap_unlock(h);
       return r;
     }
@@ -765,6 +769,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   if (hs == CUEMM__HEAP_NIL)
     hs = cuemm__heap_add_stream(h, stream);
   uint32_t rec = hs == CUEMM__HEAP_NIL ? CUEMM__HEAP_NIL : cuemm__heap_insert(h, p, size, blk, hs, req);
+  cuemm__nvtx_dead(m->pool, p);
   if (rec == CUEMM__HEAP_NIL || cuemm__heap_cache(h, rec, hs) != 0) {
     /* No host memory for the record: the block goes back through the
      * deferred queue instead, which is always correct. */
@@ -828,6 +833,7 @@ static inline CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream str
       uint32_t hs = cuemm__heap_stream(h, stream);
       if (hs != CUEMM__HEAP_NIL && cuemm__heap_cache(h, r, hs) == 0) {
         int over = h->cached_bytes > h->trim_mark;
+        cuemm__nvtx_dead(m->pool, (uintptr_t)dp); /* before another thread may take the block */
         cuemm__heap_leave(h);
         if (__builtin_expect(over, 0))
           trim_heap(m, h);

@@ -12,7 +12,7 @@
 static const char *pool_vars[] = { "CUEMM_POOL", "CUEMM_POOL_RESERVE", "CUEMM_POOL_CHUNK",
                                    "CUEMM_POOL_RELEASE_THRESHOLD", "CUEMM_POOL_LIMIT", "CUEMM_POOL_IPC",
                                    "CUEMM_POOL_LIMIT_HARD", "CUEMM_POOL_PIECE", "CUEMM_POOL_RELEASE_DELAY",
-                                   "CUEMM_STREAM_REUSE" };
+                                   "CUEMM_STREAM_REUSE", "CUEMM_NVTX" };
 
 static void clear_env(void)
 {
@@ -152,6 +152,30 @@ static void pool_knobs(void)
   clear_env();
 }
 
+static void nvtx_knob(void)
+{
+  cuemm_config c;
+  cuemm_manager *m = NULL;
+  clear_env();
+  cuemm_config_init(&c);
+  is(c.nvtx, 1, "NVTX annotations are on by default (they act only when a tool is attached)");
+  setenv("CUEMM_NVTX", "0", 1);
+  is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_NVTX=0 accepted");
+  is(c.nvtx, 0, "and turns them off");
+  setenv("CUEMM_NVTX", "1", 1);
+  cuemm_config_init(&c);
+  is(c.nvtx, 1, "CUEMM_NVTX=1 turns them on");
+  invalid("CUEMM_NVTX", "yes");
+  like(cuemm_last_error(), "CUEMM_NVTX=\"yes\" is invalid: expected 0 or 1", "message says 0 or 1");
+  invalid("CUEMM_NVTX", "2");
+  clear_env();
+  cuemm_config_init(&c);
+  c.nvtx = 2;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.nvtx = 2 refused");
+  like(cuemm_last_error(), "cuemm_config.nvtx", "naming the field");
+  clear_env();
+}
+
 static void valid(const char *var, const char *value, size_t want_count, double want_ratio)
 {
   clear_env();
@@ -230,6 +254,7 @@ int main(void)
   like(cuemm_last_error(), "max_pending_count", "message names the field");
 
   pool_knobs();
+  nvtx_knob();
   clear_env();
   test_release_primary(0);
   return tap_done();

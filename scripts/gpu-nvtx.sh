@@ -1,0 +1,88 @@
+#!/bin/sh
+# gpu-nvtx.sh: the GPU proof of the NVTX annotations (src/nvtx.c): a write
+# one element past a pool block, inside the block's mapped chunk, is
+# reported by compute-sanitizer's memcheck when the pool's blocks are
+# annotated (CUEMM_NVTX=1) and not when they are not (CUEMM_NVTX=0).
+#
+#   scripts/gpu-nvtx.sh BUILDDIR [OUTDIR]
+#       on the GPU machine.  BUILDDIR is a configured and built tree (an
+#       unpacked `make dist` tarball; scripts/gpu-run.sh pack makes one):
+#       builds tests/gpu-nvtx-oob there and runs it twice under
+#       `compute-sanitizer --tool memcheck` (SANITIZE_FLAGS adds options),
+#       with CUEMM_NVTX=1 and CUEMM_NVTX=0, then once as a control with
+#       the block from cuMemAlloc (which memcheck checks by itself: if that
+#       write is not reported either, the kernel's writes are not checked
+#       at all, and the pool runs prove nothing).  Writes OUTDIR/nvtx-1.log,
+#       OUTDIR/nvtx-0.log, OUTDIR/control.log and OUTDIR/versions.txt
+#       (default OUTDIR: BUILDDIR/gpu-nvtx), prints one line per run, and
+#       exits 0 when the annotated run reported the invalid write and the
+#       other did not (the control's line is there to read a failure).
+#   scripts/gpu-nvtx.sh --parse LOG
+#       the verdict on one log: "reported", "not reported" or "did not run"
+#       (used by tests/test-gpu-nvtx.sh on made-up logs).
+set -u
+
+# reported: memcheck saw an invalid global write; not reported: the kernel
+# ran and memcheck said nothing of it; did not run: neither.
+verdict() {
+  if grep -q '^========= Invalid __global__ write' "$1"; then
+    echo "reported"
+  elif grep -q '^gpu-nvtx-oob: launched' "$1"; then
+    echo "not reported"
+  else
+    echo "did not run"
+  fi
+}
+
+if test "${1:-}" = --parse; then
+  test $# -eq 2 || { echo "usage: scripts/gpu-nvtx.sh --parse LOG" >&2; exit 2; }
+  verdict "$2"
+  exit 0
+fi
+
+b=${1:-}
+test -n "$b" && test -d "$b" || { echo "usage: scripts/gpu-nvtx.sh BUILDDIR [OUTDIR] | --parse LOG" >&2; exit 2; }
+b=$(cd "$b" && pwd)
+test -f "$b/Makefile" && test -x "$b/libtool" || { echo "gpu-nvtx: $b is not a configured build tree" >&2; exit 2; }
+out=${2:-$b/gpu-nvtx}
+mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 1
+
+cs=$(command -v compute-sanitizer 2>/dev/null || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
+test -n "$cs" || { echo "gpu-nvtx: compute-sanitizer not found (PATH, /usr/local/cuda*/bin)" >&2; exit 1; }
+make -C "$b" tests/gpu-nvtx-oob > "$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
+{ "$cs" --version | tail -n 1; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > "$out/versions.txt" 2>&1
+
+# Only the pool's settings the program chooses: nothing from the caller's
+# environment may change what is allocated.
+unset CUEMM_MAX_PENDING_DEALLOCS_COUNT CUEMM_MAX_PENDING_DEALLOCS_RATIO CUEMM_POOL CUEMM_POOL_RESERVE \
+  CUEMM_POOL_CHUNK CUEMM_POOL_RELEASE_THRESHOLD CUEMM_POOL_LIMIT CUEMM_POOL_IPC CUEMM_POOL_LIMIT_HARD \
+  CUEMM_POOL_PIECE CUEMM_POOL_RELEASE_DELAY CUEMM_MEMORY
+
+status=0
+for run in 1 0 control; do
+  case $run in
+  control) log=$out/control.log nvtx=1 arg=--control label="control (cuMemAlloc block)" ;;
+  *) log=$out/nvtx-$run.log nvtx=$run arg= label="CUEMM_NVTX=$run" ;;
+  esac
+  # shellcheck disable=SC2086
+  CUEMM_NVTX=$nvtx timeout -k 5 "${SANITIZE_TIMEOUT:-120}" "$b/libtool" --mode=execute \
+    "$cs" --tool memcheck ${SANITIZE_FLAGS:-} "$b/tests/gpu-nvtx-oob" $arg > "$log" 2>&1
+  rc=$?
+  v=$(verdict "$log")
+  want=$(sed -n 's/.*writing 4 bytes at \(0x[0-9a-f]*\).*/\1/p' "$log" | head -n 1)
+  got=$(sed -n 's/^=========     Address \(0x[0-9a-f]*\) is out of bounds.*/\1/p' "$log" | head -n 1)
+  case $v in
+  reported) said="memcheck reported the invalid write" ;;
+  "not reported") said="memcheck reported no invalid write" ;;
+  *) said="the program did not run" ;;
+  esac
+  case $run:$v in
+  "1:reported" | "0:not reported" | "control:reported") note="as expected" ;;
+  control:*) note="UNEXPECTED: memcheck does not see this kernel's writes" ;;
+  *) note="WRONG"; status=1 ;;
+  esac
+  echo "$label: $said: $note (exit $rc; written at ${want:-?}, reported at ${got:--}; $log)"
+done
+grep -h '^gpu-nvtx-oob: NVTX_INJECTION64_PATH=' "$out/nvtx-1.log" | head -n 1
+echo "compute-sanitizer and driver: $(tr '\n' ' ' < "$out/versions.txt")"
+exit $status

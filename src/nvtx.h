@@ -1,0 +1,89 @@
+/* nvtx.h: pool blocks annotated for tools that read NVTX's memory API
+ * (compute-sanitizer's memcheck), internal interface.
+ *
+ * With a tool attached and cuemm_config.nvtx set, every mapped chunk of the
+ * pool is registered with the tool as a sub-allocator heap, and every block
+ * the pool hands out as a region of the bytes the program asked for, so
+ * that the tool reports an access outside the live blocks even when it
+ * stays inside mapped pool memory.  Without a tool a pool's `nvtx` is NULL
+ * and each hook below costs one predicted branch on it.
+ *
+ * The hooks are called where the pool's memory changes hands: chunks
+ * mapped, released and the pool destroyed (pool.c), a block handed to the
+ * program and given up by it (manager.c for cuemm_alloc and the flush,
+ * stream.c for the stream-ordered path).  Giving up a block that is not
+ * registered (a cached block of the stream-ordered path that a flush
+ * returns, or one given up twice) is a no-op, so every place where a block
+ * stops being the program's may call it.  They may be called concurrently
+ * for one pool (the stream-ordered fast paths hold no manager lock): the
+ * per-pool state has a lock of its own.
+ */
+#ifndef CUEMM_NVTX_H
+#define CUEMM_NVTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+
+/* Loads the tool once per process: the library NVTX_INJECTION64_PATH
+ * names, through the entry points the NVTX 3 headers call
+ * (InitializeInjectionNvtx2, InitializeInjectionNvtxExtension).  Returns 1
+ * when a tool took the memory extension, 0 otherwise (nothing set, the file
+ * does not load, an entry point is missing or returns 0, or the tool left
+ * a function cuemm needs empty); nothing is reported, and a failed load is
+ * not tried again. */
+int cuemm__nvtx_start(void);
+
+/* The per-pool state for a new pool, or NULL without a tool (then the
+ * pool is never annotated).  Called by cuemm__pool_create. */
+struct cuemm__nvtx_pool *cuemm__nvtx_pool_new(const cuemm__pool *p);
+
+/* The slow halves of the hooks; call the inline ones. */
+void cuemm__nvtx_chunks_mapped_(cuemm__pool *p, size_t head, size_t n);
+void cuemm__nvtx_chunk_unmapping_(cuemm__pool *p, size_t head);
+void cuemm__nvtx_pool_gone_(cuemm__pool *p, int tell_tool);
+void cuemm__nvtx_live_(cuemm__pool *p, uintptr_t ptr, size_t size);
+void cuemm__nvtx_dead_(cuemm__pool *p, uintptr_t ptr);
+
+/* The chunks whose heads lie in units [head, head + n) are mapped and
+ * accessible: each becomes a heap. */
+static inline void cuemm__nvtx_chunks_mapped(cuemm__pool *p, size_t head, size_t n)
+{
+  if (__builtin_expect(p->nvtx != NULL, 0))
+    cuemm__nvtx_chunks_mapped_(p, head, n);
+}
+
+/* The chunk at unit `head`, wholly free, is about to be unmapped: its heap
+ * goes (cuemm__nvtx_chunks_mapped brings it back if the unmap fails). */
+static inline void cuemm__nvtx_chunk_unmapping(cuemm__pool *p, size_t head)
+{
+  if (__builtin_expect(p->nvtx != NULL, 0))
+    cuemm__nvtx_chunk_unmapping_(p, head);
+}
+
+/* The pool is being destroyed: every heap goes (told to the tool only with
+ * `tell_tool`: an abandoned manager's memory went with its context), and
+ * the state is freed. */
+static inline void cuemm__nvtx_pool_gone(cuemm__pool *p, int tell_tool)
+{
+  if (__builtin_expect(p->nvtx != NULL, 0))
+    cuemm__nvtx_pool_gone_(p, tell_tool);
+}
+
+/* The block at `ptr` is handed to the program for `size` bytes (what it
+ * asked for, not the block's rounded size). */
+static inline void cuemm__nvtx_live(cuemm__pool *p, uintptr_t ptr, size_t size)
+{
+  if (__builtin_expect(p->nvtx != NULL, 0))
+    cuemm__nvtx_live_(p, ptr, size);
+}
+
+/* The block at `ptr` is no longer the program's. */
+static inline void cuemm__nvtx_dead(cuemm__pool *p, uintptr_t ptr)
+{
+  if (__builtin_expect(p->nvtx != NULL, 0))
+    cuemm__nvtx_dead_(p, ptr);
+}
+
+#endif
