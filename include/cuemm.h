@@ -1304,10 +1304,11 @@ CUEMM_EXTERN void cuemm_torch_init(int device_count);
  * graph_blocks_held); releasing the pool frees the held blocks, and a block
  * of a released pool freed later is freed at once, both with cuemm_free,
  * whose flush synchronizes the context (a replay may still run).  Between
- * begin and end the device's allocations run with the thread's stream
- * capture mode relaxed (cuThreadExchangeStreamCaptureMode), so that a pool
- * growth (cuMemCreate, cuMemMap) is allowed during a global-mode capture,
- * as PyTorch's own allocator does around cudaMalloc.  Every allocation on
+ * begin and end the device's allocations and frees run with the thread's
+ * stream capture mode relaxed (cuThreadExchangeStreamCaptureMode, where the
+ * driver has it), so that a pool growth (cuMemCreate, cuMemMap) or an
+ * event of another stream is allowed during a global-mode capture, as
+ * PyTorch's own allocator relaxes it around cudaMalloc.  Every allocation on
  * the device in that window joins the pool, from any stream or thread
  * (PyTorch's filter, a C++ std::function, cannot be called from C): at
  * worst memory is held longer than PyTorch would hold it.

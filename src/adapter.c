@@ -384,17 +384,36 @@ CUEMM_EXTERN void cuemm_torch_release_pool(int device, cuemm_torch_pool_id id)
 
 /* ---- PyTorch's entry points ----------------------------------------------------- */
 
+/* While a pool is open on a device a stream of it may be captured: the
+ * calls that may reach the driver (growth, events of other streams) run in
+ * relaxed capture mode, which allows them during a global-mode capture. */
+typedef struct relaxed {
+  CUstreamCaptureMode mode;
+  int exchanged;
+} relaxed;
+
+static void relaxed_enter(cuemm_manager *m, relaxed *x)
+{
+  x->mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  x->exchanged = m->drv->ThreadExchangeStreamCaptureMode &&
+                 m->drv->ThreadExchangeStreamCaptureMode(&x->mode) == CUDA_SUCCESS;
+}
+
+static void relaxed_leave(cuemm_manager *m, relaxed *x)
+{
+  if (x->exchanged)
+    m->drv->ThreadExchangeStreamCaptureMode(&x->mode);
+}
+
 /* An allocation while a pool is open on the device: in relaxed capture
  * mode, and recorded as the pool's. */
 static __attribute__((noinline)) CUresult alloc_for_pool(cuemm_manager *m, int device, CUdeviceptr *p, size_t size,
                                                          CUstream stream)
 {
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  int exchanged = m->drv->ThreadExchangeStreamCaptureMode &&
-                  m->drv->ThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+  relaxed x;
+  relaxed_enter(m, &x);
   CUresult r = deferred_only(m) ? cuemm_alloc(m, p, size) : cuemm_alloc_async(m, p, size, stream);
-  if (exchanged)
-    m->drv->ThreadExchangeStreamCaptureMode(&mode);
+  relaxed_leave(m, &x);
   if (r == CUDA_SUCCESS && tag_block(device, *p) != 0) {
     /* Unrecorded, the block would be reused while the graph lives. */
     if (deferred_only(m))
@@ -445,7 +464,12 @@ CUEMM_EXTERN void cuemm_torch_free(void *ptr, size_t size, int device, CUstream 
     /* A block of a graph's pool: held or freed for it. */
   } else if (__builtin_expect(deferred_only(m), 0))
     r = cuemm_free(m, p);
-  else
+  else if (__builtin_expect(atomic_load_explicit(&graph_open[device], memory_order_relaxed) != 0, 0)) {
+    relaxed x;
+    relaxed_enter(m, &x);
+    r = cuemm_free_async(m, p, stream);
+    relaxed_leave(m, &x);
+  } else
     r = cuemm_free_async(m, p, stream);
   if (r != CUDA_SUCCESS)
     note_failure(F_FREE, "cuemm_torch_free(%p, %zu bytes, device %d, stream %p)", ptr, size, device,
