@@ -256,10 +256,23 @@ static void test_graph_pools(void)
   cuemm_manager *m = dev_manager(0);
   cuemm_torch_pool_id id = { 1, 2 };
   cuemm_adapter_stats a0 = astats();
+  unsigned long exchanges = sim_calls("cuThreadExchangeStreamCaptureMode");
   cuemm_torch_begin_allocate_to_pool(0, id, NULL);
   void *p = torch_alloc(2048, 0, NULL);
   cuemm_torch_end_allocate_to_pool(0, id);
   ok(p != NULL, "an allocation inside the pool's window");
+  if (sim_present) {
+    is(sim_calls("cuThreadExchangeStreamCaptureMode"), exchanges + 2, "it ran in relaxed capture mode, restored after");
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CHECK_CU(cuThreadExchangeStreamCaptureMode(&mode));
+    is(mode, CU_STREAM_CAPTURE_MODE_GLOBAL, "the thread's mode is global again");
+    CHECK_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  } else
+    skip(2, SIM_REASON);
+  exchanges = sim_calls("cuThreadExchangeStreamCaptureMode");
+  void *outside = torch_alloc(2048, 0, NULL);
+  torch_free(outside, 2048, 0, NULL);
+  is(sim_calls("cuThreadExchangeStreamCaptureMode"), exchanges, "outside a pool's window, no exchange");
   is(astats().graph_pools, a0.graph_pools + 1, "the pool is counted");
   torch_free(p, 2048, 0, NULL);
   cuemm_adapter_stats a1 = astats();
