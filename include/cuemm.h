@@ -1200,6 +1200,149 @@ CUEMM_EXTERN CUresult cuemm_ipc_discard(const cuemm_ipc_handle *h);
 CUEMM_EXTERN CUresult cuemm_mem_alloc(CUdeviceptr *p, size_t size);
 CUEMM_EXTERN CUresult cuemm_mem_free(CUdeviceptr p);
 
+/* ------------------------------------------------------------------------ */
+/* Framework adapters: one manager per device, PyTorch's pluggable allocator  */
+
+/* Frameworks that run on the CUDA runtime (PyTorch, CuPy) use each device's
+ * primary context and name devices by ordinal.  The calls below give them
+ * one manager per device, made on first use over the device's primary
+ * context, and the C entry points PyTorch's
+ * torch.cuda.memory.CUDAPluggableAllocator calls.  python/cuemm_torch.py
+ * and python/cuemm_cupy.py switch the frameworks to them.
+ *
+ * Configuration.  The manager is created with cuemm_config_init's
+ * configuration (the CUEMM_* environment), with one change: when CUEMM_POOL
+ * is unset or empty and CUEMM_MEMORY is "device" (its default), the pool is
+ * on (CUEMM_POOL=vmm), since the frameworks free in stream order and the
+ * stream-ordered path serves pool blocks.  CUEMM_POOL=none set explicitly
+ * is obeyed: the adapters then take the deferred path (cuemm_alloc and
+ * cuemm_free, whose flush synchronizes the context), as they do for
+ * CUEMM_MEMORY=managed or system (see "Stream-ordered allocation").
+ * CUEMM_LOG, CUEMM_STATS and the pool's knobs apply as to any manager.
+ *
+ * Lifetime.  The primary context is retained when the manager is made and
+ * both stay until the process ends (frameworks free memory until their last
+ * destructor runs).  The manager is registered as the primary context's,
+ * so cuemm_get on a thread where that context is current finds it; a
+ * manager the program had made already for the primary context is used as
+ * it is (its configuration unchanged).
+ *
+ * Errors.  The PyTorch entry points return void or a pointer, so a failure
+ * leaves the calling thread's message (cuemm_last_error) and is counted,
+ * with its message, in cuemm_adapter_stats, which any thread can read (a
+ * framework often frees on another thread than the one that asks). */
+
+/* *m = the manager of device `device`'s primary context (a driver ordinal,
+ * as the CUDA runtime numbers devices: CUDA_VISIBLE_DEVICES applies to
+ * both), made on first use as described above.  Thread-safe; after the
+ * first call for a device, one atomic load.
+ * Errors: CUDA_ERROR_INVALID_VALUE for m NULL, or an invalid CUEMM_*
+ * variable (the message names it); CUDA_ERROR_INVALID_DEVICE for an ordinal
+ * that is negative or not below the driver's device count (the message
+ * gives the count); errors of loading the driver, of
+ * cuDevicePrimaryCtxRetain and of cuemm_create as reported. */
+CUEMM_EXTERN CUresult cuemm_device_manager(int device, cuemm_manager **m);
+
+/* The adapters' failures, process-wide. */
+typedef struct cuemm_adapter_stats {
+  int devices;                       /* managers made by cuemm_device_manager so far */
+  uint64_t alloc_failures;           /* cuemm_torch_alloc calls that returned NULL for a nonzero size */
+  uint64_t free_failures;            /* cuemm_torch_free calls refused (a pointer no device manager holds) */
+  uint64_t record_stream_failures;   /* cuemm_torch_record_stream calls refused */
+  uint64_t empty_cache_failures;     /* cuemm_torch_empty_cache passes that failed on some device */
+  uint64_t empty_caches;             /* cuemm_torch_empty_cache calls */
+  uint64_t graph_pools;              /* pools begun with cuemm_torch_begin_allocate_to_pool */
+  uint64_t graph_blocks_held;        /* blocks freed while their pool was alive, held for it */
+  uint64_t graph_failures;           /* graph pool hooks refused (a bad device, no host memory) */
+  char last_failure[512];            /* the message of the latest failure counted above, "" if none */
+} cuemm_adapter_stats;
+
+/* Fills *s.  Errors: CUDA_ERROR_INVALID_VALUE for s NULL. */
+CUEMM_EXTERN CUresult cuemm_adapter_get_stats(cuemm_adapter_stats *s);
+
+/* PyTorch's pluggable allocator (torch.cuda.memory.CUDAPluggableAllocator,
+ * PyTorch 2.x), whose C++ side calls these through function pointers:
+ *
+ *   alloc  void *(size_t size, int device, cudaStream_t stream)
+ *   free   void (void *ptr, size_t size, int device, cudaStream_t stream)
+ *
+ * (its documentation spells size as ssize_t: the same bits.)  A
+ * cudaStream_t is the driver's CUstream.  PyTorch calls alloc with the
+ * current device and its current stream, and free with the device and
+ * stream the block was allocated with, from any thread (autograd frees on
+ * its own threads).
+ *
+ * cuemm_torch_alloc: `size` bytes for work on `stream` of device `device`,
+ * with cuemm_alloc_async on the device's manager (cuemm_device_manager).
+ * Size 0 returns NULL and is no failure: PyTorch asks for 0 bytes for empty
+ * tensors and never frees a NULL pointer, as cudaMalloc gives NULL for 0
+ * bytes.  Otherwise NULL means failure, the message saying why: out of
+ * memory (after the flush, trim and retry every cuemm allocation makes), a
+ * size above SSIZE_MAX (a negative ssize_t), a device that does not exist.
+ * Note: PyTorch's pluggable allocator (2.4 to 2.9 at least) does not check
+ * the pointer alloc returns, so a NULL for a nonzero size reaches its
+ * kernels as a null tensor, and an out-of-memory shows as an illegal
+ * address later; cuemm_adapter_stats.alloc_failures and last_failure say
+ * what happened.
+ *
+ * cuemm_torch_free: cuemm_free_async of p on `stream` (the block's own
+ * stream) on device `device`'s manager; NULL does nothing; `size` is not
+ * used.  A pointer the device's manager does not hold is refused (counted,
+ * nothing freed).  */
+CUEMM_EXTERN void *cuemm_torch_alloc(size_t size, int device, CUstream stream);
+CUEMM_EXTERN void cuemm_torch_free(void *p, size_t size, int device, CUstream stream);
+
+/* The hooks PyTorch's _CUDAPluggableAllocator object takes (set_*_fn):
+ *
+ * cuemm_torch_record_stream (set_record_stream_fn, void(void *, cudaStream_t)):
+ *   Tensor.record_stream: cuemm_record_stream on the manager that holds p
+ *   (every device's manager is asked).
+ * cuemm_torch_empty_cache (set_reset_fn, void(void)): torch.cuda.empty_cache:
+ *   on every device's manager, cuemm_pool_trim (flushes, gives every cached
+ *   block back, releases every wholly free chunk; it synchronizes each
+ *   context, as PyTorch's own empty_cache does), or cuemm_managed_trim,
+ *   or cuemm_flush for a manager of neither.
+ * cuemm_torch_init (set_init_fn, void(int)): PyTorch's lazy CUDA
+ *   initialization; loads the driver, so that a missing one is counted
+ *   early (managers are still made per device on first use). */
+CUEMM_EXTERN void cuemm_torch_record_stream(void *p, CUstream stream);
+CUEMM_EXTERN void cuemm_torch_empty_cache(void);
+CUEMM_EXTERN void cuemm_torch_init(int device_count);
+
+/* CUDA graphs.  While PyTorch captures a graph (torch.cuda.graph,
+ * CUDAGraph.capture_begin) it calls beginAllocateToPool and
+ * endAllocateToPool around the capture and releasePool when the graph is
+ * reset or destroyed; the pluggable allocator passes them to the hooks
+ * set_begin_allocate_to_pool, set_end_allocate_to_pool_fn and
+ * set_release_pool.  Blocks handed out between begin and end on the device
+ * belong to the graph's pool: the graph's replays use their addresses, so
+ * cuemm must not give them to anyone else while the graph lives.  A free of
+ * such a block before the pool is released holds it (counted in
+ * graph_blocks_held); releasing the pool frees the held blocks, and a block
+ * of a released pool freed later is freed at once, both with cuemm_free,
+ * whose flush synchronizes the context (a replay may still run).  Between
+ * begin and end the device's allocations and frees run with the thread's
+ * stream capture mode relaxed (cuThreadExchangeStreamCaptureMode, where the
+ * driver has it), so that a pool growth (cuMemCreate, cuMemMap) or an
+ * event of another stream is allowed during a global-mode capture, as
+ * PyTorch's own allocator relaxes it around cudaMalloc.  Every allocation on
+ * the device in that window joins the pool, from any stream or thread
+ * (PyTorch's filter, a C++ std::function, cannot be called from C): at
+ * worst memory is held longer than PyTorch would hold it.
+ *
+ * A pool id is PyTorch's MempoolId_t, a std::pair of two unsigned long
+ * long, passed by value; the begin hook's third argument is the filter, a
+ * std::function passed by reference to a temporary under the Itanium C++
+ * ABI (x86-64 and AArch64 Linux), which cuemm takes as an opaque pointer
+ * and never uses.  These signatures match the C++ ones on those ABIs
+ * only. */
+typedef struct cuemm_torch_pool_id {
+  unsigned long long first, second;
+} cuemm_torch_pool_id;
+CUEMM_EXTERN void cuemm_torch_begin_allocate_to_pool(int device, cuemm_torch_pool_id pool, void *filter);
+CUEMM_EXTERN void cuemm_torch_end_allocate_to_pool(int device, cuemm_torch_pool_id pool);
+CUEMM_EXTERN void cuemm_torch_release_pool(int device, cuemm_torch_pool_id pool);
+
 #ifdef __cplusplus
 }
 #endif

@@ -37,6 +37,7 @@ CUresult CUDAAPI cuemm__cuMemAdvise_v8000(CUdeviceptr devPtr, size_t count, CUme
   X(Init) X(DriverGetVersion) X(GetErrorName) X(GetErrorString)                \
   X(CtxGetCurrent) X(CtxSetCurrent) X(CtxPushCurrent) X(CtxPopCurrent)         \
   X(CtxGetDevice) X(CtxGetId) X(CtxSynchronize)                                \
+  X(DevicePrimaryCtxRetain) X(DevicePrimaryCtxRelease)                         \
   X(DeviceGet) X(DeviceGetCount) X(DeviceGetAttribute) X(DeviceGetName)        \
   X(DeviceTotalMem) X(DeviceGetUuid) X(DeviceGetPCIBusId)                      \
   X(MemGetInfo) X(MemAlloc) X(MemFree) X(MemGetAddressRange)                   \
@@ -49,7 +50,7 @@ CUresult CUDAAPI cuemm__cuMemAdvise_v8000(CUdeviceptr devPtr, size_t count, CUme
   O(MemExportToShareableHandle) O(MemImportFromShareableHandle)                \
   O(MemAllocAsync) O(MemFreeAsync) O(StreamSynchronize)                       \
   O(EventCreate) O(EventDestroy) O(EventRecord) O(EventQuery)                  \
-  O(StreamWaitEvent)                                                           \
+  O(StreamWaitEvent) O(ThreadExchangeStreamCaptureMode)                       \
   O(MemAllocManaged) O(MemPrefetchAsync) O(MemAdvise)
 
 typedef struct cuemm__driver_table {

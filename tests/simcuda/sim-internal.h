@@ -117,6 +117,7 @@
   X(cuStreamWaitEvent, 3020, 0)                                                \
   X(cuStreamGetCtx, 9020, 0)                                                   \
   X(cuStreamGetFlags, 5050, 0)                                                 \
+  X(cuThreadExchangeStreamCaptureMode, 10010, 0)                              \
   X(cuEventCreate, 2000, 0)                                                    \
   X(cuEventDestroy, 4000, 0)                                                   \
   X(cuEventRecord, 2000, 0)                                                    \

@@ -613,6 +613,28 @@ SIM_API CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
   return SIM_END(stream_get_flags(hStream, flags));
 }
 
+/* Stream capture is not simulated: the thread's capture mode is kept, so
+ * that a caller's exchanges can be checked (the first exchange finds
+ * CU_STREAM_CAPTURE_MODE_GLOBAL, the driver's default). */
+static _Thread_local CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static CUresult exchange_capture_mode(CUstreamCaptureMode *mode)
+{
+  if (!mode || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+    return CUDA_ERROR_INVALID_VALUE;
+  CUstreamCaptureMode old = capture_mode;
+  capture_mode = *mode;
+  *mode = old;
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+  SIM_BEGIN(cuThreadExchangeStreamCaptureMode);
+  return SIM_END(exchange_capture_mode(mode));
+}
+
 static struct sim_work *work_new(enum sim_work_kind kind)
 {
   struct sim_work *w = calloc(1, sizeof *w);

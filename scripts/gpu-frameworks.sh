@@ -1,0 +1,183 @@
+#!/bin/sh
+# gpu-frameworks.sh: cuemm under PyTorch and CuPy on the GPU machine.
+#
+#   scripts/gpu-frameworks.sh OUTDIR [--quick]
+#
+# Runs in a configured and built cuemm tree (an unpacked `make dist`
+# tarball after ./configure && make, as scripts/gpu-run.sh leaves it), with
+# the framework(s) installed in the Python it uses (PYTHON, default
+# python3).  It uses .libs/libcuemm.so.0 (CUEMM_LIBRARY) and python/
+# (PYTHONPATH) from there; no `make install` is needed.
+#   1. scripts/torch-proof.py: GPT-2-sized training at variable sequence
+#      lengths, ResNet-50 training at variable batch sizes, a two-stream
+#      inference server and a CUDA graph check, each once on PyTorch's
+#      allocator and once on cuemm: OUTDIR/torch-proof.md (the table),
+#      .json, the runs' logs, and cuemm's event logs (cuemm-*.csv);
+#   2. scripts/cupy-proof.py: FFTs, linear algebra, reductions and
+#      elementwise work of mixed sizes on CuPy's pool and on cuemm:
+#      OUTDIR/cupy-proof.md, .json, cuemm-cupy.csv;
+#   3. the frameworks' own tests, where test files are on the machine
+#      (wheels ship none): TORCH_TESTS and CUPY_TESTS name test files or
+#      folders (space-separated) to run with pytest, once with the
+#      framework's own allocator and once switched to cuemm (through a
+#      sitecustomize.py that calls use() at start-up); TESTS_ARGS replaces
+#      pytest's arguments besides the files (default "-q").
+#      OUTDIR/tests-FRAMEWORK-{default,cuemm}.log and
+#      OUTDIR/tests-FRAMEWORK.md list the tests that pass on the default
+#      and not on cuemm, as scripts/numba-compare.sh does for Numba.
+# The tables go to stdout and OUTDIR/summary.md.  A framework that is not
+# importable is skipped with a message.  The full run takes about 5
+# minutes on an H100 (each run its own process; the timeouts bound it at
+# about 8), --quick about 1.5.  Exit status 0 when every run finished,
+# cuemm's adapters counted no failure and the graph check matched.
+set -u
+out=${1:-}
+test -n "$out" || { echo "usage: scripts/gpu-frameworks.sh OUTDIR [--quick]" >&2; exit 2; }
+quick=
+test "${2:-}" = "--quick" && quick=--quick
+b=${CUEMM_BUILDDIR:-.}
+b=$(cd "$b" && pwd)
+py=${PYTHON:-python3}
+test -f "$b/.libs/libcuemm.so.0" && test -f "$b/python/cuemm_lib.py" ||
+  { echo "gpu-frameworks: no $b/.libs/libcuemm.so.0 or $b/python/cuemm_lib.py; run ./configure && make first" >&2; exit 2; }
+src=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out" || exit 1
+out=$(cd "$out" && pwd)
+CUEMM_LIBRARY=$b/.libs/libcuemm.so.0; export CUEMM_LIBRARY
+PYTHONPATH=$b/python:$src/python${PYTHONPATH:+:$PYTHONPATH}; export PYTHONPATH
+start=$(date +%s)
+status=0
+
+{
+  echo "date: $(date -u)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1
+  grep -m1 'model name' /proc/cpuinfo; echo "cpus: $(nproc)"
+  "$py" -c '
+import sys, importlib.metadata as md
+print("python", sys.version.split()[0])
+for d in ("torch", "torchvision", "cupy", "cupy-cuda12x", "cupy-cuda13x", "numpy", "pytest"):
+    try: print(d, md.version(d))
+    except Exception: print(d, "absent")
+'
+  echo "cuemm: $CUEMM_LIBRARY"
+  echo "mode: ${quick:-full}"
+} > "$out/env.txt" 2>&1
+cat "$out/env.txt"
+: > "$out/summary.md"
+
+has() { "$py" -c "import $1" >/dev/null 2>&1; }
+
+# 1. PyTorch
+if has torch; then
+  echo "== PyTorch (scripts/torch-proof.py)"
+  # shellcheck disable=SC2086
+  timeout 330 "$py" "$src/scripts/torch-proof.py" --out "$out" $quick --timeout 150 || status=1
+  test -f "$out/torch-proof.md" && { cat "$out/torch-proof.md"; echo; } >> "$out/summary.md"
+else
+  echo "gpu-frameworks: torch is not importable by $py: the PyTorch runs are skipped" | tee -a "$out/summary.md"
+fi
+
+# 2. CuPy
+if has cupy; then
+  echo "== CuPy (scripts/cupy-proof.py)"
+  # shellcheck disable=SC2086
+  timeout 150 "$py" "$src/scripts/cupy-proof.py" --out "$out" $quick --timeout 70 || status=1
+  test -f "$out/cupy-proof.md" && { cat "$out/cupy-proof.md"; echo; } >> "$out/summary.md"
+else
+  echo "gpu-frameworks: cupy is not importable by $py: the CuPy runs are skipped" | tee -a "$out/summary.md"
+fi
+
+# 3. The frameworks' own tests, where there are test files.
+site=$out/site-cuemm
+mkdir -p "$site"
+cat > "$site/sitecustomize.py" <<'PY'
+# Switches the framework named by CUEMM_USE to cuemm at start-up.
+import os
+_which = os.environ.get("CUEMM_USE", "")
+if _which == "torch":
+    import cuemm_torch
+    cuemm_torch.use()
+elif _which == "cupy":
+    import cuemm_cupy
+    cuemm_cupy.use()
+PY
+own_tests() {  # FRAMEWORK FILES...
+  fw=$1; shift
+  left=$((start + 480 - $(date +%s)))
+  if test $left -lt 30; then
+    echo "gpu-frameworks: no time left for $fw's own tests" | tee -a "$out/summary.md"
+    return
+  fi
+  half=$((left / 2))
+  echo "== $fw's own tests, default allocator then cuemm (at most $half s each): $*"
+  # shellcheck disable=SC2086
+  timeout $half "$py" -m pytest -rA -p no:cacheprovider ${TESTS_ARGS:--q} "$@" > "$out/tests-$fw-default.log" 2>&1
+  echo "default: exit $?"
+  # shellcheck disable=SC2086
+  CUEMM_USE=$fw PYTHONPATH=$site:$PYTHONPATH timeout $half "$py" -m pytest -rA -p no:cacheprovider ${TESTS_ARGS:--q} \
+    "$@" > "$out/tests-$fw-cuemm.log" 2>&1
+  echo "cuemm: exit $?"
+  "$py" - "$out" "$fw" <<'PY' || status=1
+import re, sys
+out, fw = sys.argv[1], sys.argv[2]
+pat = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", re.M)
+def parse(name):
+    try:
+        text = open("%s/tests-%s-%s.log" % (out, fw, name), errors="replace").read()
+    except OSError:
+        return {}, ""
+    tail = [l for l in text.splitlines() if re.match(r"^=+ .*(passed|failed|error|skipped).* =+$", l)]
+    return {m.group(2): m.group(1) for m in pat.finditer(text)}, (tail[-1] if tail else "no summary line")
+d, dt = parse("default")
+c, ct = parse("cuemm")
+lost = sorted(t for t, s in d.items() if s == "PASSED" and c.get(t) != "PASSED")
+gained = sorted(t for t, s in c.items() if s == "PASSED" and d.get(t) != "PASSED")
+lines = ["%s's own tests: default allocator: %s; cuemm: %s" % (fw, dt, ct),
+         "passing on the default, not on cuemm: %d" % len(lost)]
+lines += ["  %-8s %s" % (c.get(t, "absent"), t) for t in lost]
+lines += ["passing on cuemm, not on the default: %d" % len(gained)]
+lines += ["  %-8s %s" % (d.get(t, "absent"), t) for t in gained]
+text = "\n".join(lines) + "\n"
+open("%s/tests-%s.md" % (out, fw), "w").write(text)
+open("%s/summary.md" % out, "a").write(text + "\n")
+sys.stdout.write(text)
+sys.exit(1 if lost or not d else 0)
+PY
+}
+find_tests() {  # MODULE: test files shipped inside an installed package, if any
+  "$py" - "$1" <<'PY' 2>/dev/null
+import importlib, os, sys
+try:
+    root = os.path.dirname(importlib.import_module(sys.argv[1]).__file__)
+except Exception:
+    sys.exit(0)
+found = []
+for d, _, files in os.walk(root):
+    found += [os.path.join(d, f) for f in files if f.startswith("test_") and f.endswith(".py")
+              and ("cuda" in f or "memory" in f or "alloc" in f)]
+print(" ".join(sorted(found)[:20]))
+PY
+}
+if has pytest; then
+  for fw in torch cupy; do
+    has $fw || continue
+    if test "$fw" = torch; then files=${TORCH_TESTS:-$(find_tests torch)}; else files=${CUPY_TESTS:-$(find_tests cupy)}; fi
+    if test -z "$files"; then
+      echo "gpu-frameworks: no $fw test files on this machine (its wheel ships none; set" \
+           "$(echo $fw | tr a-z A-Z)_TESTS to test files of its source tree): its own tests are skipped" |
+        tee -a "$out/summary.md"
+      continue
+    fi
+    # shellcheck disable=SC2086
+    own_tests $fw $files
+  done
+else
+  echo "gpu-frameworks: pytest is not importable by $py: the frameworks' own tests are skipped" | tee -a "$out/summary.md"
+fi
+
+echo
+echo "== summary ($out/summary.md)"
+cat "$out/summary.md"
+ls -l "$out"/cuemm-*.csv 2>/dev/null
+echo "gpu-frameworks: done in $(($(date +%s) - start)) s; exit $status"
+exit $status

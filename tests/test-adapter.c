@@ -1,0 +1,373 @@
+/* test-adapter.c: the per-device managers (cuemm_device_manager) and the
+ * entry points PyTorch's pluggable allocator calls (cuemm_torch_*), called
+ * with the signatures PyTorch calls them with: sizes (0, ordinary, huge,
+ * negative as ssize_t), streams (the legacy one and created ones), device
+ * ordinals in and out of range, frees of NULL, foreign and freed pointers,
+ * record_stream, empty_cache, the graph pools, the deferred path when
+ * CUEMM_POOL=none is set explicitly, two devices, and frees from other
+ * threads.  The managers live as long as the process, as they do under a
+ * framework, so the cases follow each other on the same two managers.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "testutil.h"
+
+typedef void *(*alloc_fn)(size_t, int, CUstream);
+typedef void (*free_fn)(void *, size_t, int, CUstream);
+
+/* Called through pointers of PyTorch's types, as its std::function does. */
+static alloc_fn torch_alloc = cuemm_torch_alloc;
+static free_fn torch_free = cuemm_torch_free;
+
+#define MIB ((size_t)1 << 20)
+
+static cuemm_adapter_stats astats(void)
+{
+  cuemm_adapter_stats s;
+  CHECK_CU(cuemm_adapter_get_stats(&s));
+  return s;
+}
+
+static cuemm_manager *dev_manager(int device)
+{
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_device_manager(device, &m));
+  return m;
+}
+
+static unsigned char byte_at(void *p)
+{
+  unsigned char b = 0;
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuMemcpyDtoH(&b, (CUdeviceptr)(uintptr_t)p, 1));
+  return b;
+}
+
+static void test_ordinals(void)
+{
+  cuemm_manager *m = NULL;
+  int count = 0;
+  CHECK_CU(cuDeviceGetCount(&count));
+  is(cuemm_device_manager(0, NULL), CUDA_ERROR_INVALID_VALUE, "a NULL out pointer is refused");
+  is(cuemm_device_manager(-1, &m), CUDA_ERROR_INVALID_DEVICE, "device -1 is refused");
+  like(cuemm_last_error(), "device -1 does not exist", "the message names the ordinal");
+  is(cuemm_device_manager(count, &m), CUDA_ERROR_INVALID_DEVICE, "device %d (the count) is refused", count);
+  char want[64];
+  snprintf(want, sizeof want, "the driver sees %d device", count);
+  like(cuemm_last_error(), want, "the message gives the device count");
+  ok(m == NULL, "nothing is written on failure");
+
+  cuemm_adapter_stats before = astats();
+  ok(torch_alloc(256, 7, NULL) == NULL, "alloc on device 7 (absent) returns NULL");
+  like(cuemm_last_error(), "device 7", "the thread's message names the device");
+  cuemm_adapter_stats after = astats();
+  is(after.alloc_failures, before.alloc_failures + 1, "the failure is counted");
+  like(after.last_failure, "cuemm_torch_alloc(256 bytes, device 7", "last_failure says which call");
+  is(after.devices, 0, "no manager was made");
+}
+
+/* An invalid variable fails the manager's creation with its name, and
+ * leaves the primary context as it was. */
+static void test_bad_environment(void)
+{
+  setenv("CUEMM_MAX_PENDING_DEALLOCS_RATIO", "20%", 1);
+  cuemm_manager *m = NULL;
+  is(cuemm_device_manager(1, &m), CUDA_ERROR_INVALID_VALUE, "an invalid CUEMM_* variable fails the creation");
+  like(cuemm_last_error(), "CUEMM_MAX_PENDING_DEALLOCS_RATIO", "the message names the variable");
+  unsetenv("CUEMM_MAX_PENDING_DEALLOCS_RATIO");
+  CUdevice dev;
+  unsigned flags = 0;
+  int active = -1;
+  CHECK_CU(cuDeviceGet(&dev, 1));
+  CHECK_CU(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  is(active, 0, "device 1's primary context was released again");
+  is(astats().devices, 0, "no manager was made");
+}
+
+static void test_sizes_and_streams(void)
+{
+  cuemm_adapter_stats a0 = astats();
+  ok(torch_alloc(0, 0, NULL) == NULL, "size 0 returns NULL (as cudaMalloc, for empty tensors)");
+  is(astats().alloc_failures, a0.alloc_failures, "and is no failure");
+  torch_free(NULL, 0, 0, NULL);
+  is(astats().free_failures, a0.free_failures, "a free of NULL does nothing");
+
+  void *p = torch_alloc(1000, 0, NULL);
+  ok(p != NULL, "1000 bytes on device 0, legacy stream");
+  cuemm_manager *m = dev_manager(0);
+  cuemm_manager *cur = NULL;
+  CHECK_CU(cuemm_get(&cur));
+  ok(cur == m, "the device manager is the primary context's registered manager");
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.enabled, 1, "with CUEMM_POOL unset the manager has the pool");
+  is(astats().devices, 1, "one manager made");
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)p, 0x5a, 1000));
+  is(byte_at(p), 0x5a, "the memory is usable");
+  cuemm_stats st = test_stats(m);
+  is(st.live_count, 1, "one live block");
+  is(st.live_bytes, 1000, "of the size asked");
+
+  torch_free(p, 1000, 0, NULL);
+  st = test_stats(m);
+  is(st.live_count, 0, "freed");
+  is(st.stream_cached_count, 1, "cached for the stream");
+  unsigned long grows = sim_calls("cuMemCreate"), events = sim_calls("cuEventRecord");
+  void *q = torch_alloc(1000, 0, NULL);
+  ok(q == p, "the same stream gets the block again");
+  if (sim_present)
+    ok(sim_calls("cuMemCreate") == grows && sim_calls("cuEventRecord") == events, "without a driver call");
+  else
+    skip(1, SIM_REASON);
+  torch_free(q, 1000, 0, NULL);
+
+  CUstream s1, s2;
+  CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  void *a = torch_alloc(3 * MIB, 0, s1);
+  ok(a != NULL, "3 MiB on a created stream");
+  CHECK_CU(cuMemsetD8Async((CUdeviceptr)(uintptr_t)a, 7, 3 * MIB, s1));
+  torch_free(a, 3 * MIB, 0, s1);
+  void *b = torch_alloc(3 * MIB, 0, s1);
+  ok(b == a, "the freeing stream reuses it at once");
+  CHECK_CU(cuMemsetD8Async((CUdeviceptr)(uintptr_t)b, 9, 3 * MIB, s1));
+
+  /* record_stream: the block's use on s2 is waited for when it is freed. */
+  st = test_stats(m);
+  cuemm_torch_record_stream(b, s2);
+  is(astats().record_stream_failures, a0.record_stream_failures, "record_stream of a live block is accepted");
+  torch_free(b, 3 * MIB, 0, s1);
+  cuemm_stats st2 = test_stats(m);
+  is(st2.stream_event_waits, st.stream_event_waits + 1, "its free made s1 wait for s2 (one event wait)");
+
+  cuemm_torch_record_stream((void *)(uintptr_t)0x1000, s2);
+  cuemm_adapter_stats a1 = astats();
+  is(a1.record_stream_failures, a0.record_stream_failures + 1, "record_stream of a foreign pointer is counted");
+  like(a1.last_failure, "no device's manager holds", "and explained");
+
+  CHECK_CU(cuStreamSynchronize(s1));
+  CHECK_CU(cuStreamSynchronize(s2));
+  CHECK_CU(cuemm_stream_release(m, s1));
+  CHECK_CU(cuemm_stream_release(m, s2));
+  CHECK_CU(cuStreamDestroy(s1));
+  CHECK_CU(cuStreamDestroy(s2));
+}
+
+static void test_refusals(void)
+{
+  cuemm_adapter_stats a0 = astats();
+  void *p = torch_alloc((size_t)1 << 40, 0, NULL);
+  ok(p == NULL, "1 TiB: NULL");
+  like(cuemm_last_error(), "1099511627776", "the message gives the size");
+  like(cuemm_last_error(), "more than the device's", "and that the device has less");
+  is(astats().alloc_failures, a0.alloc_failures + 1, "counted");
+
+  void *big = torch_alloc(700 * MIB, 0, NULL);
+  ok(big != NULL, "700 MiB of the device's 1 GiB");
+  p = torch_alloc(700 * MIB, 0, NULL);
+  ok(p == NULL, "700 MiB more: NULL");
+  like(cuemm_last_error(), "out of pool memory for 734003200 bytes", "the message says out of memory, and for what");
+  torch_free(big, 700 * MIB, 0, NULL);
+  is(astats().alloc_failures, a0.alloc_failures + 2, "counted");
+
+  p = torch_alloc((size_t)(ssize_t)-5, 0, NULL);
+  ok(p == NULL, "size -5 (as ssize_t): NULL");
+  like(cuemm_last_error(), "negative", "the message says the size is negative");
+
+  torch_free((void *)(uintptr_t)0x1234, 64, 0, NULL);
+  cuemm_adapter_stats a1 = astats();
+  is(a1.free_failures, a0.free_failures + 1, "a free of a foreign pointer is refused, not a crash");
+  like(a1.last_failure, "cuemm_torch_free(0x1234", "last_failure names the pointer");
+
+  void *q = torch_alloc(512, 0, NULL);
+  torch_free(q, 512, 0, NULL);
+  torch_free(q, 512, 0, NULL);
+  a1 = astats();
+  is(a1.free_failures, a0.free_failures + 2, "a double free is refused");
+  like(a1.last_failure, "double free", "as such");
+
+  torch_free((void *)(uintptr_t)0x1234, 64, 5, NULL);
+  a1 = astats();
+  is(a1.free_failures, a0.free_failures + 3, "a free on a device without a manager is refused");
+  like(a1.last_failure, "device 5 has no manager", "and says why");
+}
+
+static void test_empty_cache(void)
+{
+  cuemm_manager *m = dev_manager(0);
+  void *p[4];
+  for (int i = 0; i < 4; i++)
+    p[i] = torch_alloc(8 * MIB, 0, NULL);
+  for (int i = 0; i < 4; i++)
+    torch_free(p[i], 8 * MIB, 0, NULL);
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  ok(ps.mapped_bytes >= 32 * MIB, "the pool holds the freed blocks' memory (%zu bytes mapped)", ps.mapped_bytes);
+  ok(test_stats(m).stream_cached_bytes >= 32 * MIB, "cached for the stream");
+  cuemm_adapter_stats a0 = astats();
+  cuemm_torch_empty_cache();
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.mapped_bytes, 0, "empty_cache gives every chunk back");
+  is(test_stats(m).stream_cached_bytes, 0, "and empties the stream caches");
+  cuemm_adapter_stats a1 = astats();
+  is(a1.empty_caches, a0.empty_caches + 1, "counted");
+  is(a1.empty_cache_failures, a0.empty_cache_failures, "without failure");
+}
+
+/* Device 1's manager made with CUEMM_POOL=none: the deferred path. */
+static void test_deferred_device(void)
+{
+  setenv("CUEMM_POOL", "none", 1);
+  void *p = torch_alloc(4096, 1, NULL);
+  unsetenv("CUEMM_POOL");
+  ok(p != NULL, "device 1 (CUEMM_POOL=none): an allocation");
+  cuemm_manager *m1 = dev_manager(1);
+  ok(m1 != dev_manager(0), "device 1 has a manager of its own");
+  is(astats().devices, 2, "two managers made");
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m1, &ps));
+  is(ps.enabled, 0, "CUEMM_POOL=none is obeyed");
+  CUdevice dev = -1;
+  CUcontext c1 = cuemm_context(m1);
+  CHECK_CU(cuCtxPushCurrent(c1));
+  CHECK_CU(cuCtxGetDevice(&dev));
+  CUcontext popped;
+  CHECK_CU(cuCtxPopCurrent(&popped));
+  is(dev, 1, "its context is device 1's");
+  cuemm_adapter_stats a0 = astats();
+  cuemm_torch_record_stream(p, NULL);
+  is(astats().record_stream_failures, a0.record_stream_failures, "record_stream on the deferred path is accepted");
+  torch_free(p, 4096, 1, NULL);
+  cuemm_stats st = test_stats(m1);
+  is(st.pending_count, 1, "the free is deferred");
+  is(st.live_count, 0, "and nothing is live");
+  torch_free(p, 4096, 0, NULL);
+  is(astats().free_failures, a0.free_failures + 1, "a free naming the wrong device is refused");
+  cuemm_torch_empty_cache();
+  is(test_stats(m1).pending_count, 0, "empty_cache flushes the deferred frees");
+}
+
+static void test_graph_pools(void)
+{
+  cuemm_manager *m = dev_manager(0);
+  cuemm_torch_pool_id id = { 1, 2 };
+  cuemm_adapter_stats a0 = astats();
+  unsigned long exchanges = sim_calls("cuThreadExchangeStreamCaptureMode");
+  cuemm_torch_begin_allocate_to_pool(0, id, NULL);
+  void *p = torch_alloc(2048, 0, NULL);
+  cuemm_torch_end_allocate_to_pool(0, id);
+  ok(p != NULL, "an allocation inside the pool's window");
+  if (sim_present) {
+    is(sim_calls("cuThreadExchangeStreamCaptureMode"), exchanges + 2, "it ran in relaxed capture mode, restored after");
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CHECK_CU(cuThreadExchangeStreamCaptureMode(&mode));
+    is(mode, CU_STREAM_CAPTURE_MODE_GLOBAL, "the thread's mode is global again");
+    CHECK_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  } else
+    skip(2, SIM_REASON);
+  exchanges = sim_calls("cuThreadExchangeStreamCaptureMode");
+  void *outside = torch_alloc(2048, 0, NULL);
+  torch_free(outside, 2048, 0, NULL);
+  is(sim_calls("cuThreadExchangeStreamCaptureMode"), exchanges, "outside a pool's window, no exchange");
+  is(astats().graph_pools, a0.graph_pools + 1, "the pool is counted");
+  torch_free(p, 2048, 0, NULL);
+  cuemm_adapter_stats a1 = astats();
+  is(a1.graph_blocks_held, a0.graph_blocks_held + 1, "its free holds the block for the pool");
+  is(a1.free_failures, a0.free_failures, "without failure");
+  is(test_stats(m).live_count, 1, "the block stays allocated");
+  void *q = torch_alloc(2048, 0, NULL);
+  ok(q != NULL && q != p, "a later allocation does not get the pool's block");
+  torch_free(q, 2048, 0, NULL);
+  cuemm_torch_release_pool(0, id);
+  cuemm_stats st = test_stats(m);
+  is(st.live_count, 0, "releasing the pool frees it");
+  ok(st.pending_count >= 1, "through the deferred path (its flush synchronizes)");
+
+  /* A block still live when its pool is released is freed by its own free,
+   * deferred too. */
+  cuemm_torch_begin_allocate_to_pool(0, id, NULL);
+  void *r = torch_alloc(4096, 0, NULL);
+  cuemm_torch_end_allocate_to_pool(0, id);
+  cuemm_torch_release_pool(0, id);
+  CHECK_CU(cuemm_flush(m));
+  torch_free(r, 4096, 0, NULL);
+  st = test_stats(m);
+  is(st.pending_count, 1, "a block of a released pool is freed deferred");
+  is(astats().graph_blocks_held, a1.graph_blocks_held, "not held");
+  cuemm_torch_begin_allocate_to_pool(-3, id, NULL);
+  is(astats().graph_failures, a0.graph_failures + 1, "a pool on device -3 is refused");
+  void *s = torch_alloc(4096, 0, NULL);
+  torch_free(s, 4096, 0, NULL);
+  is(test_stats(m).stream_cached_count >= 1, 1, "afterwards blocks are ordinary again");
+}
+
+#define NTHREADS 4
+#define ROUNDS 300
+
+static void *volatile handoff[NTHREADS][ROUNDS];
+
+static void *worker(void *arg)
+{
+  int t = (int)(intptr_t)arg;
+  CUcontext c;
+  CUdevice dev;
+  CHECK_CU(cuDeviceGet(&dev, 0));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&c, dev));
+  CHECK_CU(cuCtxSetCurrent(c));
+  for (int i = 0; i < ROUNDS; i++) {
+    size_t size = 256 + (size_t)((i * 7919 + t * 104729) % 65536);
+    void *p = torch_alloc(size, 0, NULL);
+    if (p && i % 2)
+      torch_free(p, size, 0, NULL);
+    else
+      handoff[t][i] = p; /* freed by another thread */
+  }
+  CHECK_CU(cuCtxSetCurrent(NULL));
+  CHECK_CU(cuDevicePrimaryCtxRelease(dev));
+  return NULL;
+}
+
+static void test_threads(void)
+{
+  cuemm_adapter_stats a0 = astats();
+  pthread_t th[NTHREADS];
+  for (int t = 0; t < NTHREADS; t++)
+    pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
+  for (int t = 0; t < NTHREADS; t++)
+    pthread_join(th[t], NULL);
+  int nulls = 0;
+  for (int t = 0; t < NTHREADS; t++)
+    for (int i = 0; i < ROUNDS; i += 2) {
+      nulls += handoff[t][i] == NULL;
+      torch_free(handoff[t][i], 0, 0, NULL); /* this thread frees the others' blocks */
+    }
+  is(nulls, 0, "%d threads allocated %d blocks each, none refused", NTHREADS, ROUNDS);
+  cuemm_adapter_stats a1 = astats();
+  is(a1.alloc_failures, a0.alloc_failures, "no allocation failed");
+  is(a1.free_failures, a0.free_failures, "no free failed, frees from other threads included");
+  is(test_stats(dev_manager(0)).live_count, 0, "nothing is live afterwards");
+}
+
+int main(void)
+{
+  sim_init();
+  test_primary_context(0);
+  cuemm_torch_init(2);
+  is(astats().alloc_failures, 0, "init loads the driver");
+
+  test_ordinals();
+  test_bad_environment();
+  test_sizes_and_streams();
+  test_refusals();
+  test_empty_cache();
+  test_deferred_device();
+  test_graph_pools();
+  test_threads();
+  cuemm_torch_empty_cache();
+  is(astats().empty_cache_failures, 0, "the last empty_cache succeeded too");
+  return tap_done();
+}

@@ -1,0 +1,342 @@
+"""test-adapters.py: the framework adapters (python/cuemm_torch.py,
+python/cuemm_cupy.py, on cuemm_lib) without the frameworks: they import
+and refuse clearly when PyTorch or CuPy is absent; with stand-ins for
+`torch` and `cupy` put in sys.modules, use() wires the framework the way
+the real one is wired (PyTorch: the pluggable allocator made from the
+loaded libcuemm's path and entry points, every hook set with the address of
+its function, a refusal when CUDA is initialized already; CuPy: the
+allocator returns a MemoryPointer over cuemm memory of the current stream,
+which is freed on that stream when CuPy drops it), and the entry points
+work when called through PyTorch's function types, on the suite's driver
+(simcuda unless CUEMM_TEST_DRIVER=system).  Prints TAP."""
+
+import ctypes
+import gc
+import os
+import subprocess
+import sys
+import types
+
+build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
+src = os.environ.get("top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path[:0] = [os.path.join(build, "python"), os.path.join(src, "python")]
+
+_n = 0
+_failed = 0
+
+
+def ok(cond, name, diag=None):
+    global _n, _failed
+    _n += 1
+    if not cond:
+        _failed += 1
+    print("%sok %d - %s" % ("" if cond else "not ", _n, name))
+    if not cond and diag is not None:
+        for line in str(diag).splitlines():
+            print("#   " + line)
+    sys.stdout.flush()
+    return cond
+
+
+def raises(fn, exc):
+    try:
+        fn()
+    except exc as e:
+        return e
+    except Exception as e:  # the wrong kind
+        return AssertionError("raised %r, not %s" % (e, exc.__name__))
+    return None
+
+
+def done():
+    print("1..%d" % _n)
+    sys.exit(1 if _failed else 0)
+
+
+# ---- without the frameworks ---------------------------------------------------
+
+# None in sys.modules makes `import torch` raise ImportError even where torch
+# is installed.
+real = {name: sys.modules.get(name) for name in ("torch", "cupy")}
+sys.modules["torch"] = None
+sys.modules["cupy"] = None
+import cuemm_lib  # noqa: E402
+import cuemm_torch  # noqa: E402
+import cuemm_cupy  # noqa: E402
+
+ok(True, "cuemm_torch and cuemm_cupy import without their frameworks")
+e = raises(cuemm_torch.use, ImportError)
+ok(isinstance(e, ImportError) and "PyTorch is not importable" in str(e),
+   "cuemm_torch.use() without torch: ImportError saying so", e)
+e = raises(cuemm_cupy.use, ImportError)
+ok(isinstance(e, ImportError) and "CuPy is not importable" in str(e),
+   "cuemm_cupy.use() without cupy: ImportError saying so", e)
+ok(not cuemm_torch.is_used() and not cuemm_cupy.is_used(), "nothing is switched")
+for name, mod in real.items():
+    if mod is None:
+        del sys.modules[name]
+    else:
+        sys.modules[name] = mod
+
+# ---- finding the library ---------------------------------------------------------
+
+pp = os.pathsep.join([os.path.join(build, "python"), os.path.join(src, "python")])
+env = dict(os.environ, CUEMM_LIBRARY="/nonexistent/libcuemm.so.0", PYTHONPATH=pp)
+r = subprocess.run([sys.executable, "-c", "import cuemm_lib; cuemm_lib.load()"], env=env,
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+ok(r.returncode != 0 and "/nonexistent/libcuemm.so.0 (CUEMM_LIBRARY)" in r.stdout
+   and "cannot load libcuemm" in r.stdout, "a CUEMM_LIBRARY that does not load: OSError naming it", r.stdout)
+
+lib_path = os.path.join(build, ".libs", "libcuemm.so.0")
+no_bindings = os.environ.get("CUEMM_PLUGIN_SKIP", "")
+if not no_bindings and not os.path.exists(lib_path):
+    no_bindings = "no shared library built (%s)" % lib_path
+if no_bindings:
+    print("# bindings not exercised: " + no_bindings)
+    done()
+
+os.environ["CUEMM_LIBRARY"] = lib_path
+lib = cuemm_lib.load()
+ok(cuemm_lib.library_path() == lib_path, "CUEMM_LIBRARY is the library loaded")
+
+# ---- PyTorch, a stand-in -------------------------------------------------------------
+
+
+class FakeRaw(object):
+    """torch._C._CUDAPluggableAllocator: records what its setters get."""
+
+    def __init__(self, with_graphs=True):
+        self.set = {}
+        names = ["set_init_fn", "set_reset_fn", "set_memory_fraction_fn", "set_base_alloc_fn",
+                 "set_record_stream_fn"]
+        if with_graphs:
+            names += ["set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn", "set_release_pool"]
+        for n in names:
+            setattr(self, n, (lambda n: lambda addr: self.set.__setitem__(n, addr))(n))
+
+
+def fake_torch(initialized=False, refuse=None, with_graphs=True):
+    torch = types.ModuleType("torch")
+    torch.__version__ = "2.9.0+fake"
+    cuda = types.ModuleType("torch.cuda")
+    memory = types.ModuleType("torch.cuda.memory")
+    calls = {"change": [], "made": []}
+
+    class CUDAPluggableAllocator(object):
+        def __init__(self, path, alloc_name, free_name):
+            # What PyTorch does: dlopen the path and look the names up.
+            so = ctypes.CDLL(path)
+            self.alloc = ctypes.cast(getattr(so, alloc_name), ctypes.c_void_p).value
+            self.free = ctypes.cast(getattr(so, free_name), ctypes.c_void_p).value
+            self.path, self.names = path, (alloc_name, free_name)
+            self._raw = FakeRaw(with_graphs)
+            calls["made"].append(self)
+
+        def allocator(self):
+            return self._raw
+
+    def change_current_allocator(a):
+        if refuse:
+            raise RuntimeError(refuse)
+        calls["change"].append(a)
+
+    memory.CUDAPluggableAllocator = CUDAPluggableAllocator
+    memory.change_current_allocator = change_current_allocator
+    cuda.memory = memory
+    cuda.is_initialized = lambda: initialized
+    cuda.current_device = lambda: 0
+    torch.cuda = cuda
+    return torch, calls
+
+
+def with_module(name, mod, fn):
+    old = sys.modules.get(name)
+    sys.modules[name] = mod
+    try:
+        return fn()
+    finally:
+        if old is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = old
+
+
+torch, calls = fake_torch(initialized=True)
+e = with_module("torch", torch, lambda: raises(cuemm_torch.use, RuntimeError))
+ok(isinstance(e, RuntimeError) and "before PyTorch initializes CUDA" in str(e) and "is_initialized" in str(e),
+   "use() after torch initialized CUDA: refused, saying when to call it", e)
+ok(not calls["change"] and not calls["made"], "and nothing was swapped")
+
+torch, calls = fake_torch(refuse="Can't swap an already initialized allocator")
+e = with_module("torch", torch, lambda: raises(cuemm_torch.use, RuntimeError))
+ok(isinstance(e, RuntimeError) and "Can't swap an already initialized allocator" in str(e)
+   and "before PyTorch initializes CUDA" in str(e), "change_current_allocator's refusal is explained", e)
+ok(not cuemm_torch.is_used(), "and cuemm_torch is not marked used")
+
+notorch = types.ModuleType("torch")
+notorch.__version__ = "1.13"
+notorch.cuda = types.ModuleType("torch.cuda")
+e = with_module("torch", notorch, lambda: raises(cuemm_torch.use, RuntimeError))
+ok(isinstance(e, RuntimeError) and "no torch.cuda.memory.CUDAPluggableAllocator" in str(e),
+   "a torch without the pluggable allocator: refused, saying so", e)
+
+torch, calls = fake_torch()
+a = with_module("torch", torch, cuemm_torch.use)
+ok(len(calls["change"]) == 1 and calls["change"][0] is a, "use(): change_current_allocator got the allocator")
+ok(a.path == lib_path, "made from the path of the loaded libcuemm (%s)" % a.path)
+ok(a.names == ("cuemm_torch_alloc", "cuemm_torch_free"), "with the entry points cuemm_torch_alloc, cuemm_torch_free")
+want = {setter: cuemm_lib.symbol_address(sym) for setter, sym in cuemm_torch.HOOKS}
+ok(a.allocator().set == want, "every hook set with its function's address", a.allocator().set)
+ok("set_memory_fraction_fn" not in a.allocator().set and "set_base_alloc_fn" not in a.allocator().set,
+   "memory fraction and base allocation are left to PyTorch")
+ok(with_module("torch", torch, cuemm_torch.use) is a and len(calls["change"]) == 1,
+   "use() again: the same allocator, no second swap")
+ok(cuemm_torch.is_used(), "is_used()")
+
+# The entry points through PyTorch's function types.
+alloc = cuemm_torch.ALLOC_TYPE(a.alloc)
+free = cuemm_torch.FREE_TYPE(a.free)
+record = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(want["set_record_stream_fn"])
+reset = ctypes.CFUNCTYPE(None)(want["set_reset_fn"])
+init = ctypes.CFUNCTYPE(None, ctypes.c_int)(want["set_init_fn"])
+init(1)
+ok(cuemm_lib.adapter_stats()["alloc_failures"] == 0, "init: no failure")
+s0 = cuemm_lib.stats(0)
+p = alloc(1 << 20, 0, None)
+s1 = cuemm_lib.stats(0)
+ok(p and s1["live_bytes"] == s0["live_bytes"] + (1 << 20), "alloc(1 MiB, device 0, default stream): live", s1)
+ok(cuemm_lib.pool_stats(0)["enabled"] == 1, "the device's manager has the pool")
+ok(alloc(0, 0, None) is None, "alloc(0): NULL")
+record(p, None)
+ok(cuemm_lib.adapter_stats()["record_stream_failures"] == 0, "record_stream: accepted")
+free(p, 1 << 20, 0, None)
+s2 = cuemm_lib.stats(0)
+ok(s2["live_bytes"] == s0["live_bytes"] and s2["stream_cached_bytes"] >= 1 << 20, "free: cached for its stream", s2)
+ok(alloc(1 << 50, 0, None) is None, "alloc(1 PiB): NULL")
+st = cuemm_lib.adapter_stats()
+ok(st["alloc_failures"] == 1 and "1125899906842624" in st["last_failure"], "counted, with the message", st)
+ok(alloc(64, 9, None) is None and "device 9" in cuemm_lib.adapter_stats()["last_failure"],
+   "alloc on device 9: NULL, and the message names the device")
+reset()
+ok(cuemm_lib.pool_stats(0)["mapped_bytes"] == 0 and cuemm_lib.stats(0)["stream_cached_bytes"] == 0,
+   "reset (torch.cuda.empty_cache): the pool is trimmed")
+ok(cuemm_torch.stats(0)["held_bytes"] == 0 and cuemm_torch.memory_reserved(0) == 0,
+   "stats() and memory_reserved() read the device's manager")
+ok(cuemm_torch.max_memory_reserved(0) >= 1 << 20 and cuemm_torch.max_memory_allocated(0) >= 1 << 20,
+   "the peaks remember the 1 MiB")
+
+torch2, calls2 = fake_torch(with_graphs=False)
+cuemm_torch._allocator = None
+a2 = with_module("torch", torch2, cuemm_torch.use)
+ok(set(a2.allocator().set) == {"set_record_stream_fn", "set_reset_fn", "set_init_fn"},
+   "a torch without the graph hooks: the others are set", a2.allocator().set)
+cuemm_torch._allocator = None
+torch3, calls3 = fake_torch()
+a3 = with_module("torch", torch3, lambda: cuemm_torch.use(graphs=False))
+ok(not any(k in a3.allocator().set for k in cuemm_torch.GRAPH_HOOKS), "use(graphs=False) leaves them unset")
+
+# ---- CuPy, a stand-in ------------------------------------------------------------------
+
+cuda = ctypes.CDLL(os.environ.get("CUEMM_LIBCUDA", "libcuda.so.1"))
+dev = ctypes.c_int()
+ctx = ctypes.c_void_p()
+ok(cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0 and
+   cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cuda.cuCtxSetCurrent(ctx) == 0,
+   "the primary context current, as CuPy has it")
+stream = ctypes.c_void_p()
+ok(cuda.cuStreamCreate(ctypes.byref(stream), 1) == 0 and stream.value, "a created stream")
+
+
+def fake_cupy():
+    cupy = types.ModuleType("cupy")
+    c = types.ModuleType("cupy.cuda")
+    c.memory = types.ModuleType("cupy.cuda.memory")
+
+    class OutOfMemoryError(MemoryError):
+        def __init__(self, size, total, limit=0):
+            super().__init__("Out of memory allocating %d bytes" % size)
+
+    class Stream(object):
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    class UnownedMemory(object):
+        def __init__(self, ptr, size, owner, device_id=-1):
+            if device_id < 0:
+                raise RuntimeError("needs a device id")
+            self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
+
+    class MemoryPointer(object):
+        def __init__(self, mem, offset):
+            self.mem, self.ptr = mem, mem.ptr + offset
+
+    class PinnedMemoryPointer(object):
+        def __init__(self, mem, offset):
+            self.mem, self.ptr = mem, mem.ptr + offset
+
+    state = {"stream": Stream(0), "allocator": None, "pinned": None}
+    c.memory.OutOfMemoryError = OutOfMemoryError
+    c.Stream = Stream
+    c.UnownedMemory = UnownedMemory
+    c.MemoryPointer = MemoryPointer
+    c.PinnedMemoryPointer = PinnedMemoryPointer
+    c.runtime = types.SimpleNamespace(getDevice=lambda: 0)
+    c.get_current_stream = lambda: state["stream"]
+    c.set_allocator = lambda f: state.__setitem__("allocator", f)
+    c.set_pinned_memory_allocator = lambda f: state.__setitem__("pinned", f)
+    cupy.cuda = c
+    return cupy, state
+
+
+cupy, state = fake_cupy()
+with_module("cupy", cupy, cuemm_cupy.use)
+ok(state["allocator"] is cuemm_cupy.malloc and state["pinned"] is cuemm_cupy.malloc_pinned,
+   "use(): CuPy's allocator and pinned-memory allocator are cuemm's")
+malloc = state["allocator"]
+s0 = cuemm_lib.stats(0)
+mp = malloc(4096)
+s1 = cuemm_lib.stats(0)
+ok(type(mp).__name__ == "MemoryPointer" and mp.ptr and mp.mem.size == 4096 and mp.mem.device_id == 0,
+   "malloc(4096): a MemoryPointer over 4096 bytes of device 0")
+ok(s1["live_bytes"] == s0["live_bytes"] + 4096, "cuemm holds it live")
+ptr = mp.ptr
+del mp
+gc.collect()
+s2 = cuemm_lib.stats(0)
+ok(s2["live_bytes"] == s0["live_bytes"] and s2["stream_cached_count"] >= 1, "dropping it frees it in stream order")
+
+state["stream"] = cupy.cuda.Stream(stream.value)
+mp = malloc(4096)
+ok(mp.ptr != 0 and mp.mem._owner.stream.ptr == stream.value, "on CuPy's current stream, a created one")
+first = mp.ptr
+del mp
+gc.collect()
+mp = malloc(4096)
+ok(mp.ptr == first, "freed on that stream: the stream gets it again at once")
+del mp
+gc.collect()
+state["stream"] = cupy.cuda.Stream(0)
+
+z = malloc(0)
+ok(z.ptr == 0 and z.mem.size == 0 and z.mem.device_id == 0, "malloc(0): a null pointer with its device")
+e = raises(lambda: malloc(1 << 50), MemoryError)
+ok(isinstance(e, cupy.cuda.memory.OutOfMemoryError) and "cuemm: out of memory allocating 1125899906842624" in str(e),
+   "malloc(1 PiB): CuPy's OutOfMemoryError with cuemm's message", e)
+
+h0 = cuemm_lib.stats(0)
+pm = state["pinned"](1000)
+h1 = cuemm_lib.stats(0)
+ok(pm.ptr and h1["host_live_bytes"] == h0["host_live_bytes"] + 1000, "pinned malloc(1000): cuemm pinned memory")
+ctypes.memset(pm.ptr, 0x5A, 1000)
+ok(ctypes.string_at(pm.ptr + 999, 1) == b"\x5a", "the host can write it")
+del pm
+gc.collect()
+h2 = cuemm_lib.stats(0)
+ok(h2["host_live_bytes"] == h0["host_live_bytes"], "dropping it frees it (deferred)")
+ok(state["pinned"](0).ptr == 0, "pinned malloc(0): a null pointer")
+ok(cuemm_cupy.stats()["live_bytes"] == h2["live_bytes"], "cuemm_cupy.stats() reads the current device's manager")
+
+cuemm_lib.empty_cache()
+ok(cuemm_lib.adapter_stats()["empty_cache_failures"] == 0, "empty_cache: no failure")
+ok(cuda.cuStreamSynchronize(stream) == 0, "the stream's work is done")
+done()
