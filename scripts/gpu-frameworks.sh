@@ -175,6 +175,20 @@ else
   echo "gpu-frameworks: pytest is not importable by $py: the frameworks' own tests are skipped" | tee -a "$out/summary.md"
 fi
 
+# cuemm's event logs of the runs, replayed through every backend: the
+# footprint each allocator would have had on the same sequence.
+if test -x tools/cuemm-replay; then
+  for log in "$out"/cuemm-*.csv; do
+    test -s "$log" || continue
+    name=$(basename "$log" .csv)
+    timeout 240 tools/cuemm-replay --quiet --quick "$log" > "$out/replay-$name.txt" 2>&1 ||
+      echo "gpu-frameworks: replaying $log failed (see $out/replay-$name.txt)"
+  done
+  { echo; echo "### cuemm's event logs replayed (tools/cuemm-replay --quick)"; echo '```'
+    for f in "$out"/replay-cuemm-*.txt; do test -f "$f" && sed -n '/## summary/,$p' "$f" | tail -n +3; done
+    echo '```'; } >> "$out/summary.md"
+fi
+
 echo
 echo "== summary ($out/summary.md)"
 cat "$out/summary.md"

@@ -22,7 +22,7 @@ training step, or one request), the total of those steps, and the peak
 memory held from the driver: torch.cuda.max_memory_reserved() for PyTorch's
 allocator, cuemm's peak_held_bytes for cuemm (torch.cuda.memory_stats does
 not work under a pluggable allocator).  The cuemm runs write cuemm's event
-log (CUEMM_LOG) to OUTDIR/cuemm-WORKLOAD.csv, for bench/bench-replay.
+log (CUEMM_LOG) to OUTDIR/cuemm-WORKLOAD.csv, for tools/cuemm-replay.
 
 Usage:
   torch-proof.py [--out DIR] [--workloads gpt2,resnet50,serve,graph] [--quick]
