@@ -185,7 +185,7 @@ if test -x tools/cuemm-replay; then
       echo "gpu-frameworks: replaying $log failed (see $out/replay-$name.txt)"
   done
   { echo; echo "### cuemm's event logs replayed (tools/cuemm-replay --quick)"; echo '```'
-    for f in "$out"/replay-cuemm-*.txt; do test -f "$f" && sed -n '/## summary/,$p' "$f" | tail -n +3; done
+    for f in "$out"/replay-cuemm-*.txt; do test -f "$f" && sed -n '/## summary/,$p' "$f" | tail -n +2; done
     echo '```'; } >> "$out/summary.md"
 fi
 
