@@ -499,10 +499,10 @@ typedef struct cuemm_pool_stats {
   size_t piece_pinned;         /* pool_piece: 0 when the piece size is chosen by measurement */
   size_t piece_bytes;          /* the piece size of the last growth (0 before the first) */
   /* What growth has measured on this device, process-wide (every manager of
-   * the device adds to it): for pieces of 2 MiB << k bytes, the best cost
-   * seen of one piece's cuMemCreate + cuMemMap, in microseconds (from the
-   * best cost per byte among pieces of that class; 0: never timed), and how
-   * many pieces were timed. */
+   * the device adds to it): for pieces of 2 MiB << k bytes, the cost of
+   * one piece's cuMemCreate + cuMemMap, in microseconds (the median cost
+   * per byte of the class's last seven growths, each growth counting with
+   * its median piece; 0: never timed), and how many pieces were timed. */
   double piece_cost_us[CUEMM_POOL_PIECE_CLASSES];
   unsigned int piece_samples[CUEMM_POOL_PIECE_CLASSES];
 } cuemm_pool_stats;

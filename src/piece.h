@@ -22,18 +22,25 @@
  * (a single cuMemCreate of 8 GiB costs 3 ms on an H100). */
 #define CUEMM__PIECE_EXPLORE 1
 
-/* What was measured on one device: for each class, the best cost per byte
- * seen (cuMemCreate + cuMemMap of one piece, in ns per byte; 0: never
- * timed) and how many pieces were timed. */
+/* Growths each class remembers the cost of. */
+#define CUEMM__PIECE_RECENT 7
+
+/* What was measured on one device: for each class, the cost per byte of
+ * its recent growths (each growth's median cuMemCreate + cuMemMap of one
+ * piece, in ns per byte), their median (0: never timed), and how many
+ * pieces were timed. */
 typedef struct cuemm__piece_table {
   double ns_per_byte[CUEMM__PIECE_CLASSES];
   uint32_t samples[CUEMM__PIECE_CLASSES];
+  double recent[CUEMM__PIECE_CLASSES][CUEMM__PIECE_RECENT];
+  uint32_t nrecent[CUEMM__PIECE_CLASSES], next[CUEMM__PIECE_CLASSES];
 } cuemm__piece_table;
 
 /* The class of a piece of `bytes` (>= 2 MiB), or -1 when beyond the table. */
 int cuemm__piece_class(size_t bytes);
 
-/* Notes `count` pieces of `bytes` each that took at best `ns` each. */
+/* Notes a growth of `count` pieces of `bytes` each that took `ns` each
+ * (their median). */
 void cuemm__piece_record(cuemm__piece_table *t, size_t bytes, double ns, uint32_t count);
 
 /* The piece size for a growth of `bytes` (a multiple of `unit`), a pure

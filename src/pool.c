@@ -279,7 +279,9 @@ static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
   size_t pu = piece / p->unit, count = (n + pu - 1) / pu;
   if (count > (UINT32_MAX - 2) / 2 || cuemm__sa_reserve(&p->sa, (uint32_t)(2 * count + 2)) != 0)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for the pool's bookkeeping");
-  double best = 0;
+  /* The growth's median piece (of the first PIECE_TIMES whole pieces). */
+  enum { PIECE_TIMES = 32 };
+  double times[PIECE_TIMES];
   uint32_t timed = 0;
   size_t end = head + n;
   for (size_t u = head; u < end;) {
@@ -290,11 +292,17 @@ static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
       rollback_run(p, head, u);
       return r;
     }
-    if (k == pu && (!timed || ns < best))
-      best = ns;
-    timed += k == pu;
+    if (k == pu && timed < PIECE_TIMES)
+      times[timed++] = ns;
     u += k;
   }
+  for (uint32_t i = 1; i < timed; i++) /* a few values: insertion sort */
+    for (uint32_t j = i; j > 0 && times[j - 1] > times[j]; j--) {
+      double t = times[j];
+      times[j] = times[j - 1];
+      times[j - 1] = t;
+    }
+  double median = timed ? times[(timed - 1) / 2] : 0;
   CUdeviceptr at = unit_addr(p, head);
   CUresult r = d->MemSetAccess(at, bytes, p->access, p->naccess);
   if (r != CUDA_SUCCESS) {
@@ -308,7 +316,7 @@ static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
   /* Only sizes of unit << j are recorded: the rest of a growth, an odd
    * size, would make its class look cheaper than its candidates are. */
   if (timed && (pu & (pu - 1)) == 0)
-    cuemm__piece_note((int)p->dev, piece, best, timed);
+    cuemm__piece_note((int)p->dev, piece, median, timed);
   p->last_piece = piece;
   *pieces = count;
   return CUDA_SUCCESS;

@@ -36,10 +36,23 @@ static void record(void)
   ok(t.ns_per_byte[5] == 75e3 / (double)(64 * MiB), "64 MiB in 75 us: its cost per byte");
   is(t.samples[5], 1, "one sample");
   cuemm__piece_record(&t, 64 * MiB, 90e3, 3);
-  ok(t.ns_per_byte[5] == 75e3 / (double)(64 * MiB), "a slower sample leaves the best");
-  is(t.samples[5], 4, "and counts");
+  ok(t.ns_per_byte[5] == 75e3 / (double)(64 * MiB), "two growths: the lower middle one, 75 us");
+  is(t.samples[5], 4, "and the pieces counted");
   cuemm__piece_record(&t, 64 * MiB, 60e3, 1);
-  ok(t.ns_per_byte[5] == 60e3 / (double)(64 * MiB), "a faster one replaces it");
+  ok(t.ns_per_byte[5] == 75e3 / (double)(64 * MiB), "60, 75, 90 us: the median, 75 us");
+  /* The driver handing back memory it just took back: a few very fast
+   * creations among ordinary ones do not make the size look cheap. */
+  memset(&t, 0, sizeof t);
+  for (int i = 0; i < 4; i++)
+    cuemm__piece_record(&t, 256 * MiB, 100e3 + i * 1e3, 8);
+  for (int i = 0; i < 3; i++)
+    cuemm__piece_record(&t, 256 * MiB, 9e3, 8);
+  ok(t.ns_per_byte[7] == 100e3 / (double)(256 * MiB), "4 growths at 100..103 us and 3 at 9 us: 100 us, not 9");
+  for (int i = 0; i < 4; i++)
+    cuemm__piece_record(&t, 256 * MiB, 9e3, 8);
+  ok(t.ns_per_byte[7] == 9e3 / (double)(256 * MiB), "once most recent growths are fast, fast it is");
+  memset(&t, 0, sizeof t);
+  cuemm__piece_record(&t, 64 * MiB, 75e3, 5);
   cuemm__piece_record(&t, MiB, 1e3, 1);
   cuemm__piece_record(&t, 64 * MiB, 0, 1);
   cuemm__piece_record(&t, 64 * MiB, 10, 0);
@@ -142,7 +155,8 @@ static void process_wide(void)
     pthread_join(th[i], NULL);
   cuemm__piece_snapshot(7, &t);
   is(t.samples[5], 80000, "8 threads x 10000 notes, none lost");
-  ok(t.ns_per_byte[5] == 75e3 / (double)(64 * MiB), "the best of them kept");
+  ok(t.ns_per_byte[5] >= 75e3 / (double)(64 * MiB) && t.ns_per_byte[5] < 85e3 / (double)(64 * MiB),
+     "the median of the last of them kept");
   cuemm__piece_snapshot(6, &t);
   is(t.samples[5], 0, "another device's record is its own");
   cuemm__piece_note(64, 64 * MiB, 75e3, 1);
