@@ -209,7 +209,12 @@ def child(args):
         res["peak_live"] = st["peak_bytes"]
         res["cuemm"] = {k: st[k] for k in ("allocs", "frees", "flushes", "oom_retries", "stream_events",
                                            "stream_event_waits", "stream_steals", "stream_reclaims",
-                                           "log_rows", "log_lost")}
+                                           "stream_heaps", "log_rows", "log_lost")}
+        try:
+            ps = cuemm_torch.pool_stats(0)
+            res["cuemm"].update({k: ps[k] for k in ("grow_steps", "releases", "chunks_released", "chunks")})
+        except Exception as e:  # pool_stats is a helper of cuemm_torch; its absence must not lose the run
+            res["cuemm"]["pool_stats_error"] = str(e)
         ad = cuemm_torch.adapter_stats()
         res["adapter"] = {k: ad[k] for k in ("alloc_failures", "free_failures", "record_stream_failures",
                                              "graph_pools", "graph_blocks_held", "last_failure")}
@@ -260,6 +265,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="few short steps: a smoke run")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=150, help="seconds each run's process may take")
+    p.add_argument("--no-log", action="store_true", help="cuemm runs without the event log (CUEMM_LOG)")
     p.add_argument("--child", choices=WORKLOADS, help=argparse.SUPPRESS)
     p.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -277,7 +283,7 @@ def main():
         for mode in MODES:
             env = dict(os.environ)
             env.pop("CUEMM_LOG", None)
-            if mode == "cuemm":
+            if mode == "cuemm" and not args.no_log:
                 env["CUEMM_LOG"] = os.path.join(args.out, "cuemm-%s.csv" % w)
             cmd = [sys.executable, os.path.abspath(__file__), "--child", w, "--mode", mode, "--out", args.out,
                    "--seed", str(args.seed)] + (["--quick"] if args.quick else [])
