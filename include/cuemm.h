@@ -296,7 +296,11 @@ typedef struct cuemm_config {
    * which the tool checks on its own), are not annotated.  Without a tool,
    * or when its library fails to load or refuses the memory extension,
    * nothing is annotated and nothing fails; the cost is one predicted
-   * branch per allocation and free.  Default 1. */
+   * branch per allocation and free.  compute-sanitizer 2025.3.1 refuses
+   * every annotation on memory mapped with cuMemMap (the pool's), with a
+   * warning per call, and so checks no pool block: under it, CUEMM_POOL=
+   * none gives every allocation its own cuMemAlloc, which it checks.
+   * Default 1. */
   int nvtx;
 
   /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when
