@@ -57,6 +57,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -227,6 +228,7 @@ static const void *nv_get_export_table(uint32_t id)
 static struct {
   pthread_once_t once;
   int on;
+  atomic_int refused;   /* the tool refused a heap: it cannot check such memory, ask it no more */
   void *domain;
   intptr_t mem[NV_MEM_SLOTS];  /* the extension's segment: the tool's functions by callback id */
   nv_heap_register_fn heap_register;
@@ -303,6 +305,8 @@ static void *heap_register(uintptr_t base, size_t bytes)
   desc.type_desc_size = sizeof range;
   desc.type_desc = &range;
   void *h = tool.heap_register(tool.domain, &desc);
+  if (!h) /* compute-sanitizer 2025.3 on memory mapped with cuMemMap: one warning, not one per chunk */
+    atomic_store(&tool.refused, 1);
   return h == NV_MEM_HEAP_NO_TOOL ? NULL : h;
 }
 
@@ -499,7 +503,8 @@ void cuemm__nvtx_chunks_mapped_(cuemm__pool *p, size_t head, size_t n)
 {
   struct cuemm__nvtx_pool *np = p->nvtx;
   pthread_mutex_lock(&np->lock);
-  for (size_t u = head; !np->off && u < head + n; u += p->units[u].units ? p->units[u].units : 1)
+  for (size_t u = head; !np->off && !atomic_load(&tool.refused) && u < head + n;
+       u += p->units[u].units ? p->units[u].units : 1)
     if (p->units[u].head == u && p->units[u].units && !np->heap[u])
       np->heap[u] = heap_register((uintptr_t)cuemm__pool_unit_addr(p, u), (size_t)p->units[u].units * p->unit);
   pthread_mutex_unlock(&np->lock);

@@ -32,7 +32,9 @@
  * "core" (InitializeInjectionNvtx2 returns 0), "ext" (the extension's
  * returns 0), "from1" (it numbers the memory extension's slots from 1, as
  * some NVTX sources did, so that nvtxMemHeapRegister lands in slot 1),
- * "noregion" (it leaves nvtxMemRegionsRegister empty).
+ * "noregion" (it leaves nvtxMemRegionsRegister empty), "heap" (it refuses
+ * every heap, as compute-sanitizer 2025.3 does on memory mapped with
+ * cuMemMap: the call returns NULL and the tool logs "heap refused").
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -309,6 +311,10 @@ static void *heap_register(void *domain, const heap_desc *d)
   }
   const virtual_range *r = d->type_specific_desc;
   uintptr_t base = (uintptr_t)r->ptr;
+  if (failing("heap")) {
+    say("heap refused 0x%" PRIxPTR " %zu", base, r->size);
+    goto out;
+  }
   for (int i = 0; i < nheaps; i++)
     if (heaps[i].live && overlaps(base, r->size, heaps[i].base, heaps[i].size)) {
       say("error heap 0x%" PRIxPTR " (%zu bytes) overlaps heap %d", base, r->size, i + 1);

@@ -7,7 +7,7 @@ top_srcdir=${top_srcdir:-$(dirname "$0")/..}
 script=$top_srcdir/scripts/gpu-sanitize.sh
 fx=$top_srcdir/tests/fixtures/compute-sanitizer
 n=0
-echo "1..9"
+echo "1..10"
 check() {
   n=$((n + 1))
   got=$(sh "$script" --parse "$1" "$fx/$2" "$3")
@@ -41,3 +41,6 @@ check synccheck synccheck-barrier.txt 0 \
 check memcheck memcheck-findings.txt 124 \
   '2|0|0|124|0|0|1|2 (1052672 B)|0|0|-|timed out; first: Invalid __global__ write of size 4 bytes' \
   "a run stopped by the time limit says so"
+check memcheck memcheck-nvtx-refused.txt 0 \
+  '2|0|0|0|0|0|0|0|0|0|-|the tool refused the NVTX annotations of pool memory (1x)' \
+  "the tool refusing the pool's NVTX annotations is a note, not a finding"

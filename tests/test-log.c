@@ -7,6 +7,7 @@
  * fills up (rows lost and counted, allocations unharmed).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -16,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "testproc.h"
 #include "testutil.h"
 
 #define MIB ((size_t)1 << 20)
@@ -318,13 +320,92 @@ static void test_shared_file_and_pid(void)
   log_free(&lf);
 }
 
-/* A child that logs and exits without cuemm_destroy: its rows are in the
- * file (the exit handler wrote them); rows the parent had buffered before
- * the fork are not written twice. */
+/* The children below are this program run again (testproc.h): CUDA is not
+ * to be used in a forked child on the real driver, so each starts its own.
+ * TEST_LOG_CHILD says what it does, CUEMM_LOG where it logs. */
+static int child_main(void)
+{
+  const char *what = getenv("TEST_LOG_CHILD");
+  if (!what)
+    return 90;
+  CUcontext c = test_primary_context(0);
+  cuemm_config cfg = test_config(1000, 1.0);
+  cfg.log_file = getenv("CUEMM_LOG");
+  if (strcmp(what, "full") == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = { 16384, 16384 };
+    setrlimit(RLIMIT_FSIZE, &rl);
+  }
+  cuemm_manager *m = NULL;
+  if (cuemm_create(&m, c, &cfg) != CUDA_SUCCESS)
+    return 3;
+  if (strcmp(what, "exit") == 0) {
+    CUdeviceptr q;
+    for (int i = 0; i < 10; i++)
+      if (cuemm_alloc(m, &q, 12345) != CUDA_SUCCESS)
+        return 4;
+    exit(0); /* no destroy: the exit handler writes the rows */
+  }
+  for (int i = 0; i < 5000; i++) {
+    CUdeviceptr p;
+    if (cuemm_alloc(m, &p, 4096) != CUDA_SUCCESS || cuemm_free(m, p) != CUDA_SUCCESS)
+      return 4;
+  }
+  cuemm_stats s;
+  cuemm_get_stats(m, &s);
+  if (cuemm_destroy(m) != CUDA_SUCCESS)
+    return 5;
+  printf("# rows %llu lost %llu\n", (unsigned long long)s.log_rows, (unsigned long long)s.log_lost);
+  fflush(stdout);
+  fflush(stderr);
+  return s.log_lost > 9000 && s.log_lost < 10000 && s.log_rows == 10000 ? 0 : 6;
+}
+
+static const char *argv0;
+
+/* Runs child_main as `what`, logging to `log`, its stderr to `err` (NULL:
+ * the test's); returns its exit status. */
+static int run_child(const char *what, const char *log, const char *err)
+{
+  setenv("TEST_LOG_CHILD", what, 1);
+  setenv("CUEMM_LOG", log, 1);
+  int saved = -1;
+  if (err) {
+    fflush(stderr);
+    saved = dup(2);
+    int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+  }
+  pid_t pid = spawn_self(argv0, NULL, 0, NULL, 0);
+  if (err) {
+    dup2(saved, 2);
+    close(saved);
+  }
+  unsetenv("TEST_LOG_CHILD");
+  unsetenv("CUEMM_LOG");
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* A process that exits without cuemm_destroy: its rows are in the file (the
+ * exit handler wrote them).  A fork: the rows the parent had buffered are
+ * not written by the child too. */
 static void test_exit_and_fork(void)
 {
   char path[256];
   snprintf(path, sizeof path, "%s/exit.csv", dir);
+  is(run_child("exit", path, NULL), 0, "a child process logged 10 allocations and exited without destroying");
+  logfile lf;
+  log_read(&lf, path);
+  int child_rows = 0;
+  for (int i = 0; i < lf.n; i++)
+    child_rows += strcmp(lf.rows[i].f[SIZE], "12345") == 0;
+  is(child_rows, 10, "its 10 rows reached the file");
+  log_free(&lf);
+
+  snprintf(path, sizeof path, "%s/fork.csv", dir);
   cuemm_config c = log_config(path, 0);
   cuemm_manager *m = NULL;
   CHECK_CU(cuemm_create(&m, ctx, &c));
@@ -332,30 +413,17 @@ static void test_exit_and_fork(void)
   CHECK_CU(cuemm_alloc(m, &p, 4096)); /* buffered in the parent */
   fflush(stdout);
   pid_t pid = fork();
-  if (pid == 0) {
-    CUdeviceptr q;
-    for (int i = 0; i < 10; i++)
-      if (cuemm_alloc(m, &q, 12345) != CUDA_SUCCESS)
-        _exit(3);
-    exit(0); /* no destroy */
-  }
+  if (pid == 0)
+    exit(0); /* no CUDA here; its exit handler runs */
   int status = 0;
   waitpid(pid, &status, 0);
-  is(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0, "the child logged and exited");
-  logfile lf;
   log_read(&lf, path);
-  int child_rows = 0, parent_rows = 0;
-  for (int i = 0; i < lf.n; i++) {
-    child_rows += strcmp(lf.rows[i].f[SIZE], "12345") == 0;
-    parent_rows += strcmp(lf.rows[i].f[SIZE], "4096") == 0;
-  }
-  is(child_rows, 10, "the exiting child's 10 rows reached the file");
-  is(parent_rows, 0, "the parent's buffered row was not written by the child");
+  is(lf.n, 0, "a forked child that exits writes none of the rows its parent buffered");
+  log_free(&lf);
   CHECK_CU(cuemm_free(m, p));
   CHECK_CU(cuemm_destroy(m));
-  log_free(&lf);
   log_read(&lf, path);
-  parent_rows = 0;
+  int parent_rows = 0;
   for (int i = 0; i < lf.n; i++)
     parent_rows += strcmp(lf.rows[i].f[SIZE], "4096") == 0;
   is(parent_rows, 2, "the parent's rows, written at its destroy, once each");
@@ -400,35 +468,7 @@ static void test_disk_full(void)
   char path[256], err[256];
   snprintf(path, sizeof path, "%s/full.csv", dir);
   snprintf(err, sizeof err, "%s/full.err", dir);
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (!freopen(err, "w", stderr))
-      _exit(2);
-    signal(SIGXFSZ, SIG_IGN);
-    struct rlimit rl = { 16384, 16384 };
-    setrlimit(RLIMIT_FSIZE, &rl);
-    cuemm_config c = log_config(path, 0);
-    cuemm_manager *m = NULL;
-    if (cuemm_create(&m, ctx, &c) != CUDA_SUCCESS)
-      _exit(3);
-    for (int i = 0; i < 5000; i++) {
-      CUdeviceptr p;
-      if (cuemm_alloc(m, &p, 4096) != CUDA_SUCCESS || cuemm_free(m, p) != CUDA_SUCCESS)
-        _exit(4);
-    }
-    cuemm_stats s;
-    cuemm_get_stats(m, &s);
-    if (cuemm_destroy(m) != CUDA_SUCCESS)
-      _exit(5);
-    printf("# rows %llu lost %llu\n", (unsigned long long)s.log_rows, (unsigned long long)s.log_lost);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(s.log_lost > 9000 && s.log_lost < 10000 && s.log_rows == 10000 ? 0 : 6);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  is(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0,
+  is(run_child("full", path, err), 0,
      "with the file capped at 16 KiB: 10000 allocations and frees succeed, rows are counted lost");
   FILE *f = fopen(err, "r");
   char line[512] = "";
@@ -455,8 +495,11 @@ static void test_disk_full(void)
   log_free(&lf);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+  if (argc > 1 && strcmp(argv[1], "--child") == 0)
+    return child_main();
+  argv0 = argv[0];
   tap_plan(62);
   sim_init();
   ctx = test_primary_context(0);

@@ -175,6 +175,10 @@ static int child(void)
     return 2;
   if (cuemm_free(m, p) != CUDA_SUCCESS || cuemm_flush(m) != CUDA_SUCCESS)
     return 3;
+  /* A second growth: a tool that refused the first heap is not asked again. */
+  CUdeviceptr big;
+  if (cuemm_alloc(m, &big, 48u << 20) != CUDA_SUCCESS || cuemm_free(m, big) != CUDA_SUCCESS)
+    return 6;
   if (cuemm_alloc_async(m, &q, 700, NULL) != CUDA_SUCCESS || cuemm_free_async(m, q, NULL) != CUDA_SUCCESS ||
       cuemm_alloc_async(m, &q, 700, NULL) != CUDA_SUCCESS || cuemm_free_async(m, q, NULL) != CUDA_SUCCESS)
     return 4;
@@ -222,6 +226,7 @@ static void children(const char *argv0, const char *tool, const char *lib)
     { "the tool leaves nvtxMemRegionsRegister out", tool, "noregion", NULL, init },
     { "CUEMM_NVTX=0", tool, NULL, "0", NULL },
   };
+  char refused[512];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char log[160];
     snprintf(log, sizeof log, "%s/child%zu.log", dir, i);
@@ -236,9 +241,23 @@ static void children(const char *argv0, const char *tool, const char *lib)
     unlink(log);
   }
 
+  /* A tool that refuses the pool's heaps (compute-sanitizer on memory
+   * mapped with cuMemMap): asked once, then left alone. */
+  char log[160];
+  snprintf(log, sizeof log, "%s/child-heap.log", dir);
+  is(run_child(argv0, tool, "heap", NULL, log), 0, "a tool that refuses heaps: allocations work");
+  char *told = slurp(log);
+  snprintf(refused, sizeof refused, "%sheap refused ", init);
+  int asked = 0;
+  for (const char *at = told; at && (at = strstr(at, "heap refused")) != NULL; at++)
+    asked++;
+  ok(told && strncmp(told, refused, strlen(refused)) == 0 && asked == 1 && !strstr(told, "region"),
+     "it is asked for one heap, over two growths, and for no region (asked %d times)", asked);
+  free(told);
+  unlink(log);
+
   /* A tool whose core refuses: NVTX's loader still initializes the
    * extension, and cuemm annotates without a domain. */
-  char log[160];
   snprintf(log, sizeof log, "%s/child-core.log", dir);
   int st = run_child(argv0, tool, "core", NULL, log);
   is(st, 0, "the tool's core initialization returns 0: allocations work");
@@ -270,7 +289,7 @@ int main(int argc, char **argv)
 {
   if (argc > 1 && strcmp(argv[1], "--child") == 0)
     return child();
-  tap_plan(44);
+  tap_plan(46);
   sim_init();
 
   const char *top = getenv("CUEMM_TOP_BUILDDIR");

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "testproc.h"
 #include "testutil.h"
 
 #define MIB ((size_t)1 << 20)
@@ -200,35 +201,41 @@ static void test_print(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
+/* CUEMM_STATS's child (this program run again, testproc.h: CUDA is not to
+ * be used in a forked child on the real driver): its stderr is the pipe
+ * named by its first argument. */
+static int child_main(int fd)
+{
+  dup2(fd, 2);
+  close(fd);
+  CUcontext c = test_primary_context(0);
+  cuemm_config cfg;
+  cuemm_config_init(&cfg); /* CUEMM_STATS=1 from the environment */
+  cuemm_manager *m1 = NULL, *m2 = NULL;
+  if (!cfg.stats_at_exit || cuemm_create(&m1, c, &cfg) != CUDA_SUCCESS)
+    return 3;
+  CUdeviceptr p;
+  cuemm_alloc(m1, &p, 4096);
+  if (cuemm_destroy(m1) != CUDA_SUCCESS || !strstr(cuemm_last_error(), "outstanding"))
+    return 4;
+  if (cuemm_create(&m2, c, &cfg) != CUDA_SUCCESS)
+    return 5;
+  cuemm_alloc(m2, &p, 12345);
+  exit(0); /* m2 never destroyed */
+}
+
 /* CUEMM_STATS: the table on stderr at destroy (destroy's own message kept),
  * and at exit for a manager never destroyed. */
-static void test_at_exit(void)
+static void test_at_exit(const char *argv0)
 {
   int fds[2];
   if (pipe(fds) != 0) {
     printf("Bail out! pipe: %s\n", strerror(errno));
     exit(1);
   }
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    setenv("CUEMM_STATS", "1", 1);
-    cuemm_config c;
-    cuemm_config_init(&c);
-    cuemm_manager *m1 = NULL, *m2 = NULL;
-    if (!c.stats_at_exit || cuemm_create(&m1, ctx, &c) != CUDA_SUCCESS)
-      _exit(3);
-    CUdeviceptr p;
-    cuemm_alloc(m1, &p, 4096);
-    if (cuemm_destroy(m1) != CUDA_SUCCESS || !strstr(cuemm_last_error(), "outstanding"))
-      _exit(4);
-    if (cuemm_create(&m2, ctx, &c) != CUDA_SUCCESS)
-      _exit(5);
-    cuemm_alloc(m2, &p, 12345);
-    exit(0); /* m2 never destroyed */
-  }
+  setenv("CUEMM_STATS", "1", 1);
+  pid_t pid = spawn_self(argv0, &fds[1], 1, &fds[0], 1);
+  unsetenv("CUEMM_STATS");
   close(fds[1]);
   static char out[8192];
   size_t n = 0;
@@ -251,15 +258,17 @@ static void test_at_exit(void)
   unsetenv("CUEMM_STATS");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+  if (argc > 2 && strcmp(argv[1], "--child") == 0)
+    return child_main(atoi(argv[2]));
   tap_plan(47);
   sim_init();
   ctx = test_primary_context(0);
   test_snapshot();
   test_held();
   test_print();
-  test_at_exit();
+  test_at_exit(argv[0]);
   test_release_primary(0);
   return tap_done();
 }
