@@ -172,13 +172,17 @@ static void test_refusals(void)
   like(cuemm_last_error(), "more than the device's", "and that the device has less");
   is(astats().alloc_failures, a0.alloc_failures + 1, "counted");
 
-  void *big = torch_alloc(700 * MIB, 0, NULL);
-  ok(big != NULL, "700 MiB of the device's 1 GiB");
-  p = torch_alloc(700 * MIB, 0, NULL);
-  ok(p == NULL, "700 MiB more: NULL");
-  like(cuemm_last_error(), "out of pool memory for 734003200 bytes", "the message says out of memory, and for what");
-  torch_free(big, 700 * MIB, 0, NULL);
-  is(astats().alloc_failures, a0.alloc_failures + 2, "counted");
+  if (sim_present) { /* simcuda's device has 1 GiB: a second 700 MiB runs out */
+    void *big = torch_alloc(700 * MIB, 0, NULL);
+    ok(big != NULL, "700 MiB of the device's 1 GiB");
+    p = torch_alloc(700 * MIB, 0, NULL);
+    ok(p == NULL, "700 MiB more: NULL");
+    like(cuemm_last_error(), "out of pool memory for 734003200 bytes", "the message says out of memory, and for what");
+    torch_free(big, 700 * MIB, 0, NULL);
+    torch_free(p, 700 * MIB, 0, NULL);
+    is(astats().alloc_failures, a0.alloc_failures + 2, "counted");
+  } else
+    skip(4, "running a device out of memory needs simcuda's 1 GiB device");
 
   p = torch_alloc((size_t)(ssize_t)-5, 0, NULL);
   ok(p == NULL, "size -5 (as ssize_t): NULL");
