@@ -188,13 +188,14 @@ CUEMM_EXTERN CUresult cuemm_snapshot_take(cuemm_manager *m, cuemm_snapshot **out
   cuemm__pool_stats_locked(m, &s->pool);
   cuemm__stream_each(m, collect_stream, &sb);
   if (!sb.oom) {
-    qsort(sb.v, sb.n, sizeof *sb.v, by_ptr);
+    if (sb.n) /* qsort takes no NULL array, even empty */
+      qsort(sb.v, sb.n, sizeof *sb.v, by_ptr);
     if (m->pool)
       failed = take_pool(m, s, &b, &sb);
     size_t first_outside = b.n;
     outside_walk w = { &b };
     cuemm__owned_each(&m->owned, take_outside, &w);
-    if (!b.oom)
+    if (!b.oom && b.n > first_outside)
       qsort(b.v + first_outside, b.n - first_outside, sizeof *b.v, by_block_ptr);
   }
   cuemm__lock_release(&m->lock);
