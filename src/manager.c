@@ -271,11 +271,13 @@ void cuemm__note_held(cuemm_manager *m)
  * threads keep their counts apart.  Lock held. */
 static void note_stream_peak(cuemm_manager *m)
 {
-  size_t bytes = 0, n = cuemm__extensions_live(m, &bytes);
-  if (m->st.live_bytes + bytes > m->st.peak_bytes)
-    m->st.peak_bytes = m->st.live_bytes + bytes;
-  if (m->st.live_count + n > m->st.peak_count)
-    m->st.peak_count = m->st.live_count + n;
+  cuemm_stats s; /* the stream path's figures alone, read under its heaps' locks */
+  memset(&s, 0, sizeof s);
+  cuemm__extensions_stats(m, &s);
+  if (m->st.live_bytes + s.live_bytes > m->st.peak_bytes)
+    m->st.peak_bytes = m->st.live_bytes + s.live_bytes;
+  if (m->st.live_count + s.live_count > m->st.peak_count)
+    m->st.peak_count = m->st.live_count + s.live_count;
 }
 
 /* Restores the caller's context after a block was taken; if that fails the
