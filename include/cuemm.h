@@ -240,6 +240,19 @@ typedef struct cuemm_config {
    * (CUEMM_IPC_POOL_MAX_PIECES); a pinned size is used as it is.
    * Default 0. */
   size_t pool_piece;
+  /* 1: the pool's reservation is one cuMemAlloc allocation made at creation
+   * (a slab) instead of virtual memory mapped as the pool grows
+   * (CUEMM_POOL_SLAB, 0 or 1).  For memory checkers that do not take
+   * annotations on memory mapped with cuMemMap (compute-sanitizer 2025.3):
+   * with a slab, the NVTX annotations (nvtx) are one heap over the slab and
+   * a region per live block, which such a checker does take, so it reports
+   * an access past a block.  The slab is held from the driver from creation
+   * to destruction: growth and release only change what the pool counts as
+   * mapped (cuemm_stats.held_bytes counts the whole slab), and no piece is
+   * created.  pool_reserve is the slab's size (0: a quarter of the
+   * device's memory).  Not combinable with pool_ipc; peers are not given
+   * access (cuemm_pool_grant_access refuses).  Default 0. */
+  int pool_slab;
   /* CUEMM_STREAM_REUSE: "event" or "wait".  Default CUEMM_STREAM_REUSE_EVENT. */
   cuemm_stream_reuse stream_reuse;
 
@@ -297,9 +310,10 @@ typedef struct cuemm_config {
    * or when its library fails to load or refuses the memory extension,
    * nothing is annotated and nothing fails; the cost is one predicted
    * branch per allocation and free.  compute-sanitizer 2025.3.1 refuses
-   * every annotation on memory mapped with cuMemMap (the pool's), with a
-   * warning per call, and so checks no pool block: under it, CUEMM_POOL=
-   * none gives every allocation its own cuMemAlloc, which it checks.
+   * every annotation on memory mapped with cuMemMap (the usual pool's), with
+   * one warning (a tool that refuses a heap is asked for no more), and so
+   * checks no block of such a pool: under it, use pool_slab
+   * (CUEMM_POOL_SLAB=1), whose one cuMemAlloc it takes as a heap.
    * Default 1. */
   int nvtx;
 
@@ -509,6 +523,7 @@ typedef struct cuemm_pool_stats {
    * its median piece; 0: never timed), and how many pieces were timed. */
   double piece_cost_us[CUEMM_POOL_PIECE_CLASSES];
   unsigned int piece_samples[CUEMM_POOL_PIECE_CLASSES];
+  int slab;                    /* pool_slab: the reservation is one cuMemAlloc, held whole */
 } cuemm_pool_stats;
 
 /* A consistent snapshot of the pool's state.  A manager without a pool

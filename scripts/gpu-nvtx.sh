@@ -1,22 +1,27 @@
 #!/bin/sh
 # gpu-nvtx.sh: the GPU proof of the NVTX annotations (src/nvtx.c): a write
-# one element past a pool block, inside the block's mapped chunk, is
-# reported by compute-sanitizer's memcheck when the pool's blocks are
-# annotated (CUEMM_NVTX=1) and not when they are not (CUEMM_NVTX=0).
+# one element past a pool block, inside the pool's memory, is reported by
+# compute-sanitizer's memcheck when the pool's blocks are annotated
+# (CUEMM_NVTX=1) and not when they are not (CUEMM_NVTX=0).
 #
 #   scripts/gpu-nvtx.sh BUILDDIR [OUTDIR]
 #       on the GPU machine.  BUILDDIR is a configured and built tree (an
 #       unpacked `make dist` tarball; scripts/gpu-run.sh pack makes one):
-#       builds tests/gpu-nvtx-oob there and runs it twice under
-#       `compute-sanitizer --tool memcheck` (SANITIZE_FLAGS adds options),
-#       with CUEMM_NVTX=1 and CUEMM_NVTX=0, then once as a control with
-#       the block from cuMemAlloc (which memcheck checks by itself: if that
-#       write is not reported either, the kernel's writes are not checked
-#       at all, and the pool runs prove nothing).  Writes OUTDIR/nvtx-1.log,
-#       OUTDIR/nvtx-0.log, OUTDIR/control.log and OUTDIR/versions.txt
-#       (default OUTDIR: BUILDDIR/gpu-nvtx), prints one line per run, and
-#       exits 0 when the annotated run reported the invalid write and the
-#       other did not (the control's line is there to read a failure).
+#       builds tests/gpu-nvtx-oob there and runs it under `compute-sanitizer
+#       --tool memcheck` (SANITIZE_FLAGS adds options) four times: with
+#       CUEMM_NVTX=1 on the pool of virtual memory (reported, or refused by
+#       a tool that takes no annotations on memory mapped with cuMemMap, as
+#       compute-sanitizer 2025.3 does); with CUEMM_NVTX=1 on a slab
+#       (CUEMM_POOL_SLAB=1, 64 MiB: one cuMemAlloc, one heap; must be
+#       reported: the proof); with CUEMM_NVTX=0 (must not be); and as a
+#       control with the block from cuMemAlloc (which memcheck checks by
+#       itself: if that write is not reported either, the kernel's writes
+#       are not checked at all, and the pool runs prove nothing).  Writes
+#       OUTDIR/nvtx-1.log, nvtx-slab.log, nvtx-0.log, control.log and
+#       versions.txt (default OUTDIR: BUILDDIR/gpu-nvtx), prints one line
+#       per run, and exits 0 when the slab run reported the invalid write,
+#       the unannotated one did not, and the first either did or was
+#       refused by the tool.
 #   scripts/gpu-nvtx.sh --parse LOG
 #       the verdict on one log: "reported", "not reported" or "did not run"
 #       (used by tests/test-gpu-nvtx.sh on made-up logs).
@@ -56,16 +61,19 @@ make -C "$b" tests/gpu-nvtx-oob > "$out/build.log" 2>&1 || { tail -n 30 "$out/bu
 # environment may change what is allocated.
 unset CUEMM_MAX_PENDING_DEALLOCS_COUNT CUEMM_MAX_PENDING_DEALLOCS_RATIO CUEMM_POOL CUEMM_POOL_RESERVE \
   CUEMM_POOL_CHUNK CUEMM_POOL_RELEASE_THRESHOLD CUEMM_POOL_LIMIT CUEMM_POOL_IPC CUEMM_POOL_LIMIT_HARD \
-  CUEMM_POOL_PIECE CUEMM_POOL_RELEASE_DELAY CUEMM_MEMORY
+  CUEMM_POOL_PIECE CUEMM_POOL_RELEASE_DELAY CUEMM_MEMORY CUEMM_POOL_SLAB
 
 status=0
-for run in 1 0 control; do
+for run in 1 slab 0 control; do
+  slab=0 reserve=
   case $run in
   control) log=$out/control.log nvtx=1 arg=--control label="control (cuMemAlloc block)" ;;
+  slab) log=$out/nvtx-slab.log nvtx=1 arg= slab=1 reserve=64MiB label="CUEMM_NVTX=1 CUEMM_POOL_SLAB=1" ;;
   *) log=$out/nvtx-$run.log nvtx=$run arg= label="CUEMM_NVTX=$run" ;;
   esac
   # shellcheck disable=SC2086
-  CUEMM_NVTX=$nvtx timeout -k 5 "${SANITIZE_TIMEOUT:-120}" "$b/libtool" --mode=execute \
+  CUEMM_NVTX=$nvtx CUEMM_POOL_SLAB=$slab CUEMM_POOL_RESERVE=$reserve \
+    timeout -k 5 "${SANITIZE_TIMEOUT:-120}" "$b/libtool" --mode=execute \
     "$cs" --tool memcheck ${SANITIZE_FLAGS:-} "$b/tests/gpu-nvtx-oob" $arg > "$log" 2>&1
   rc=$?
   v=$(verdict "$log")
@@ -77,7 +85,13 @@ for run in 1 0 control; do
   *) said="the program did not run" ;;
   esac
   case $run:$v in
-  "1:reported" | "0:not reported" | "control:reported") note="as expected" ;;
+  "1:reported" | "slab:reported" | "0:not reported" | "control:reported") note="as expected" ;;
+  "1:not reported")
+    if grep -q 'Warning: Call to nvtxMemHeapRegister failed' "$log"; then
+      note="the tool refused the annotations of memory mapped with cuMemMap (CUEMM_POOL_SLAB=1 is the way)"
+    else
+      note="WRONG"; status=1
+    fi ;;
   control:*) note="UNEXPECTED: memcheck does not see this kernel's writes" ;;
   *) note="WRONG"; status=1 ;;
   esac

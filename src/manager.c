@@ -253,8 +253,8 @@ void cuemm__account_alloc(cuemm_manager *m, size_t size)
 size_t cuemm__held_bytes(const cuemm_manager *m)
 {
   size_t h = __atomic_load_n(&m->driver_bytes, __ATOMIC_RELAXED);
-  if (m->pool)
-    h += __atomic_load_n(&m->pool->mapped, __ATOMIC_RELAXED);
+  if (m->pool) /* a slab is held whole from creation */
+    h += m->pool->slab ? m->pool->reserved : __atomic_load_n(&m->pool->mapped, __ATOMIC_RELAXED);
   if (m->managed)
     h += __atomic_load_n(&m->managed->held, __ATOMIC_RELAXED);
   return h;

@@ -350,6 +350,7 @@ struct cuemm__nvtx_pool {
   CUcontext ctx;        /* the pool's context, current around the tool's calls */
   int off;              /* annotations stopped (no host memory for the table): every heap is gone */
   void **heap;          /* per unit: at a chunk's head, the tool's heap, NULL when none */
+  void *slab_heap;      /* CUEMM_POOL_SLAB: the one heap over the slab, which every chunk's entry names */
   live_region *live;    /* the registered blocks, open addressing on the address */
   size_t cap, used;
 };
@@ -373,6 +374,10 @@ struct cuemm__nvtx_pool *cuemm__nvtx_pool_new(const cuemm__pool *p)
   pthread_mutex_init(&np->lock, NULL);
   if (p->drv->CtxGetCurrent(&np->ctx) != CUDA_SUCCESS) /* cuemm__pool_create runs in the manager's context */
     np->ctx = NULL;
+  /* A slab is one allocation from the start: one heap, which a tool that
+   * refuses memory mapped with cuMemMap takes. */
+  if (p->slab && !atomic_load(&tool.refused))
+    np->slab_heap = heap_register((uintptr_t)p->base, p->reserved);
   return np;
 }
 
@@ -491,10 +496,13 @@ static void drop_all_locked(cuemm__pool *p, struct cuemm__nvtx_pool *np, int tel
 {
   for (size_t u = 0; u < p->nunits; u++)
     if (np->heap[u]) {
-      if (tell_tool)
+      if (tell_tool && !np->slab_heap)
         tool.heap_unregister(tool.domain, np->heap[u]);
       np->heap[u] = NULL;
     }
+  if (np->slab_heap && tell_tool)
+    tool.heap_unregister(tool.domain, np->slab_heap);
+  np->slab_heap = NULL;
   memset(np->live, 0, np->cap * sizeof *np->live);
   np->used = 0;
 }
@@ -506,7 +514,8 @@ void cuemm__nvtx_chunks_mapped_(cuemm__pool *p, size_t head, size_t n)
   for (size_t u = head; !np->off && !atomic_load(&tool.refused) && u < head + n;
        u += p->units[u].units ? p->units[u].units : 1)
     if (p->units[u].head == u && p->units[u].units && !np->heap[u])
-      np->heap[u] = heap_register((uintptr_t)cuemm__pool_unit_addr(p, u), (size_t)p->units[u].units * p->unit);
+      np->heap[u] = p->slab ? np->slab_heap
+                            : heap_register((uintptr_t)cuemm__pool_unit_addr(p, u), (size_t)p->units[u].units * p->unit);
   pthread_mutex_unlock(&np->lock);
 }
 
@@ -515,7 +524,8 @@ void cuemm__nvtx_chunk_unmapping_(cuemm__pool *p, size_t head)
   struct cuemm__nvtx_pool *np = p->nvtx;
   pthread_mutex_lock(&np->lock);
   if (np->heap[head]) {
-    tool.heap_unregister(tool.domain, np->heap[head]);
+    if (!p->slab) /* the slab's heap stays: the chunk is free memory of it */
+      tool.heap_unregister(tool.domain, np->heap[head]);
     np->heap[head] = NULL;
   }
   pthread_mutex_unlock(&np->lock);

@@ -96,6 +96,10 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   if (!vmm)
     return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "CUEMM_POOL=vmm: device %d does not support virtual memory "
                         "management; unset CUEMM_POOL", (int)dev);
+  if (cfg->pool_slab && cfg->pool_ipc)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "CUEMM_POOL_SLAB=1 and CUEMM_POOL_IPC=1 do not go together: a "
+                        "slab is one cuMemAlloc allocation, which has no file descriptors to share; unset one "
+                        "(cuemm_config.pool_slab, pool_ipc)");
   if (cfg->pool_ipc) {
     if (!d->MemExportToShareableHandle)
       return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "CUEMM_POOL_IPC=1: the CUDA driver %s has no "
@@ -119,7 +123,7 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   if (gran == 0 || unit % gran != 0)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "CUEMM_POOL_CHUNK (cuemm_config.pool_chunk) = %zu bytes is not a "
                         "multiple of device %d's allocation granularity, %zu bytes", unit, (int)dev, gran);
-  size_t reserved = round_up(cfg->pool_reserve ? cfg->pool_reserve : total, unit);
+  size_t reserved = round_up(cfg->pool_reserve ? cfg->pool_reserve : cfg->pool_slab ? total / 4 : total, unit);
   size_t limit = cfg->pool_limit ? cfg->pool_limit / unit * unit : reserved;
   if (limit == 0)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "CUEMM_POOL_LIMIT (cuemm_config.pool_limit) = %zu bytes is "
@@ -156,13 +160,18 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   p->piece = cfg->pool_piece;
   p->nunits = reserved / unit;
   p->ipc = cfg->pool_ipc != 0;
+  p->slab = cfg->pool_slab != 0;
   p->access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   p->access[0].location.id = (int)dev;
   p->access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   p->naccess = 1;
-  r = d->MemAddressReserve(&p->base, reserved, 0, 0, 0);
+  r = p->slab ? d->MemAlloc(&p->base, reserved) : d->MemAddressReserve(&p->base, reserved, 0, 0, 0);
   if (r != CUDA_SUCCESS) {
-    cuemm__driver_error(r, "cuMemAddressReserve(%zu bytes) for the pool (CUEMM_POOL_RESERVE)", reserved);
+    if (p->slab)
+      cuemm__driver_error(r, "cuMemAlloc(%zu bytes) for the pool's slab (CUEMM_POOL_SLAB=1; CUEMM_POOL_RESERVE "
+                          "sets its size)", reserved);
+    else
+      cuemm__driver_error(r, "cuMemAddressReserve(%zu bytes) for the pool (CUEMM_POOL_RESERVE)", reserved);
     cuemm__sa_fini(&p->sa);
     free(p->units);
     free(p);
@@ -196,7 +205,7 @@ static void rollback(cuemm__pool *p, size_t head, size_t n)
   const cuemm__driver_table *d = p->drv;
   cuemm__pool_unit *h = &p->units[head];
   size_t bytes = n * p->unit;
-  if (h->state >= CUEMM__CHUNK_MAPPED) {
+  if (h->state >= CUEMM__CHUNK_MAPPED && !p->slab) {
     if (d->MemUnmap(unit_addr(p, head), bytes) != CUDA_SUCCESS) {
       cuemm__error_append("; undoing it, cuMemUnmap failed too: the chunk (%zu bytes) stays mapped, unused, "
                           "until the manager is destroyed", bytes);
@@ -228,6 +237,13 @@ static CUresult map_piece(cuemm__pool *p, size_t head, size_t n, double *ns)
 {
   const cuemm__driver_table *d = p->drv;
   size_t bytes = n * p->unit;
+  if (p->slab) { /* the slab's memory is there already: bookkeeping only */
+    chunk_mark(p, head, n, CUEMM__CHUNK_MAPPED);
+    p->units[head].has_handle = 0;
+    p->units[head].serial = ++p->next_serial;
+    *ns = 0;
+    return CUDA_SUCCESS;
+  }
   CUdeviceptr at = unit_addr(p, head);
   CUmemAllocationProp prop = chunk_prop(p->dev, p->ipc);
   cuemm__pool_unit *h = &p->units[head];
@@ -273,7 +289,7 @@ static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
    * chunks: at most four pieces per growth leave room for the chunk of the
    * free space below and one more. */
   size_t min_piece = p->ipc ? round_up((bytes + 3) / 4, p->unit) : 0;
-  size_t piece = p->piece ? p->piece : cuemm__piece_pick((int)p->dev, p->unit, bytes, min_piece);
+  size_t piece = p->slab ? bytes : p->piece ? p->piece : cuemm__piece_pick((int)p->dev, p->unit, bytes, min_piece);
   if (piece == 0 || piece > bytes)
     piece = bytes;
   size_t pu = piece / p->unit, count = (n + pu - 1) / pu;
@@ -304,7 +320,7 @@ static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
     }
   double median = timed ? times[(timed - 1) / 2] : 0;
   CUdeviceptr at = unit_addr(p, head);
-  CUresult r = d->MemSetAccess(at, bytes, p->access, p->naccess);
+  CUresult r = p->slab ? CUDA_SUCCESS : d->MemSetAccess(at, bytes, p->access, p->naccess);
   if (r != CUDA_SUCCESS) {
     cuemm__driver_error(r, "cuMemSetAccess(0x%llx, %zu bytes, %u devices) growing the pool",
                         (unsigned long long)at, bytes, p->naccess);
@@ -315,7 +331,7 @@ static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
     p->units[u].state = CUEMM__CHUNK_ACCESSIBLE;
   /* Only sizes of unit << j are recorded: the rest of a growth, an odd
    * size, would make its class look cheaper than its candidates are. */
-  if (timed && (pu & (pu - 1)) == 0)
+  if (timed && (pu & (pu - 1)) == 0 && !p->slab)
     cuemm__piece_note((int)p->dev, piece, median, timed);
   p->last_piece = piece;
   *pieces = count;
@@ -409,7 +425,7 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
     h->has_handle = 0;
   }
   cuemm__nvtx_chunk_unmapping(p, head);
-  CUresult r = d->MemUnmap(at, bytes);
+  CUresult r = p->slab ? CUDA_SUCCESS : d->MemUnmap(at, bytes);
   if (r != CUDA_SUCCESS) {
     cuemm__nvtx_chunks_mapped(p, head, h->units);
     return cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) releasing pool memory; the chunk stays mapped "
@@ -524,6 +540,10 @@ CUresult cuemm__pool_grant(cuemm__pool *p, CUdevice peer)
   for (unsigned k = 0; k < p->naccess; k++)
     if (p->access[k].location.id == (int)peer)
       return CUDA_SUCCESS;
+  if (p->slab)
+    return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "cuemm_pool_grant_access: the pool is a slab of cuMemAlloc memory "
+                        "(CUEMM_POOL_SLAB=1), whose access cuMemSetAccess does not set; peers reach it through "
+                        "cuCtxEnablePeerAccess");
   if (p->naccess == CUEMM__POOL_MAX_DEVICES)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_pool_grant_access: %d devices have access already",
                         CUEMM__POOL_MAX_DEVICES);
@@ -609,6 +629,7 @@ void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s)
   s->limit_hard = p->limit_hard;
   s->piece_pinned = p->piece;
   s->piece_bytes = p->last_piece;
+  s->slab = p->slab;
   cuemm__piece_table t;
   cuemm__piece_snapshot((int)p->dev, &t);
   for (int k = 0; k < CUEMM_POOL_PIECE_CLASSES; k++) {
@@ -641,7 +662,16 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
   char msg[512] = "";
   const cuemm__driver_table *d = p->drv;
   cuemm__nvtx_pool_gone(p, use_driver);
-  for (size_t u = 0; use_driver && u < p->nunits; u++) {
+  if (p->slab && use_driver) {
+    CUresult r = d->MemFree(p->base);
+    if (r != CUDA_SUCCESS) {
+      cuemm__driver_error(r, "cuMemFree(0x%llx, %zu bytes) freeing the pool's slab", (unsigned long long)p->base,
+                          p->reserved);
+      first = r;
+      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+    }
+  }
+  for (size_t u = 0; use_driver && !p->slab && u < p->nunits; u++) {
     cuemm__pool_unit *h = &p->units[u];
     if (h->head != u || h->state == CUEMM__CHUNK_EMPTY)
       continue;
@@ -658,7 +688,7 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
       snprintf(msg, sizeof msg, "%s", cuemm_last_error());
     }
   }
-  if (use_driver) {
+  if (use_driver && !p->slab) {
     CUresult r = d->MemAddressFree(p->base, p->reserved);
     if (r != CUDA_SUCCESS) {
       cuemm__driver_error(r, "cuMemAddressFree(0x%llx, %zu bytes) destroying the pool", (unsigned long long)p->base,

@@ -66,6 +66,7 @@ typedef struct cuemm__pool {
   CUmemAccessDesc access[CUEMM__POOL_MAX_DEVICES];
   unsigned naccess;       /* [0] is the owning device */
   int ipc;                /* chunks are exportable as POSIX file descriptors */
+  int slab;               /* CUEMM_POOL_SLAB: base is one cuMemAlloc of `reserved` bytes; chunks are bookkeeping */
   uint64_t next_serial;
   uint64_t chunks_mapped, chunks_released, grow_steps, grow_failures, releases;
   struct cuemm__nvtx_pool *nvtx;  /* the annotations for a tool (nvtx.c), NULL without one */

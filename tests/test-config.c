@@ -12,7 +12,7 @@
 static const char *pool_vars[] = { "CUEMM_POOL", "CUEMM_POOL_RESERVE", "CUEMM_POOL_CHUNK",
                                    "CUEMM_POOL_RELEASE_THRESHOLD", "CUEMM_POOL_LIMIT", "CUEMM_POOL_IPC",
                                    "CUEMM_POOL_LIMIT_HARD", "CUEMM_POOL_PIECE", "CUEMM_POOL_RELEASE_DELAY",
-                                   "CUEMM_STREAM_REUSE", "CUEMM_NVTX" };
+                                   "CUEMM_STREAM_REUSE", "CUEMM_NVTX", "CUEMM_POOL_SLAB" };
 
 static void clear_env(void)
 {
@@ -168,6 +168,14 @@ static void nvtx_knob(void)
   invalid("CUEMM_NVTX", "yes");
   like(cuemm_last_error(), "CUEMM_NVTX=\"yes\" is invalid: expected 0 or 1", "message says 0 or 1");
   invalid("CUEMM_NVTX", "2");
+  clear_env();
+  cuemm_config_init(&c);
+  is(c.pool_slab, 0, "the pool is virtual memory by default");
+  setenv("CUEMM_POOL_SLAB", "1", 1);
+  is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_POOL_SLAB=1 accepted");
+  is(c.pool_slab, 1, "and asks for a slab");
+  invalid("CUEMM_POOL_SLAB", "on");
+  like(cuemm_last_error(), "CUEMM_POOL_SLAB=\"on\" is invalid: expected 0 or 1", "message says 0 or 1");
   clear_env();
   cuemm_config_init(&c);
   c.nvtx = 2;

@@ -289,7 +289,7 @@ int main(int argc, char **argv)
 {
   if (argc > 1 && strcmp(argv[1], "--child") == 0)
     return child();
-  tap_plan(46);
+  tap_plan(50);
   sim_init();
 
   const char *top = getenv("CUEMM_TOP_BUILDDIR");
@@ -467,13 +467,50 @@ int main(int argc, char **argv)
   is_str(got, "unheap 1\n", "cuemm_destroy with a block live: the heap is unregistered (its region with it)");
   free(got);
 
+  /* A slab (CUEMM_POOL_SLAB): one heap over the whole slab from the start,
+   * growth and trim tell the tool nothing, regions as ever. */
+  {
+    cuemm_config sc = test_config(10, 1.0);
+    sc.pool = CUEMM_POOL_VMM;
+    sc.pool_chunk = CHUNK;
+    sc.pool_reserve = 8 * MiB;
+    sc.pool_release_threshold = 0;
+    sc.pool_release_delay_ms = 0;
+    sc.pool_slab = 1;
+    cuemm_manager *ms = NULL;
+    CHECK_CU(cuemm_create(&ms, NULL, &sc));
+    cuemm_pool_stats sps;
+    CHECK_CU(cuemm_pool_get_stats(ms, &sps));
+    got = fresh();
+    ok(sps.slab == 1 && got && strstr(got, line("heap 3 0x%llx %zu\n", (unsigned long long)sps.base, 8 * MiB)) &&
+       !strstr(got, "region"), "a slab: one heap over all its 8 MiB at creation (%s)", got ? got : "");
+    free(got);
+    CUdeviceptr a, b;
+    CHECK_CU(cuemm_alloc(ms, &a, 1000));
+    CHECK_CU(cuemm_alloc(ms, &b, 3 * MiB));
+    got = fresh();
+    ok(got && strstr(got, line("region 3 0x%llx 1000\n", (unsigned long long)a)) && !strstr(got, "heap "),
+       "blocks are regions of the slab's heap; growth registers no heap");
+    free(got);
+    CHECK_CU(cuemm_free(ms, a));
+    CHECK_CU(cuemm_free(ms, b));
+    CHECK_CU(cuemm_pool_trim(ms));
+    got = fresh();
+    ok(got && strstr(got, "unregion") && !strstr(got, "unheap"), "freed and trimmed: the regions go, the heap stays");
+    free(got);
+    CHECK_CU(cuemm_destroy(ms));
+    got = fresh();
+    is_str(got, "unheap 3\n", "destroyed: the slab's heap is unregistered");
+    free(got);
+  }
+
   /* A new pool in the same process: the tool is not loaded again. */
   m = make(-1, NULL);
   CHECK_CU(cuemm_alloc(m, &p1, 256));
   CHECK_CU(cuemm_free(m, p1));
   CHECK_CU(cuemm_destroy(m));
   got = fresh();
-  ok(strncmp(got, "heap 3 ", 7) == 0 && !strstr(got, "core") && !strstr(got, "ext"),
+  ok(strncmp(got, "heap 4 ", 7) == 0 && !strstr(got, "core") && !strstr(got, "ext"),
      "a second pool: new heaps, the tool loaded once for the process");
   free(got);
 

@@ -725,6 +725,53 @@ static void hysteresis(void)
   CHECK_CU(cuemm_destroy(m));
 }
 
+/* CUEMM_POOL_SLAB: the reservation is one cuMemAlloc; growth, release and
+ * trim make no driver call, blocks hold data, the slab is held whole and
+ * freed at destruction. */
+static void slab(void)
+{
+  if (!sim_present) {
+    skip(15, SIM_REASON);
+    return;
+  }
+  cuemm_config c = pool_config(2 * MiB, 16 * MiB, 0, 0, 10);
+  c.pool_slab = 1;
+  sim.calls_reset();
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, NULL, &c));
+  is(sim.calls("cuMemAlloc_v2") + sim.calls("cuMemAlloc"), 1, "creation: one cuMemAlloc, the slab");
+  is(sim.calls("cuMemAddressReserve"), 0, "and no address reservation");
+  cuemm_pool_stats ps = pstats(m);
+  ok(ps.slab == 1 && ps.reserved_bytes == 16 * MiB && ps.mapped_bytes == 0, "the pool says slab, 16 MiB, none in use");
+  CUdeviceptr a, b;
+  CHECK_CU(cuemm_alloc(m, &a, 1000));
+  CHECK_CU(cuemm_alloc_async(m, &b, 5 * MiB, NULL));
+  ps = pstats(m);
+  ok(ps.grow_steps >= 2 && ps.mapped_bytes >= 6 * MiB, "growth steps counted (%llu), %zu bytes in use",
+     (unsigned long long)ps.grow_steps, ps.mapped_bytes);
+  is(sim.calls("cuMemCreate") + sim.calls("cuMemMap") + sim.calls("cuMemSetAccess"), 0,
+     "growth makes no cuMemCreate, cuMemMap or cuMemSetAccess");
+  ok(a >= ps.base && b + 5 * MiB <= ps.base + 16 * MiB, "the blocks lie in the slab");
+  unsigned char back[4] = { 0 };
+  CHECK_CU(cuMemsetD8(b + 5 * MiB - 4, 0x7e, 4));
+  CHECK_CU(cuMemcpyDtoH(back, b + 5 * MiB - 4, 4));
+  is(back[3], 0x7e, "a block's last bytes hold data");
+  is(test_stats(m).held_bytes, 16 * MiB, "held: the whole slab, from creation");
+  CHECK_CU(cuemm_free(m, a));
+  CHECK_CU(cuemm_free_async(m, b, NULL));
+  CHECK_CU(cuemm_pool_trim(m));
+  is(pstats(m).mapped_bytes, 0, "trim: nothing in use");
+  is(sim.calls("cuMemUnmap") + sim.calls("cuMemRelease"), 0, "and no cuMemUnmap or cuMemRelease");
+  is(cuemm_pool_grant_access(m, 0), CUDA_SUCCESS, "granting the owning device does nothing");
+  is(cuemm_pool_grant_access(m, 1), CUDA_ERROR_NOT_SUPPORTED, "a peer is refused: cuMemSetAccess does not apply");
+  CHECK_CU(cuemm_destroy(m));
+  is(sim.calls("cuMemFree_v2") + sim.calls("cuMemFree"), 1, "destruction frees the slab, one cuMemFree");
+  c.pool_ipc = 1;
+  m = NULL;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a slab with CUEMM_POOL_IPC=1 is refused");
+  like(cuemm_last_error(), "CUEMM_POOL_SLAB=1 and CUEMM_POOL_IPC=1 do not go together", "saying why");
+}
+
 int main(void)
 {
   sim_init();
@@ -741,6 +788,7 @@ int main(void)
   threads();
   configuration();
   hysteresis();
+  slab();
   sim_check_nothing_left(live0);
   test_release_primary(0);
   return tap_done();
