@@ -86,7 +86,7 @@ def use(graphs=True):
     if mem is None or not hasattr(mem, "CUDAPluggableAllocator") or not hasattr(mem, "change_current_allocator"):
         raise RuntimeError("cuemm_torch: this torch (%s) has no torch.cuda.memory.CUDAPluggableAllocator "
                            "(PyTorch 2.0 or newer, built with CUDA, has it)" % getattr(torch, "__version__", "?"))
-    path = cuemm_lib.library_path()
+    path = cuemm_lib.loaded_path()
     if torch.cuda.is_initialized():
         raise RuntimeError(TOO_LATE % "torch.cuda.is_initialized() is True already")
     try:

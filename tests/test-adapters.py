@@ -97,7 +97,7 @@ if no_bindings:
 
 os.environ["CUEMM_LIBRARY"] = lib_path
 lib = cuemm_lib.load()
-ok(cuemm_lib.library_path() == lib_path, "CUEMM_LIBRARY is the library loaded")
+ok(cuemm_lib.loaded_path() == lib_path, "CUEMM_LIBRARY is the library loaded")
 
 # ---- PyTorch, a stand-in -------------------------------------------------------------
 
