@@ -555,11 +555,13 @@ static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, cuemm__
   return r == CUDA_SUCCESS ? after_queue(m) : r;
 }
 
-CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
+CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *freed)
 {
   cuemm__lock_acquire(&m->lock);
   CUresult r;
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
+  if (__builtin_expect(freed != NULL, 0) && e && !e->pending) /* the event log's row wants the size */
+    *freed = e->kind == CUEMM__KIND_STREAM ? cuemm__extensions_live_size(m, e) : e->size;
   /* The common case, checked first: a pool entry is never pending, since
    * it leaves the table when queued. */
   if (__builtin_expect(e && e->kind == CUEMM__KIND_POOL && kind == CUEMM__KIND_DEVICE, 1)) {
@@ -572,9 +574,9 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p)
   return r;
 }
 
-CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p)
+CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p, size_t *freed)
 {
-  return cuemm__free(m, CUEMM__KIND_DEVICE, (uintptr_t)p);
+  return cuemm__free(m, CUEMM__KIND_DEVICE, (uintptr_t)p, freed);
 }
 
 /* ---- the event log's rows ------------------------------------------------------ */
@@ -604,9 +606,9 @@ static __attribute__((noinline)) CUresult alloc_logged(cuemm_manager *m, CUdevic
 
 static __attribute__((noinline)) CUresult free_logged(cuemm_manager *m, CUdeviceptr p)
 {
-  size_t size = cuemm__live_size(m, p);
+  size_t size = 0;
   uint64_t seq = cuemm__log_take(m->log);
-  CUresult r = cuemm__free_device(m, p);
+  CUresult r = cuemm__free_device(m, p, &size);
   if (r == CUDA_SUCCESS)
     cuemm__log_free(m, seq, p, size, NULL, "free");
   else {
@@ -629,7 +631,7 @@ CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p)
   CHECK_MANAGER(m, "cuemm_free");
   if (__builtin_expect(m->log != NULL, 0))
     return free_logged(m, p);
-  return cuemm__free_device(m, p);
+  return cuemm__free_device(m, p, NULL);
 }
 
 /* ---- defer scopes --------------------------------------------------------- */

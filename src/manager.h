@@ -98,19 +98,17 @@ void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s);
 void cuemm__pool_stats_locked(cuemm_manager *m, cuemm_pool_stats *s);
 
 /* cuemm_alloc and cuemm_free without their row in the event log: for the
- * stream-ordered calls that fall back to them (their callers log). */
+ * stream-ordered calls that fall back to them (their callers log).
+ * `freed`, when not NULL, gets the size the freed block was asked for. */
 CUresult cuemm__alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size);
-CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p);
+CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p, size_t *freed);
 /* The event log's rows of a device allocation (r: its result) and of a free
  * of `size` bytes that succeeded (`seq` taken before the free, log.h). */
 void cuemm__log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call);
 void cuemm__log_free(cuemm_manager *m, uint64_t seq, CUdeviceptr p, size_t size, CUstream s, const char *call);
-/* The size the program asked for of the live allocation starting at p (as
- * logged, for a free), or 0 when p starts none (range.c). */
-size_t cuemm__live_size(cuemm_manager *m, CUdeviceptr p);
 
 /* Queues the free of an allocation of the given kind, flushing when due. */
-CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p);
+CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *freed);
 
 /* Takes a pool block of at least `size` bytes: from free space, else by
  * growing (after cached stream blocks went back), else after flushing and

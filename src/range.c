@@ -103,13 +103,3 @@ CUEMM_EXTERN CUresult cuemm_mem_get_address_range(cuemm_manager *m, CUdeviceptr 
   return CUDA_SUCCESS;
 }
 
-size_t cuemm__live_size(cuemm_manager *m, CUdeviceptr p)
-{
-  cuemm__lock_acquire(&m->lock);
-  const cuemm__owned_entry *e = p ? cuemm__owned_find(&m->owned, (uintptr_t)p) : NULL;
-  size_t bytes = 0;
-  if (e && !e->pending && e->kind != CUEMM__KIND_HOST && e->kind != CUEMM__KIND_PINNED)
-    bytes = e->kind == CUEMM__KIND_STREAM ? cuemm__extensions_live_size(m, e) : e->size;
-  cuemm__lock_release(&m->lock);
-  return bytes;
-}

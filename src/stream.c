@@ -688,7 +688,7 @@ static CUresult cache_on(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream 
 }
 
 static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp,
-                                                          CUstream stream)
+                                                          CUstream stream, size_t *freed)
 {
   uintptr_t p = (uintptr_t)dp;
   CUresult r;
@@ -701,8 +701,14 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       if (h->b[rec].state == CUEMM__HB_CACHED)
         r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: double free of 0x%" PRIxPTR " (%zu bytes): "
                          "it was freed on stream %p already", p, h->b[rec].size, (void *)h->st[h->b[rec].hs].s);
-      else if ((r = cache_on(m, h, rec, stream, "cuemm_free_async")) == CUDA_SUCCESS)
-        cuemm__nvtx_dead(m->pool, p);
+      else {
+        size_t req = h->b[rec].req;
+        if ((r = cache_on(m, h, rec, stream, "cuemm_free_async")) == CUDA_SUCCESS) {
+          cuemm__nvtx_dead(m->pool, p);
+          if (freed)
+            *freed = req;
+        }
+      }
       cuemm__heap_unlock(h);
       return r;
     }
@@ -720,7 +726,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
     /* cuMemAlloc memory (too large for the pool), or nothing of ours: the
      * deferred path frees the one and explains the other. */
     cuemm__lock_release(&m->lock);
-    r = cuemm__free(m, CUEMM__KIND_DEVICE, p);
+    r = cuemm__free(m, CUEMM__KIND_DEVICE, p, freed);
     if (r != CUDA_SUCCESS && strncmp(cuemm_last_error(), "cuemm_free: ", 12) == 0) {
       char why[512];
       snprintf(why, sizeof why, "%s", cuemm_last_error() + 12);
@@ -784,6 +790,8 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
     h->allocs++;
   cuemm__heap_unlock(h);
   cuemm__lock_release(&m->lock);
+  if (freed)
+    *freed = req;
   return CUDA_SUCCESS;
 }
 
@@ -819,18 +827,22 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
   cuemm__error(CUDA_SUCCESS, "%s", keep);
 }
 
-static inline CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
+/* `freed`, when not NULL (the event log's call), gets the size the freed
+ * block was asked for; with NULL the compiler drops the stores. */
+static inline CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream, size_t *freed)
 {
   CUresult why = CUDA_SUCCESS;
   stream_path way = path_of(m, "cuemm_free_async", &why);
   if (__builtin_expect(way != PATH_STREAM, 0))
     return way == PATH_REFUSED ? why
-                               : deferred_instead(cuemm__free_device(m, dp), "cuemm_free_async", stream);
+                               : deferred_instead(cuemm__free_device(m, dp, freed), "cuemm_free_async", stream);
   cuemm__heap *h = heap_of(m);
   if (__builtin_expect(h != NULL, 1) && cuemm__heap_enter(h)) {
     uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
     if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE && !h->b[r].uses) {
       uint32_t hs = cuemm__heap_stream(h, stream);
+      if (freed)
+        *freed = h->b[r].req;
       if (hs != CUEMM__HEAP_NIL && cuemm__heap_cache(h, r, hs) == 0) {
         int over = h->cached_bytes > h->trim_mark;
         cuemm__nvtx_dead(m->pool, (uintptr_t)dp); /* before another thread may take the block */
@@ -842,7 +854,7 @@ static inline CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream str
     }
     cuemm__heap_leave(h);
   }
-  return free_async_slow(m, h, dp, stream);
+  return free_async_slow(m, h, dp, stream, freed);
 }
 
 /* The event log's rows, out of the fast paths' way. */
@@ -857,27 +869,11 @@ static __attribute__((noinline)) CUresult alloc_async_logged(cuemm_manager *m, C
   return r;
 }
 
-/* The size a block was asked for, for its free's row: from the calling
- * thread's heap when it holds the block (no shared lock), else as the
- * manager knows it. */
-static size_t live_req(cuemm_manager *m, CUdeviceptr dp)
-{
-  cuemm__heap *h = heap_of(m);
-  size_t req = 0;
-  if (h && cuemm__heap_enter(h)) {
-    uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
-    if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE)
-      req = h->b[r].req;
-    cuemm__heap_leave(h);
-  }
-  return req ? req : cuemm__live_size(m, dp);
-}
-
 static __attribute__((noinline)) CUresult free_async_logged(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
-  size_t size = m->pool ? live_req(m, dp) : cuemm__live_size(m, dp);
+  size_t size = 0;
   uint64_t seq = cuemm__log_take(m->log);
-  CUresult r = free_async(m, dp, stream);
+  CUresult r = free_async(m, dp, stream, &size);
   if (r == CUDA_SUCCESS)
     cuemm__log_free(m, seq, dp, size, stream, "free_async");
   else {
@@ -898,7 +894,7 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstrea
 {
   if (__builtin_expect(m && m->log, 0))
     return free_async_logged(m, dp, stream);
-  return free_async(m, dp, stream);
+  return free_async(m, dp, stream, NULL);
 }
 
 CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
