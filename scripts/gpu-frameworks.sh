@@ -20,11 +20,8 @@
 #      (wheels ship none): TORCH_TESTS and CUPY_TESTS name test files or
 #      folders (space-separated) to run with pytest, once with the
 #      framework's own allocator and once switched to cuemm (through a
-#      sitecustomize.py that calls use() at start-up); TESTS_ARGS replaces
-#      pytest's arguments besides the files (default "-q").
-#      OUTDIR/tests-FRAMEWORK-{default,cuemm}.log and
-#      OUTDIR/tests-FRAMEWORK.md list the tests that pass on the default
-#      and not on cuemm, as scripts/numba-compare.sh does for Numba.
+#      sitecustomize.py that calls use() at start-up), through
+#      scripts/framework-tests.sh (which says what it writes).
 # The tables go to stdout and OUTDIR/summary.md.  A framework that is not
 # importable is skipped with a message.  The full run takes about 8
 # minutes on an H100 (three runs of each PyTorch workload and mode, each
@@ -95,61 +92,14 @@ else
 fi
 
 # 3. The frameworks' own tests, where there are test files.
-site=$out/site-cuemm
-mkdir -p "$site"
-cat > "$site/sitecustomize.py" <<'PY'
-# Switches the framework named by CUEMM_USE to cuemm at start-up.
-import os
-_which = os.environ.get("CUEMM_USE", "")
-if _which == "torch":
-    import cuemm_torch
-    cuemm_torch.use()
-elif _which == "cupy":
-    import cuemm_cupy
-    cuemm_cupy.use()
-PY
 own_tests() {  # FRAMEWORK FILES...
-  fw=$1; shift
   left=$((start + 480 - $(date +%s)))
   if test $left -lt 30; then
-    echo "gpu-frameworks: no time left for $fw's own tests" | tee -a "$out/summary.md"
+    echo "gpu-frameworks: no time left for $1's own tests" | tee -a "$out/summary.md"
     return
   fi
-  half=$((left / 2))
-  echo "== $fw's own tests, default allocator then cuemm (at most $half s each): $*"
-  # shellcheck disable=SC2086
-  timeout $half "$py" -m pytest -rA -p no:cacheprovider ${TESTS_ARGS:--q} "$@" > "$out/tests-$fw-default.log" 2>&1
-  echo "default: exit $?"
-  # shellcheck disable=SC2086
-  CUEMM_USE=$fw PYTHONPATH=$site:$PYTHONPATH timeout $half "$py" -m pytest -rA -p no:cacheprovider ${TESTS_ARGS:--q} \
-    "$@" > "$out/tests-$fw-cuemm.log" 2>&1
-  echo "cuemm: exit $?"
-  "$py" - "$out" "$fw" <<'PY' || status=1
-import re, sys
-out, fw = sys.argv[1], sys.argv[2]
-pat = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", re.M)
-def parse(name):
-    try:
-        text = open("%s/tests-%s-%s.log" % (out, fw, name), errors="replace").read()
-    except OSError:
-        return {}, ""
-    tail = [l for l in text.splitlines() if re.match(r"^=+ .*(passed|failed|error|skipped).* =+$", l)]
-    return {m.group(2): m.group(1) for m in pat.finditer(text)}, (tail[-1] if tail else "no summary line")
-d, dt = parse("default")
-c, ct = parse("cuemm")
-lost = sorted(t for t, s in d.items() if s == "PASSED" and c.get(t) != "PASSED")
-gained = sorted(t for t, s in c.items() if s == "PASSED" and d.get(t) != "PASSED")
-lines = ["%s's own tests: default allocator: %s; cuemm: %s" % (fw, dt, ct),
-         "passing on the default, not on cuemm: %d" % len(lost)]
-lines += ["  %-8s %s" % (c.get(t, "absent"), t) for t in lost]
-lines += ["passing on cuemm, not on the default: %d" % len(gained)]
-lines += ["  %-8s %s" % (d.get(t, "absent"), t) for t in gained]
-text = "\n".join(lines) + "\n"
-open("%s/tests-%s.md" % (out, fw), "w").write(text)
-open("%s/summary.md" % out, "a").write(text + "\n")
-sys.stdout.write(text)
-sys.exit(1 if lost or not d else 0)
-PY
+  fw=$1; shift
+  sh "$src/scripts/framework-tests.sh" "$fw" "$out" $((left / 2)) "$@" || status=1
 }
 find_tests() {  # MODULE: test files shipped inside an installed package, if any
   "$py" - "$1" <<'PY' 2>/dev/null
