@@ -411,15 +411,21 @@ static void test_exit_and_fork(void)
   CHECK_CU(cuemm_create(&m, ctx, &c));
   CUdeviceptr p;
   CHECK_CU(cuemm_alloc(m, &p, 4096)); /* buffered in the parent */
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0)
-    exit(0); /* no CUDA here; its exit handler runs */
-  int status = 0;
-  waitpid(pid, &status, 0);
-  log_read(&lf, path);
-  is(lf.n, 0, "a forked child that exits writes none of the rows its parent buffered");
-  log_free(&lf);
+  /* A CUDA tool attached to the process (compute-sanitizer sets these) makes
+   * a forked child's exit wait on the tool, which never answers it. */
+  if (getenv("CUDA_INJECTION64_PATH") || getenv("NVTX_INJECTION64_PATH")) {
+    skip(1, "a CUDA tool is attached: a forked child's exit would wait on it");
+  } else {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0)
+      exit(0); /* no CUDA here; its exit handler runs */
+    int status = 0;
+    waitpid(pid, &status, 0);
+    log_read(&lf, path);
+    is(lf.n, 0, "a forked child that exits writes none of the rows its parent buffered");
+    log_free(&lf);
+  }
   CHECK_CU(cuemm_free(m, p));
   CHECK_CU(cuemm_destroy(m));
   log_read(&lf, path);

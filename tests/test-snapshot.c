@@ -220,7 +220,11 @@ static int child_main(int fd)
     return 4;
   if (cuemm_create(&m2, c, &cfg) != CUDA_SUCCESS)
     return 5;
-  cuemm_alloc(m2, &p, 12345);
+  /* Freed and flushed, so that no device memory outlives the process (memory
+   * checkers would call it a leak); the table at exit still shows the peak. */
+  if (cuemm_alloc(m2, &p, 12345) != CUDA_SUCCESS || cuemm_free(m2, p) != CUDA_SUCCESS ||
+      cuemm_flush(m2) != CUDA_SUCCESS)
+    return 6;
   exit(0); /* m2 never destroyed */
 }
 
@@ -250,7 +254,7 @@ static void test_at_exit(const char *argv0)
      "CUEMM_STATS=1 is read; destroy still says what it freed");
   is(count(out, "cuemm: manager "), 2, "two tables: one at destroy, one at exit");
   like(out, "4.00 KiB now in 1 allocations", "the first, at destroy, as the program left it");
-  like(out, "12.06 KiB now in 1 allocations", "the second, at exit");
+  like(out, "0 B now in 0 allocations; 12.06 KiB at peak in 1", "the second, at exit");
   setenv("CUEMM_STATS", "yes", 1);
   cuemm_config c;
   is(cuemm_config_init(&c), CUDA_ERROR_INVALID_VALUE, "CUEMM_STATS=yes is refused");
