@@ -10,7 +10,8 @@
 #       with the framework's default allocator, then with cuemm switched in
 #       at start-up by a sitecustomize.py that calls cuemm_torch.use() or
 #       cuemm_cupy.use() (in pytest-xdist's workers too).  TESTS_ARGS
-#       replaces pytest's arguments besides the files (default "-q").
+#       replaces pytest's arguments besides the files (default "-v": its
+#       per-test lines survive a run cut short by the time limit).
 #       Writes OUTDIR/tests-FW-default.log, tests-FW-cuemm.log and
 #       tests-FW.md (the tests that pass on the default and not on cuemm,
 #       and the reverse), appends tests-FW.md to OUTDIR/summary.md.
@@ -24,26 +25,38 @@ compare() {  # OUTDIR FW
   "$py" - "$1" "$2" <<'PY'
 import re, sys
 out, fw = sys.argv[1], sys.argv[2]
-# pytest -rA prints one "STATUS test-id" line per test in its short summary.
-pat = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", re.M)
+# A test's outcome, from either of pytest's forms: the short summary of -rA
+# ("PASSED id") at the end of a run, and the lines of -v as tests finish
+# ("id PASSED [ 5%]", with xdist "[gw0] [ 5%] PASSED id"), which survive a
+# run cut short by the time limit.
+states = "PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS"
+pats = [re.compile(r"^(?:\[gw\d+\] \[\s*\d+%\] )?(" + states + r") (\S+::\S+)", re.M),
+        re.compile(r"^(\S+::\S+) (" + states + r")\b", re.M)]
 def parse(name):
     try:
         text = open("%s/tests-%s-%s.log" % (out, fw, name), errors="replace").read()
     except OSError:
         return {}, "no log"
     tail = [l for l in text.splitlines() if re.match(r"^=+ .*(passed|failed|error|skipped).* =+$", l)]
-    return {m.group(2): m.group(1) for m in pat.finditer(text)}, (tail[-1] if tail else "no summary line")
+    got = {}
+    for m in pats[1].finditer(text):
+        got[m.group(1)] = m.group(2)
+    for m in pats[0].finditer(text):  # the summary, when there is one, has the last word
+        got[m.group(2)] = m.group(1)
+    return got, (tail[-1] if tail else "no summary line (cut short?), %d tests seen" % len(got))
 d, dt = parse("default")
 c, ct = parse("cuemm")
-lost = sorted(t for t, s in d.items() if s == "PASSED" and c.get(t) != "PASSED")
-gained = sorted(t for t, s in c.items() if s == "PASSED" and d.get(t) != "PASSED")
+lost = sorted(t for t, s in d.items() if s == "PASSED" and c.get(t, "PASSED") != "PASSED")
+unreached = sorted(t for t, s in d.items() if s == "PASSED" and t not in c)
+gained = sorted(t for t, s in c.items() if s == "PASSED" and d.get(t, "PASSED") != "PASSED")
 both = sum(1 for t, s in d.items() if s == "PASSED" and c.get(t) == "PASSED")
 lines = ["%s's own tests: default allocator: %s; cuemm: %s" % (fw, dt, ct),
          "passing on both: %d" % both,
          "passing on the default, not on cuemm: %d" % len(lost)]
-lines += ["  %-8s %s" % (c.get(t, "absent"), t) for t in lost]
+lines += ["  %-8s %s" % (c[t], t) for t in lost]
 lines += ["passing on cuemm, not on the default: %d" % len(gained)]
-lines += ["  %-8s %s" % (d.get(t, "absent"), t) for t in gained]
+lines += ["  %-8s %s" % (d[t], t) for t in gained]
+lines += ["passing on the default, not reached on cuemm (the run was cut short): %d" % len(unreached)]
 text = "\n".join(lines) + "\n"
 open("%s/tests-%s.md" % (out, fw), "w").write(text)
 open("%s/summary.md" % out, "a").write(text + "\n")
@@ -88,10 +101,10 @@ elif _which == "cupy":
 PY
 echo "== $fw's own tests, default allocator then cuemm (at most $secs s each): $*"
 # shellcheck disable=SC2086
-timeout "$secs" "$py" -m pytest -rA -p no:cacheprovider ${TESTS_ARGS:--q} "$@" > "$out/tests-$fw-default.log" 2>&1
+timeout "$secs" "$py" -m pytest -rA -p no:cacheprovider ${TESTS_ARGS:--v} "$@" > "$out/tests-$fw-default.log" 2>&1
 echo "default: exit $?"
 # shellcheck disable=SC2086
-CUEMM_USE=$fw PYTHONPATH=$site:$PYTHONPATH timeout "$secs" "$py" -m pytest -rA -p no:cacheprovider ${TESTS_ARGS:--q} \
+CUEMM_USE=$fw PYTHONPATH=$site:$PYTHONPATH timeout "$secs" "$py" -m pytest -rA -p no:cacheprovider ${TESTS_ARGS:--v} \
   "$@" > "$out/tests-$fw-cuemm.log" 2>&1
 echo "cuemm: exit $?"
 compare "$out" "$fw"
