@@ -4,6 +4,7 @@
  * heap.h; nothing here calls the driver or takes a lock.
  */
 #include "heap.h"
+#include "fence.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -20,12 +21,41 @@ void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index)
   h->index = index;
   h->spare = CUEMM__HEAP_NIL;
   h->newest = h->oldest = CUEMM__HEAP_NIL;
+  h->owner = cuemm__fence_self();
+  h->asym = (uint8_t)cuemm__fence_asymmetric();
+}
+
+void cuemm__heap_own(cuemm__heap *h)
+{
+  cuemm__lock_acquire(&h->mutex);
+  /* A new owner starts as a new heap does: the last one's callers are gone. */
+  h->owner = cuemm__fence_self();
+  h->asym = (uint8_t)cuemm__fence_asymmetric();
+  h->heavy = 0;
+  atomic_fetch_and_explicit(&h->want, ~CUEMM__HEAP_WANT_FULL, memory_order_relaxed);
+  cuemm__lock_release(&h->mutex);
 }
 
 void cuemm__heap_lock(cuemm__heap *h)
 {
   cuemm__lock_acquire(&h->mutex);
-  atomic_store_explicit(&h->want, 1, memory_order_seq_cst);
+  if (h->owner == cuemm__fence_self()) {
+    /* The owner itself: not on its fast path, which is this thread.  Asked
+     * to, it gives up the compiler barrier for a full fence here, where no
+     * entry of its own is under way. */
+    h->self_locked = 1;
+    if (atomic_load_explicit(&h->want, memory_order_relaxed) & CUEMM__HEAP_WANT_FULL) {
+      h->asym = 0;
+      atomic_fetch_and_explicit(&h->want, ~CUEMM__HEAP_WANT_FULL, memory_order_relaxed);
+    }
+    return;
+  }
+  atomic_fetch_or_explicit(&h->want, CUEMM__HEAP_WANT_LOCK, memory_order_seq_cst);
+  if (h->asym) {
+    cuemm__fence_heavy();
+    if (++h->heavy == CUEMM__HEAP_HEAVY_MAX)
+      atomic_fetch_or_explicit(&h->want, CUEMM__HEAP_WANT_FULL, memory_order_relaxed);
+  }
   /* The owner is at most a few dozen instructions from leaving, unless the
    * system took its processor away: then let it run. */
   for (unsigned spins = 0; atomic_load_explicit(&h->busy, memory_order_seq_cst); spins++)
@@ -35,7 +65,10 @@ void cuemm__heap_lock(cuemm__heap *h)
 
 void cuemm__heap_unlock(cuemm__heap *h)
 {
-  atomic_store_explicit(&h->want, 0, memory_order_release);
+  if (h->self_locked)
+    h->self_locked = 0;
+  else
+    atomic_fetch_and_explicit(&h->want, ~CUEMM__HEAP_WANT_LOCK, memory_order_release);
   cuemm__lock_release(&h->mutex);
 }
 

@@ -4,15 +4,25 @@
  * gets a heap of its own (mimalloc's thread-local heap): the pool blocks it
  * handed out (LIVE) and those freed on a stream and kept for reuse
  * (CACHED), in bins keyed by (stream, size).  The owner's alloc and free
- * touch only its heap, and enter it with one atomic exchange (a flag, `busy`,
- * on a line no other thread writes while nobody else wants the heap) and a
- * plain store to leave: half of what a lock round trip costs, which is most
- * of a pair.  Other threads enter it only on slow paths (a free of a block
- * this heap holds, the pool taking idle blocks back, statistics): they take
- * the heap's mutex, raise `want` and wait for `busy` to fall; an owner that
- * sees `want` raised takes the mutex like them.  Both sides store, then load
- * the other's flag, sequentially consistent (Dekker), so they never both
- * proceed.  16 threads on 16 streams do not serialize.
+ * touch only its heap, and enter it by setting a flag, `busy`, on a line no
+ * other thread writes while nobody else wants the heap, and clearing it to
+ * leave.  Other threads enter it only on slow paths (a free of a block this
+ * heap holds, the pool taking idle blocks back, statistics): they take the
+ * heap's mutex, raise `want` and wait for `busy` to fall; an owner that sees
+ * `want` raised takes the mutex like them.  Both sides store, then load the
+ * other's flag (Dekker), so they never both proceed.  16 threads on 16
+ * streams do not serialize.
+ *
+ * The fences that handshake needs are asymmetric where the system allows
+ * (fence.h): the owner's store and load are separated by a compiler
+ * barrier only, and another thread pays a heavy fence for both sides.  That
+ * takes two locked instructions, a third of a pair, off the owner's path.
+ * A heap other threads keep entering (a thread freeing what another
+ * allocated, as PyTorch's autograd thread does) would make them pay a
+ * heavy fence each time: after HEAP_HEAVY_MAX of them they ask the owner
+ * to enter with a full fence of its own (an atomic exchange) from then on,
+ * which it switches to at its next entry.  The mode is the owner's to
+ * change, under the mutex; others read it under the mutex.
  *
  * A cached block is reusable at once by its own stream (stream order), and
  * by any stream once its stream's `done` sequence has passed the block's
@@ -87,9 +97,19 @@ typedef struct cuemm__hbin {
   uint32_t head, tail;
 } cuemm__hbin;
 
+/* `want`'s bits. */
+#define CUEMM__HEAP_WANT_LOCK 1   /* a thread holding `mutex` wants the heap: the owner takes the mutex too */
+#define CUEMM__HEAP_WANT_FULL 2   /* other threads ask the owner to enter with a full fence */
+/* Heavy fences other threads pay before they ask for CUEMM__HEAP_WANT_FULL. */
+#define CUEMM__HEAP_HEAVY_MAX 16u
+
 typedef struct cuemm__heap {
   atomic_int busy;      /* the owner is inside on its fast path */
-  atomic_int want;      /* someone holding `mutex` wants the heap: the owner takes the mutex too */
+  atomic_int want;      /* CUEMM__HEAP_WANT_* */
+  uint8_t asym;         /* the owner enters with a compiler barrier only; others pay a heavy fence */
+  uint8_t self_locked;  /* the mutex is held by the owner, which raised no `want` */
+  unsigned heavy;       /* heavy fences others paid since the owner took the heap */
+  const void *owner;    /* the owning thread's cuemm__fence_self(); changed under `mutex` */
   cuemm__lock mutex;
   struct cuemm_manager *m;
   uint32_t index;       /* in the manager's heap table: owned entries of its blocks name it */
@@ -127,9 +147,18 @@ void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index);
  * cuemm__heap_lock instead). */
 static inline int cuemm__heap_enter(cuemm__heap *h)
 {
-  atomic_exchange_explicit(&h->busy, 1, memory_order_seq_cst);
-  if (__builtin_expect(atomic_load_explicit(&h->want, memory_order_seq_cst) == 0, 1))
-    return 1;
+  if (__builtin_expect(h->asym, 1)) {
+    atomic_store_explicit(&h->busy, 1, memory_order_relaxed);
+    /* The hardware may still let the load pass the store: the other
+     * side's heavy fence covers that (fence.h). */
+    atomic_signal_fence(memory_order_seq_cst);
+    if (__builtin_expect(atomic_load_explicit(&h->want, memory_order_acquire) == 0, 1))
+      return 1;
+  } else {
+    atomic_exchange_explicit(&h->busy, 1, memory_order_seq_cst);
+    if (__builtin_expect(atomic_load_explicit(&h->want, memory_order_seq_cst) == 0, 1))
+      return 1;
+  }
   atomic_store_explicit(&h->busy, 0, memory_order_release);
   return 0;
 }
@@ -143,6 +172,9 @@ static inline void cuemm__heap_leave(cuemm__heap *h)
  * other entry.  In lock order after the manager's lock. */
 void cuemm__heap_lock(cuemm__heap *h);
 void cuemm__heap_unlock(cuemm__heap *h);
+/* The calling thread takes h as its own (a new heap, or an orphan it
+ * adopts); h is not locked. */
+void cuemm__heap_own(cuemm__heap *h);
 /* Frees the heap's host memory (its events must be gone already). */
 void cuemm__heap_fini(cuemm__heap *h);
 

@@ -149,8 +149,10 @@ static CUresult heap_attach_locked(cuemm_manager *m, cuemm__heap **out)
   cuemm__heap *h = NULL;
   for (uint32_t i = 0; i < m->nheaps && !h; i++) {
     int one = 1;
-    if (atomic_compare_exchange_strong(&m->heaps[i]->orphan, &one, 0))
+    if (atomic_compare_exchange_strong(&m->heaps[i]->orphan, &one, 0)) {
       h = m->heaps[i];
+      cuemm__heap_own(h);
+    }
   }
   if (!h) {
     if (m->nheaps == m->capheaps) {
