@@ -441,45 +441,68 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
   return CUDA_SUCCESS;
 }
 
+/* The wholly free chunks found so far, by their first unit. */
+typedef struct release_scan {
+  const cuemm__pool *p;
+  uint32_t *cand;
+  size_t n, cap;
+  int oom;
+} release_scan;
+
+static void scan_free_block(void *arg, const cuemm__sa_block *b)
+{
+  release_scan *rs = arg;
+  const cuemm__pool *p = rs->p;
+  size_t u = round_up(b->off, p->unit) / p->unit, end = b->off + b->size;
+  while ((u + 1) * p->unit <= end && !rs->oom) {
+    size_t head = p->units[u].head;
+    size_t next = head + p->units[head].units;
+    if (next <= u)
+      next = u + 1; /* free space is always in a chunk; never loop on a torn record */
+    if (head == u && next * p->unit <= end) {
+      if (rs->n == rs->cap) {
+        size_t c = rs->cap ? rs->cap * 2 : 16;
+        uint32_t *g = realloc(rs->cand, c * sizeof *g);
+        if (!g) {
+          rs->oom = 1;
+          return;
+        }
+        rs->cand = g;
+        rs->cap = c;
+      }
+      rs->cand[rs->n++] = (uint32_t)u;
+    }
+    u = next;
+  }
+}
+
+static int by_unit_descending(const void *a, const void *b)
+{
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
 CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
 {
   /* A cached block keeps its chunk from looking wholly free: merge them
-   * all first.  Then collect the wholly free chunks in address order and
-   * release from the top.  Releasing one never merges it with another candidate's block in a
-   * way that matters: candidates are found by unit, not by block. */
+   * all first.  Then collect the wholly free chunks, from the free blocks
+   * of a unit or more (through the bins, not a walk of every block), and
+   * release from the top.  Releasing one never merges it with another
+   * candidate's block in a way that matters: candidates are found by
+   * unit, not by block. */
   cuemm__sa_coalesce(&p->sa);
-  size_t n = 0, cap = 0;
-  uint32_t *cand = NULL;
-  const cuemm__sa *sa = &p->sa;
-  for (uint32_t i = 0; i != CUEMM__SA_NIL; i = sa->b[i].next) {
-    const cuemm__sa_block *b = &sa->b[i];
-    if (b->state != CUEMM__SA_FREE)
-      continue;
-    size_t u = round_up(b->off, p->unit) / p->unit, end = b->off + b->size;
-    while ((u + 1) * p->unit <= end) {
-      size_t head = p->units[u].head;
-      size_t next = head + p->units[head].units;
-      if (next <= u)
-        next = u + 1; /* free space is always in a chunk; never loop on a torn record */
-      if (head == u && next * p->unit <= end) {
-        if (n == cap) {
-          size_t c = cap ? cap * 2 : 16;
-          uint32_t *g = realloc(cand, c * sizeof *g);
-          if (!g) {
-            free(cand);
-            return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory to release pool memory");
-          }
-          cand = g;
-          cap = c;
-        }
-        cand[n++] = (uint32_t)u;
-      }
-      u = next;
-    }
+  release_scan rs = { p, NULL, 0, 0, 0 };
+  cuemm__sa_each_free(&p->sa, p->unit, scan_free_block, &rs);
+  if (rs.oom) {
+    free(rs.cand);
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory to release pool memory");
   }
+  uint32_t *cand = rs.cand;
+  size_t n = rs.n;
+  qsort(cand, n, sizeof *cand, by_unit_descending);
   CUresult r = CUDA_SUCCESS;
   size_t released = 0;
-  for (size_t k = n; k-- > 0;) {
+  for (size_t k = 0; k < n; k++) {
     size_t bytes = (size_t)p->units[cand[k]].units * p->unit;
     if (p->sa.free_bytes < keep + bytes)
       continue;

@@ -420,6 +420,14 @@ void cuemm__sa_quarantine(cuemm__sa *s, size_t off, size_t size)
   s->used_bytes += size;
 }
 
+void cuemm__sa_each_free(const cuemm__sa *s, size_t min, void (*fn)(void *arg, const cuemm__sa_block *b), void *arg)
+{
+  for (unsigned k = first_nonempty(s, bin_of(min)); k < CUEMM__SA_NBINS; k = first_nonempty(s, k + 1))
+    for (uint32_t i = s->heads[k]; i != NIL; i = s->b[i].lnext)
+      if (s->b[i].size >= min)
+        fn(arg, &s->b[i]);
+}
+
 uint32_t cuemm__sa_find(const cuemm__sa *s, size_t off)
 {
   uint32_t i = 0;

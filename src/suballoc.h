@@ -194,6 +194,11 @@ static inline void cuemm__sa_free(cuemm__sa *s, uint32_t i)
   s->free_count++;
 }
 
+/* Calls fn(arg, block) for every FREE block (not CACHED) of at least `min`
+ * bytes, in no particular order, through the bins: O(bins + such blocks).
+ * fn must not change the sub-allocator. */
+void cuemm__sa_each_free(const cuemm__sa *s, size_t min, void (*fn)(void *arg, const cuemm__sa_block *b), void *arg);
+
 /* Empties the caches, merging every cached block with its free and cached
  * neighbours.  O(cached blocks). */
 void cuemm__sa_coalesce(cuemm__sa *s);
