@@ -20,21 +20,34 @@ stream than the one it was allocated on must be ordered by the program
 (events, synchronization).  A block keeps its CuPy stream object alive
 until it is freed, so its free names a live stream.
 
+CuPy destroys a stream when the program drops it, and cuemm must hear of
+that first (cuemm_stream_release), or it would later record events on a
+dead handle, or let a new stream that gets the handle take the old one's
+blocks.  So every stream cuemm has served is kept alive here, and once
+nothing but this module holds it (looked at every SWEEP_EVERY allocations,
+and by empty_cache()), it is released in cuemm and let go, for CuPy to
+destroy.  The default streams (legacy and per-thread) are never destroyed
+and are not kept.
+
 The library is found as cuemm_lib finds it (CUEMM_LIBRARY first).
 """
 
 import ctypes
+import sys
 import threading
 
 import cuemm_lib
 
 __all__ = ["use", "is_used", "malloc", "malloc_pinned", "stats", "pool_stats", "adapter_stats",
-           "empty_cache", "OutOfMemoryError"]
+           "empty_cache", "sweep_streams", "OutOfMemoryError"]
 
 _cupy = None
 _used = False
 _managers = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # sweep_streams takes _manager under it
+_streams = {}  # (device, stream handle, id) -> the CuPy stream object, for streams cuemm has served
+_allocs = 0
+SWEEP_EVERY = 256
 OutOfMemoryError = MemoryError  # CuPy's, subclassed, once use() ran
 
 
@@ -121,6 +134,47 @@ def _manager(device):
     return m
 
 
+def _keep_stream(device, stream):
+    """Keeps a created stream alive while cuemm may hold blocks freed on it;
+    every SWEEP_EVERY calls, releases those the program let go of."""
+    global _allocs
+    handle = stream.ptr or 0
+    if handle > 2:  # 0 and 0x1: the legacy default stream, 0x2: the per-thread one
+        # By object: two objects may wrap one handle (cupy.cuda.ExternalStream);
+        # releasing it when one is let go only costs same-stream reuse.
+        key = (device, handle, id(stream))
+        if key not in _streams:
+            with _lock:
+                _streams[key] = stream
+    _allocs += 1
+    if _allocs % SWEEP_EVERY == 0:
+        sweep_streams()
+
+
+def _release_stream(device, handle):
+    rc = cuemm_lib.load().cuemm_stream_release(_manager(device), handle)
+    if rc != cuemm_lib.CUDA_SUCCESS:
+        raise cuemm_lib.CuemmError(rc, "cuemm_stream_release(stream 0x%x of device %d): %s"
+                                   % (handle, device, cuemm_lib.last_error()))
+
+
+def sweep_streams():
+    """Releases, in cuemm, the streams only this module still holds (the
+    program and every block of theirs let go of them), and lets them go so
+    that CuPy destroys them.  Returns how many were released."""
+    released = 0
+    with _lock:
+        for key in list(_streams):
+            # Held by the dict, by `s` and by getrefcount's argument: nothing else.
+            s = _streams[key]
+            if sys.getrefcount(s) <= 3:
+                _release_stream(key[0], key[1])
+                del _streams[key]
+                released += 1
+            del s
+    return released
+
+
 def malloc(size):
     """The allocator cupy.cuda.set_allocator gets: a MemoryPointer to `size`
     bytes of the current device, for work on CuPy's current stream."""
@@ -130,6 +184,7 @@ def malloc(size):
     if size == 0:
         return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(0, 0, None, device), 0)
     stream = cupy.cuda.get_current_stream()
+    _keep_stream(device, stream)
     ptr = lib.cuemm_torch_alloc(size, device, stream.ptr)
     if not ptr:
         raise OutOfMemoryError(size, cuemm_lib.last_error())
@@ -194,5 +249,6 @@ def adapter_stats():
 
 def empty_cache():
     """Every device's cuemm pool trimmed (what free_all_blocks does for
-    CuPy's pool)."""
+    CuPy's pool), after the streams the program let go of are released."""
+    sweep_streams()
     cuemm_lib.empty_cache()

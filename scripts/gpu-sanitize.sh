@@ -154,13 +154,15 @@ CUEMM_STRESS_OPS=${CUEMM_STRESS_OPS:-200}
 export CUEMM_TEST_DRIVER CUEMM_TOP_BUILDDIR top_srcdir CUEMM_SIM_DIR CUEMM_STRESS_OPS
 
 # Programs that never touch the GPU are listed, not run: test-simcuda tests
-# the simulated driver (linked directly), test-suballoc, test-owned and
-# test-piece and test-heap are data structures and pure functions alone,
+# the simulated driver (linked directly), test-suballoc, test-owned,
+# test-piece, test-heap and test-heap-entry are data structures, threads
+# and pure functions alone,
 # test-faults needs simcuda's fault injection (it skips on the system
 # driver), fuzz-config and fuzz-ipc-recv make no driver call, and test-nvtx
 # brings an NVTX tool of its own, which the sanitizer's would replace.
 # (compute-sanitizer fails a program that never calls the driver.)
-no_gpu="tests/test-simcuda tests/test-suballoc tests/test-owned tests/test-piece tests/test-heap tests/test-faults"
+no_gpu="tests/test-simcuda tests/test-suballoc tests/test-owned tests/test-piece tests/test-heap tests/test-heap-entry"
+no_gpu="$no_gpu tests/test-faults"
 no_gpu="$no_gpu tests/test-nvtx tests/fuzz/fuzz-config"
 no_gpu="$no_gpu tests/fuzz/fuzz-ipc-recv"
 programs=

@@ -315,7 +315,43 @@ mp = malloc(4096)
 ok(mp.ptr == first, "freed on that stream: the stream gets it again at once")
 del mp
 gc.collect()
+
+# Streams the program lets go of are released in cuemm before CuPy may
+# destroy them (cuemm_stream_release), and only then.
+lib = cuemm_lib.load()
+real_release = lib.cuemm_stream_release
+released = []
+
+
+def counting_release(m, handle):
+    released.append(handle)
+    return real_release(m, handle)
+
+
+lib.cuemm_stream_release = counting_release
+kept = [k for k in cuemm_cupy._streams if k[1] == stream.value]
+ok(len(kept) == 1, "the created stream is kept while cuemm may hold its blocks", cuemm_cupy._streams)
+ok(cuemm_cupy.sweep_streams() == 0 and released == [], "a sweep leaves a stream the program still holds")
+mp = malloc(4096)  # a live block on it
 state["stream"] = cupy.cuda.Stream(0)
+ok(cuemm_cupy.sweep_streams() == 0 and released == [], "and one a live block of its still holds")
+del mp
+gc.collect()
+ok(cuemm_cupy.sweep_streams() == 1 and released == [stream.value],
+   "once the program and its blocks let go of it: released in cuemm and let go", released)
+ok(not [k for k in cuemm_cupy._streams if k[1] == stream.value], "no longer kept")
+malloc(64)
+ok(not [k for k in cuemm_cupy._streams if k[1] in (0, 1, 2)], "the default streams are never kept")
+state["stream"] = cupy.cuda.Stream(stream.value)
+malloc(64)
+state["stream"] = cupy.cuda.Stream(0)
+old_every = cuemm_cupy.SWEEP_EVERY
+cuemm_cupy.SWEEP_EVERY = 2
+for _ in range(2):
+    malloc(64)
+cuemm_cupy.SWEEP_EVERY = old_every
+ok(released == [stream.value, stream.value], "every SWEEP_EVERY allocations a sweep runs by itself", released)
+lib.cuemm_stream_release = real_release
 
 z = malloc(0)
 ok(z.ptr == 0 and z.mem.size == 0 and z.mem.device_id == 0, "malloc(0): a null pointer with its device")
