@@ -129,24 +129,29 @@ static void switching(void)
   cuemm__heap_unlock(&h);
   is(h.heavy, 0, "the owner's lock paid no heavy fence");
 
-  other_locks(&h, CUEMM__HEAP_HEAVY_MAX - 1);
-  is(h.heavy, CUEMM__HEAP_HEAVY_MAX - 1, "each other thread's lock paid a heavy fence (%u)", h.heavy);
-  is(atomic_load(&h.want), 0, "below the bound: no request, no want left raised");
-  ok(cuemm__heap_enter(&h), "the owner enters on its fast path");
-  cuemm__heap_leave(&h);
-  other_locks(&h, 1);
-  is(atomic_load(&h.want), CUEMM__HEAP_WANT_FULL, "at the bound the owner is asked for full fences");
-  ok(!cuemm__heap_enter(&h), "which turns its fast path away once");
-  ok(h.asym, "still asymmetric until the owner takes the lock");
-  cuemm__heap_lock(&h);
-  ok(!h.asym, "the owner's lock switches it to full fences");
-  cuemm__heap_unlock(&h);
-  is(atomic_load(&h.want), 0, "and clears the request");
-  ok(cuemm__heap_enter(&h), "its fast path enters again, with an exchange now");
-  cuemm__heap_leave(&h);
-  unsigned heavy = h.heavy;
-  other_locks(&h, 3);
-  is(h.heavy, heavy, "other threads pay no heavy fence any more");
+  if (!cuemm__fence_asymmetric()) {
+    /* ThreadSanitizer builds, old kernels: full fences from the start. */
+    skip(10, "no asymmetric fences here: nothing to count or switch");
+  } else {
+    other_locks(&h, CUEMM__HEAP_HEAVY_MAX - 1);
+    is(h.heavy, CUEMM__HEAP_HEAVY_MAX - 1, "each other thread's lock paid a heavy fence (%u)", h.heavy);
+    is(atomic_load(&h.want), 0, "below the bound: no request, no want left raised");
+    ok(cuemm__heap_enter(&h), "the owner enters on its fast path");
+    cuemm__heap_leave(&h);
+    other_locks(&h, 1);
+    is(atomic_load(&h.want), CUEMM__HEAP_WANT_FULL, "at the bound the owner is asked for full fences");
+    ok(!cuemm__heap_enter(&h), "which turns its fast path away once");
+    ok(h.asym, "still asymmetric until the owner takes the lock");
+    cuemm__heap_lock(&h);
+    ok(!h.asym, "the owner's lock switches it to full fences");
+    cuemm__heap_unlock(&h);
+    is(atomic_load(&h.want), 0, "and clears the request");
+    ok(cuemm__heap_enter(&h), "its fast path enters again, with an exchange now");
+    cuemm__heap_leave(&h);
+    unsigned heavy = h.heavy;
+    other_locks(&h, 3);
+    is(h.heavy, heavy, "other threads pay no heavy fence any more");
+  }
 
   pthread_t t;
   pthread_create(&t, NULL, adopt, &h);
