@@ -499,7 +499,8 @@ CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
   }
   uint32_t *cand = rs.cand;
   size_t n = rs.n;
-  qsort(cand, n, sizeof *cand, by_unit_descending);
+  if (n > 1) /* qsort takes no NULL, even for nothing */
+    qsort(cand, n, sizeof *cand, by_unit_descending);
   CUresult r = CUDA_SUCCESS;
   size_t released = 0;
   for (size_t k = 0; k < n; k++) {
