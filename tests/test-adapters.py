@@ -21,36 +21,8 @@ build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
 src = os.environ.get("top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path[:0] = [os.path.join(build, "python"), os.path.join(src, "python")]
 
-_n = 0
-_failed = 0
-
-
-def ok(cond, name, diag=None):
-    global _n, _failed
-    _n += 1
-    if not cond:
-        _failed += 1
-    print("%sok %d - %s" % ("" if cond else "not ", _n, name))
-    if not cond and diag is not None:
-        for line in str(diag).splitlines():
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
-
-
-def raises(fn, exc):
-    try:
-        fn()
-    except exc as e:
-        return e
-    except Exception as e:  # the wrong kind
-        return AssertionError("raised %r, not %s" % (e, exc.__name__))
-    return None
-
-
-def done():
-    print("1..%d" % _n)
-    sys.exit(1 if _failed else 0)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from taputil import done, ok, raises  # noqa: E402
 
 
 # ---- without the frameworks ---------------------------------------------------

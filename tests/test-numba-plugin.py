@@ -28,37 +28,8 @@ EMM_V1 = {
     "defer_cleanup": [],
 }
 
-_n = 0
-_failed = 0
-
-
-def ok(cond, name, diag=None):
-    global _n, _failed
-    _n += 1
-    if not cond:
-        _failed += 1
-    print("%sok %d - %s" % ("" if cond else "not ", _n, name))
-    if not cond and diag:
-        for line in str(diag).splitlines():
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
-
-
-def skip(name, why):
-    global _n
-    _n += 1
-    print("ok %d - %s # SKIP %s" % (_n, name, why))
-
-
-def raises(fn, exc):
-    try:
-        fn()
-    except exc as e:
-        return e
-    except Exception as e:  # the wrong kind
-        return AssertionError("raised %r, not %s" % (e, exc.__name__))
-    return None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from taputil import done, ok, raises, skip  # noqa: E402
 
 
 def params(fn):
@@ -143,8 +114,7 @@ if not no_bindings and not os.path.exists(lib):
     no_bindings = "no shared library built (%s)" % lib
 if no_bindings:
     print("# bindings not exercised: " + no_bindings)
-    print("1..%d" % _n)
-    sys.exit(1 if _failed else 0)
+    done()
 
 os.environ["CUEMM_LIBRARY"] = lib
 cn.load_library()
@@ -412,5 +382,4 @@ del cn.Manager._by_handle[pm.handle]
 ok(cuda.cuCtxDestroy_v2(ctx2) == 0, "and its context")
 
 gc.collect()
-print("1..%d" % _n)
-sys.exit(1 if _failed else 0)
+done()

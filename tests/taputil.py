@@ -1,0 +1,46 @@
+"""taputil.py: TAP for the suite's Python tests (test-adapters.py,
+test-numba-plugin.py): numbered results, a diagnosis under a failure, the
+plan at the end, and the exit status the harness reads."""
+
+import sys
+
+_n = 0
+_failed = 0
+
+
+def ok(cond, name, diag=None):
+    """One result; a failure prints `diag` (any object) as comments."""
+    global _n, _failed
+    _n += 1
+    if not cond:
+        _failed += 1
+    print("%sok %d - %s" % ("" if cond else "not ", _n, name))
+    if not cond and diag is not None:
+        for line in str(diag).splitlines():
+            print("#   " + line)
+    sys.stdout.flush()
+    return cond
+
+
+def skip(name, why):
+    global _n
+    _n += 1
+    print("ok %d - %s # SKIP %s" % (_n, name, why))
+
+
+def raises(fn, exc):
+    """What fn() raised of class exc; an AssertionError saying so when it
+    raised another kind; None when it raised nothing."""
+    try:
+        fn()
+    except exc as e:
+        return e
+    except Exception as e:  # the wrong kind
+        return AssertionError("raised %r, not %s" % (e, exc.__name__))
+    return None
+
+
+def done():
+    """The plan, then exit: 1 when any result failed."""
+    print("1..%d" % _n)
+    sys.exit(1 if _failed else 0)
