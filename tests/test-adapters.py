@@ -21,6 +21,7 @@ build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
 src = os.environ.get("top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path[:0] = [os.path.join(build, "python"), os.path.join(src, "python")]
 
+sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from taputil import done, ok, raises  # noqa: E402
 

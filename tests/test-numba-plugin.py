@@ -28,6 +28,7 @@ EMM_V1 = {
     "defer_cleanup": [],
 }
 
+sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from taputil import done, ok, raises, skip  # noqa: E402
 
