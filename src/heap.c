@@ -43,7 +43,6 @@ void cuemm__heap_lock(cuemm__heap *h)
     /* The owner itself: not on its fast path, which is this thread.  Asked
      * to, it gives up the compiler barrier for a full fence here, where no
      * entry of its own is under way. */
-    h->self_locked = 1;
     if (atomic_load_explicit(&h->want, memory_order_relaxed) & CUEMM__HEAP_WANT_FULL) {
       h->asym = 0;
       atomic_fetch_and_explicit(&h->want, ~CUEMM__HEAP_WANT_FULL, memory_order_relaxed);
@@ -65,9 +64,8 @@ void cuemm__heap_lock(cuemm__heap *h)
 
 void cuemm__heap_unlock(cuemm__heap *h)
 {
-  if (h->self_locked)
-    h->self_locked = 0;
-  else
+  /* The owner raised no `want`; `owner` cannot change while the mutex is held. */
+  if (h->owner != cuemm__fence_self())
     atomic_fetch_and_explicit(&h->want, ~CUEMM__HEAP_WANT_LOCK, memory_order_release);
   cuemm__lock_release(&h->mutex);
 }

@@ -107,7 +107,6 @@ typedef struct cuemm__heap {
   atomic_int busy;      /* the owner is inside on its fast path */
   atomic_int want;      /* CUEMM__HEAP_WANT_* */
   uint8_t asym;         /* the owner enters with a compiler barrier only; others pay a heavy fence */
-  uint8_t self_locked;  /* the mutex is held by the owner, which raised no `want` */
   unsigned heavy;       /* heavy fences others paid since the owner took the heap */
   const void *owner;    /* the owning thread's cuemm__fence_self(); changed under `mutex` */
   cuemm__lock mutex;
