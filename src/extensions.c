@@ -75,13 +75,20 @@ size_t cuemm__extensions_live(cuemm_manager *m, size_t *bytes)
   return n;
 }
 
-size_t cuemm__extensions_reclaim(cuemm_manager *m, int all)
+size_t cuemm__extensions_reclaim(cuemm_manager *m, int all, size_t want)
 {
   size_t given = 0;
   for (size_t i = 0; i < NEXT; i++)
     if (extensions[i]->reclaim)
-      given += extensions[i]->reclaim(m, all);
+      given += extensions[i]->reclaim(m, all, want);
   return given;
+}
+
+void cuemm__extensions_settle(cuemm_manager *m, int synced)
+{
+  for (size_t i = 0; i < NEXT; i++)
+    if (extensions[i]->settle)
+      extensions[i]->settle(m, synced);
 }
 
 CUresult cuemm__extensions_give_up(cuemm_manager *m, cuemm__owned_entry *e)

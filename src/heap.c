@@ -131,7 +131,7 @@ static int bins_grow(cuemm__heap *h)
   for (size_t i = 0; i < h->bincap; i++)
     live += h->bins[i].key && h->bins[i].head != CUEMM__HEAP_NIL;
   size_t cap = 64;
-  while ((live + 1) * 2 > cap)
+  while ((live + 1) * 4 > cap)
     cap *= 2;
   cuemm__hbin *bins = calloc(cap, sizeof *bins);
   if (!bins)
@@ -156,7 +156,9 @@ static int bins_grow(cuemm__heap *h)
 
 int cuemm__heap_cache_newbin(cuemm__heap *h, uint32_t r, uint32_t hs)
 {
-  if ((h->binused + 1) * 4 > h->bincap * 3 && bins_grow(h) != 0)
+  /* At most half full: most lookups on the fast path miss (sizes the heap
+   * does not keep), and a miss probes to the next empty slot. */
+  if ((h->binused + 1) * 2 > h->bincap && bins_grow(h) != 0)
     return -1;
   uint64_t k = cuemm__heap_binkey(hs, h->b[r].size);
   size_t i = cuemm__heap_hash(k, h->bincap);
@@ -171,7 +173,9 @@ int cuemm__heap_cache_newbin(cuemm__heap *h, uint32_t r, uint32_t hs)
 
 uint32_t cuemm__heap_insert(cuemm__heap *h, uintptr_t ptr, size_t size, uint32_t blk, uint32_t hs, size_t req)
 {
-  if ((h->mapused + 1) * 4 > h->mapcap * 3 && map_grow(h) != 0)
+  /* At most half full, as the bins: a free of a block the pool holds
+   * misses here first. */
+  if ((h->mapused + 1) * 2 > h->mapcap && map_grow(h) != 0)
     return CUEMM__HEAP_NIL;
   uint32_t r = h->spare;
   if (r != CUEMM__HEAP_NIL)

@@ -45,6 +45,10 @@
 #include "lock.h"
 
 #define CUEMM__HEAP_NIL UINT32_MAX
+/* Blocks of this size or more are large: a heap keeps few of them, and
+ * none larger than CUEMM__HEAP_LARGE_MAX (see stream.c's heap_admits). */
+#define CUEMM__HEAP_LARGE ((size_t)256 << 10)
+#define CUEMM__HEAP_LARGE_MAX ((size_t)16 << 20)
 /* Events a stream keeps recorded and not yet seen complete. */
 #define CUEMM__HEAP_BATCHES 8
 
@@ -88,6 +92,9 @@ typedef struct cuemm__hstream {
   cuemm__hbatch batch[CUEMM__HEAP_BATCHES];  /* recorded, oldest first */
   unsigned nbatch;
   size_t cached_bytes, cached_count;
+  size_t large_cached;  /* cached blocks of CUEMM__HEAP_LARGE bytes or more */
+  uint32_t large_rec;   /* the latest of them cached (it may have left since) */
+  size_t last_large;    /* the size of its latest allocation of CUEMM__HEAP_LARGE bytes or more */
   uint8_t retired;      /* no further same-stream reuse; blocks wait for `done` or a flush */
 } cuemm__hstream;
 
@@ -251,6 +258,8 @@ void cuemm__heap_unbin(cuemm__heap *h, uint32_t r);
 static inline void cuemm__heap_account_cached(cuemm__heap *h, cuemm__hblock *b, int sign)
 {
   cuemm__hstream *st = &h->st[b->hs];
+  if (b->size >= CUEMM__HEAP_LARGE)
+    st->large_cached = sign > 0 ? st->large_cached + 1 : st->large_cached - 1;
   if (sign > 0) {
     st->cached_bytes += b->size;
     st->cached_count++;
@@ -279,6 +288,8 @@ static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs
   b->state = CUEMM__HB_LIVE;
   b->hs = hs;
   b->req = req;
+  if (b->size >= CUEMM__HEAP_LARGE)
+    h->st[hs].last_large = b->size;
   h->live_bytes += req;
   h->live_count++;
   h->allocs++;
@@ -309,6 +320,8 @@ static inline void cuemm__heap_link(cuemm__heap *h, uint32_t r, uint32_t bin)
     h->oldest = r;
   h->newest = r;
   cuemm__heap_account_cached(h, b, 1);
+  if (b->size >= CUEMM__HEAP_LARGE)
+    h->st[b->hs].large_rec = r;
 }
 
 /* Makes LIVE block r CACHED on stream hs (numbered as that stream's next

@@ -182,7 +182,8 @@ static CUresult flush_locked(cuemm_manager *m, int force)
         cuemm__error_append("; %zu frees stay queued for the next flush", m->pending.count);
         return sync_r;
       }
-    }
+    } else if (m->pool_pending && m->pool->sa.tagged_bytes)
+      cuemm__extensions_settle(m, 1); /* blocks freed on streams are idle too now */
   }
   size_t released = 0;
   const cuemm__pending_entry *e;
@@ -292,18 +293,25 @@ static CUresult leave_after_take(cuemm_manager *m, cuemm__ctx_guard *g, const ui
 
 /* The pool had no free block for `size`: grow it; out of memory, flush the
  * pending frees, trim and try once more.  Lock held. */
-static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size_t size, uintptr_t *p, uint32_t *blk)
+static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p,
+                                                          uint32_t *blk)
 {
   cuemm__ctx_guard g;
   CUresult r = cuemm__ctx_enter(m, &g);
   if (r != CUDA_SUCCESS)
     return r;
-  /* Blocks idle in the threads' stream caches first: the pool never maps
-   * more while it could take those back. */
-  size_t reclaimed = cuemm__extensions_reclaim(m, 0);
+  /* Blocks freed on streams whose work is done, then those idle in the
+   * threads' stream caches: the pool never maps more while it could take
+   * those back. */
+  if (m->pool->sa.tagged_bytes) {
+    cuemm__extensions_settle(m, 0);
+    if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
+      return leave_after_take(m, &g, blk);
+  }
+  size_t reclaimed = cuemm__extensions_reclaim(m, 0, (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1));
   if (reclaimed) {
     cuemm__log_note(m->log, "reclaim", reclaimed);
-    if (cuemm__pool_take(m->pool, size, p, blk) == 0)
+    if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
       return leave_after_take(m, &g, blk);
   }
   /* Enough is free, only not in one piece: what is wholly free goes back
@@ -316,11 +324,15 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
     cuemm__log_note(m->log, "oom-retry", 0);
     char why[512];
     snprintf(why, sizeof why, "%s", cuemm_last_error());
-    cuemm__extensions_reclaim(m, 1);
+    cuemm__extensions_reclaim(m, 1, 0);
     size_t count = m->pending.count, bytes = m->pending.bytes;
     CUresult fr = flush_locked(m, 0);
     (void)fr; /* a failed flush leaves its frees queued; the retry decides */
-    if (cuemm__pool_take(m->pool, size, p, blk) == 0)
+    /* Blocks freed on streams whose work is still queued: once it is done,
+     * which a synchronization makes sure of, they serve any request. */
+    if (m->pool->sa.tagged_bytes && m->drv->CtxSynchronize() == CUDA_SUCCESS)
+      cuemm__extensions_settle(m, 1);
+    if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
       return leave_after_take(m, &g, blk);
     cuemm__pool_release(m->pool, 0);
     r = cuemm__pool_grow(m->pool, size);
@@ -341,7 +353,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
     if (m->nheaps) /* the footprint's other half, at the moment it matters */
       note_stream_peak(m);
   }
-  if (r == CUDA_SUCCESS && cuemm__pool_take(m->pool, size, p, blk) != 0)
+  if (r == CUDA_SUCCESS && cuemm__pool_take_tagged(m->pool, size, tag, p, blk) != 0)
     r = cuemm__error(CUDA_ERROR_UNKNOWN, "internal: the pool grew but has no block of %zu bytes", size);
   else if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY)
     cuemm__error_append("; cuemm_alloc(%zu bytes) failed and the pool is as it was", size);
@@ -350,11 +362,11 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
   return cuemm__ctx_leave(m, &g, r);
 }
 
-CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uintptr_t *p, uint32_t *blk)
+CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk)
 {
-  if (cuemm__pool_take(m->pool, size, p, blk) == 0)
+  if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
     return CUDA_SUCCESS;
-  return pool_alloc_slow(m, size, p, blk);
+  return pool_alloc_slow(m, size, tag, p, blk);
 }
 
 static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t size, uintptr_t *out)
@@ -363,7 +375,7 @@ static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t si
   uint32_t blk;
   CUresult r;
   cuemm__lock_acquire(&m->lock);
-  if (cuemm__pool_take(pool, size, &p, &blk) != 0 && (r = pool_alloc_slow(m, size, &p, &blk)) != CUDA_SUCCESS)
+  if (cuemm__pool_take(pool, size, &p, &blk) != 0 && (r = pool_alloc_slow(m, size, 0, &p, &blk)) != CUDA_SUCCESS)
     goto failed;
   if (cuemm__owned_add(&m->owned, p, size, CUEMM__KIND_POOL, blk) != 0) {
     cuemm__pool_give(pool, blk);
@@ -756,12 +768,22 @@ CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m)
 {
   CHECK_POOL(m, "cuemm_pool_trim");
   cuemm__lock_acquire(&m->lock);
-  cuemm__extensions_reclaim(m, 1);
+  cuemm__extensions_reclaim(m, 1, 0);
   CUresult r = flush_locked(m, 0);
   if (r == CUDA_SUCCESS) {
     cuemm__ctx_guard g;
     if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
-      r = cuemm__pool_release(m->pool, 0);
+      /* Blocks freed on streams whose work may still be queued: after a
+       * synchronization they are idle, and free to go too. */
+      if (m->pool->sa.tagged_bytes) {
+        r = m->drv->CtxSynchronize();
+        if (r == CUDA_SUCCESS)
+          cuemm__extensions_settle(m, 1);
+        else
+          cuemm__driver_error(r, "cuCtxSynchronize before trimming blocks freed on streams");
+      }
+      if (r == CUDA_SUCCESS)
+        r = cuemm__pool_release(m->pool, 0);
       r = cuemm__ctx_leave(m, &g, r);
     }
   }

@@ -57,6 +57,8 @@ struct cuemm_manager {
   uint64_t fallback_allocs;   /* requests too large for the pool */
   uint64_t serial;            /* unique for the process's life: thread slots tell managers apart by it */
   cuemm__heap **heaps;        /* the threads' heaps of the stream-ordered path (stream.c) */
+  cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (stream.c;
+                               * guarded by `lock`, holds no blocks) */
   uint32_t nheaps, capheaps;
   uint64_t stream_reclaims;
   struct cuemm__managed *managed;  /* managed.c: CUEMM_MEMORY=managed|system, else NULL */
@@ -113,7 +115,7 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *fr
 /* Takes a pool block of at least `size` bytes: from free space, else by
  * growing (after cached stream blocks went back), else after flushing and
  * trimming.  Lock held. */
-CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uintptr_t *p, uint32_t *blk);
+CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk);
 
 
 /* An extension: a layer above the manager that keeps state of its own per
@@ -140,9 +142,16 @@ typedef struct cuemm__extension {
   size_t (*live)(cuemm_manager *m, size_t *bytes);
   /* Gives the pool back the blocks it caches that no work can still use;
    * with `all`, every block it caches (those that may still be in use
-   * through the pending queue, whose flush synchronizes).  Returns the
-   * bytes given back. */
-  size_t (*reclaim)(cuemm_manager *m, int all);
+   * through the pending queue, whose flush synchronizes).  With `want`
+   * (and not `all`), it stops as soon as the pool has a free block of that
+   * many bytes, giving back the blocks it cached longest first.  Returns
+   * the bytes given back. */
+  size_t (*reclaim)(cuemm_manager *m, int all, size_t want);
+  /* Makes idle the pool's blocks freed on streams whose work is known
+   * done (queried, and with events recorded where none covers the latest
+   * frees); with `synced`, all of them: the context was just
+   * synchronized. */
+  void (*settle)(cuemm_manager *m, int synced);
   /* cuemm_free of a block the owned table says it holds
    * (CUEMM__KIND_STREAM): the block joins the pending queue, or a double
    * free is refused. */
@@ -163,7 +172,8 @@ CUresult cuemm__extensions_attach(cuemm_manager *m);
 void cuemm__extensions_destroy(cuemm_manager *m, char *note, size_t cap);
 void cuemm__extensions_abandon(cuemm_manager *m);
 size_t cuemm__extensions_live(cuemm_manager *m, size_t *bytes);
-size_t cuemm__extensions_reclaim(cuemm_manager *m, int all);
+size_t cuemm__extensions_reclaim(cuemm_manager *m, int all, size_t want);
+void cuemm__extensions_settle(cuemm_manager *m, int synced);
 CUresult cuemm__extensions_give_up(cuemm_manager *m, cuemm__owned_entry *e);
 void cuemm__extensions_reset(cuemm_manager *m);
 void cuemm__extensions_stats(cuemm_manager *m, cuemm_stats *s);

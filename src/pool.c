@@ -352,8 +352,8 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
   int capped = 0;
   for (uint32_t i = sa->holes; i != CUEMM__SA_NIL; i = sa->b[i].lnext) {
     const cuemm__sa_block *h = &sa->b[i];
-    size_t before = h->prev != CUEMM__SA_NIL && sa->b[h->prev].state == CUEMM__SA_FREE ? sa->b[h->prev].size : 0;
-    size_t after = h->next != CUEMM__SA_NIL && sa->b[h->next].state == CUEMM__SA_FREE ? sa->b[h->next].size : 0;
+    size_t before = h->prev != CUEMM__SA_NIL && sa->b[h->prev].state == CUEMM__SA_FREE && !sa->b[h->prev].tag ? sa->b[h->prev].size : 0;
+    size_t after = h->next != CUEMM__SA_NIL && sa->b[h->next].state == CUEMM__SA_FREE && !sa->b[h->next].tag ? sa->b[h->next].size : 0;
     size_t up = round_up(need > before ? need - before : p->unit, p->unit);
     size_t down = round_up(need > after ? need - after : p->unit, p->unit);
     size_t bytes, off;

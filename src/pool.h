@@ -106,6 +106,21 @@ static inline int cuemm__pool_take(cuemm__pool *p, size_t size, uintptr_t *ptr, 
   return 0;
 }
 
+/* cuemm__pool_take for work on the stream of `tag` (cuemm__sa_alloc_tagged:
+ * blocks freed on that stream serve it before idle ones); tag 0 is
+ * cuemm__pool_take. */
+static inline int cuemm__pool_take_tagged(cuemm__pool *p, size_t size, uint32_t tag, uintptr_t *ptr, uint32_t *blk)
+{
+  if (!tag)
+    return cuemm__pool_take(p, size, ptr, blk);
+  uint32_t i = cuemm__sa_alloc_tagged(&p->sa, (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1), tag);
+  if (i == CUEMM__SA_NIL)
+    return -1;
+  *ptr = (uintptr_t)p->base + p->sa.b[i].off;
+  *blk = i;
+  return 0;
+}
+
 /* Returns a block.  The caller guarantees no GPU work still uses it. */
 static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk) { cuemm__sa_free(&p->sa, blk); }
 

@@ -146,6 +146,12 @@ static int take_pool(cuemm_manager *m, cuemm_snapshot *s, blocks *out, const sbl
     } else if (e && !e->pending) {
       x.requested = e->size;
       x.state = CUEMM_BLOCK_LIVE;
+      if (e->kind == CUEMM__KIND_POOL && b->seq) {
+        /* cuemm_alloc_async's, not cached by a thread: its descriptor
+         * keeps the stream (CU_STREAM_LEGACY for the legacy one). */
+        x.stream_ordered = 1;
+        x.stream = (CUstream)(uintptr_t)b->seq == CU_STREAM_LEGACY ? NULL : (CUstream)(uintptr_t)b->seq;
+      }
     } else if ((q = pending_find(&m->pending, (uintptr_t)x.ptr)) != NULL) {
       x.requested = q->size;
       x.state = CUEMM_BLOCK_PENDING;

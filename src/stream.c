@@ -21,6 +21,13 @@
  * it grows (cuemm__stream_reclaim), so a heap never makes the pool map more.
  * A thread that exits leaves its heap to the manager; the next new thread
  * adopts it.
+ *
+ * A thread's cache keeps small blocks, and of a larger size only one per
+ * stream (heap_admits): a block whose size recurs stays on the fast path,
+ * and the others go back to the pool at their free, where blocks freed on
+ * one stream merge and serve that stream at once (see "blocks freed on a
+ * stream, in the pool" below).  So large blocks coalesce as they would in
+ * a pool without streams, and such a free needs no event.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -298,6 +305,205 @@ static size_t heap_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver)
   return failed;
 }
 
+/* ---- blocks freed on a stream, in the pool ---------------------------------------------- */
+
+/* A block freed on stream S goes back to the pool at once, although work
+ * queued on S before the free may still use it: the pool tags it with S
+ * (cuemm__sa_free_tagged), merges it only with blocks freed on S too, and
+ * serves only S's requests from it, which stream order makes safe.  Other
+ * requests get it once an event recorded on S after the free has completed
+ * (pool_settle, when the pool is short).  The streams and their events are
+ * kept as a heap keeps its own, in m->pstreams, under m's lock; a tag is a
+ * stream's index there plus one.  The per-thread default stream never gets
+ * a tag: only its own thread may record on it, so its blocks stay in that
+ * thread's cache. */
+
+static inline size_t round_block(size_t size)
+{
+  return (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1);
+}
+
+static cuemm__heap *pool_streams(cuemm_manager *m)
+{
+  if (!m->pstreams) {
+    cuemm__heap *ps = malloc(sizeof *ps);
+    if (!ps)
+      return NULL;
+    cuemm__heap_init(ps, m, UINT32_MAX);
+    m->pstreams = ps;
+  }
+  return m->pstreams;
+}
+
+/* The tag of `stream`'s blocks in the pool, 0 when it has none.  m's lock
+ * held. */
+static uint32_t pool_tag(const cuemm_manager *m, CUstream stream)
+{
+  cuemm__heap *ps = m->pstreams;
+  if (!ps || stream_is_own_only(stream))
+    return 0;
+  uint32_t k = cuemm__heap_stream(ps, stream);
+  return k == CUEMM__HEAP_NIL ? 0 : k + 1;
+}
+
+/* Gives pool block blk back as freed on `stream` (never the per-thread
+ * default stream).  Returns 0, or -1 when host memory ran out (nothing
+ * changed).  m's lock held. */
+static int pool_give_on(cuemm_manager *m, uint32_t blk, CUstream stream)
+{
+  cuemm__heap *ps = pool_streams(m);
+  if (!ps)
+    return -1;
+  uint32_t k = cuemm__heap_stream(ps, stream);
+  if (k == CUEMM__HEAP_NIL) {
+    /* A released stream's place, once nothing of it is left, serves anew:
+     * the table stays as small as the streams in use. */
+    for (uint32_t j = 0; j < ps->nst && k == CUEMM__HEAP_NIL; j++)
+      if (ps->st[j].retired && !ps->st[j].nbatch && !cuemm__sa_tag_bytes(&m->pool->sa, j + 1)) {
+        memset(&ps->st[j], 0, sizeof ps->st[j]);
+        ps->st[j].s = stream ? stream : CU_STREAM_LEGACY;
+        k = j;
+      }
+    if (k == CUEMM__HEAP_NIL && (k = cuemm__heap_add_stream(ps, stream)) == CUEMM__HEAP_NIL)
+      return -1;
+  }
+  cuemm__hstream *a = &ps->st[k];
+  if (cuemm__sa_free_tagged(&m->pool->sa, blk, k + 1, a->freed + 1) != 0)
+    return -1;
+  a->freed++;
+  return 0;
+}
+
+/* pool_give_on, or where host memory ran out, the pending queue (whose
+ * flush synchronizes): never lost.  m's lock held. */
+static void pool_return_on(cuemm_manager *m, uintptr_t ptr, size_t size, uint32_t blk, CUstream stream)
+{
+  if (pool_give_on(m, blk, stream) == 0)
+    return;
+  if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) == 0)
+    m->pool_pending++;
+  else
+    cuemm__sa_free_tagged(&m->pool->sa, blk, 0, 0); /* no memory for either: cannot happen in practice */
+}
+
+/* The release threshold covers the blocks freed on streams too: past it,
+ * an event on each of their streams tells which are done; those become
+ * idle, and what is then wholly free beyond the threshold is released.
+ * Tried again only once another quarter of the threshold has been freed so
+ * (the pool's stream table keeps the mark), so that a stream whose work
+ * lags does not cost an event per free.  m's lock held. */
+static void pool_settle(cuemm_manager *m, int synced);
+static void pool_trim_tagged(cuemm_manager *m)
+{
+  cuemm__pool *pool = m->pool;
+  cuemm__heap *ps = m->pstreams;
+  if (!ps || pool->sa.tagged_bytes < ps->trim_mark || !cuemm__pool_release_due(pool))
+    return;
+  char keep[512];
+  snprintf(keep, sizeof keep, "%s", cuemm_last_error());
+  cuemm__ctx_guard g;
+  if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
+    pool_settle(m, 0);
+    if (cuemm__pool_release_due(pool))
+      cuemm__pool_release(pool, cuemm__pool_keep(pool));
+    cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  }
+  ps->trim_mark = pool->sa.tagged_bytes + pool->threshold / 4 + pool->unit;
+  cuemm__error(CUDA_SUCCESS, "%s", keep); /* the free succeeded either way */
+}
+
+/* The settle hook: makes idle what the pool holds of streams whose work is
+ * done.  m's lock held, context current. */
+static void pool_settle(cuemm_manager *m, int synced)
+{
+  cuemm__heap *ps = m->pstreams;
+  if (!ps)
+    return;
+  cuemm__sa *sa = &m->pool->sa;
+  for (uint32_t k = 0; k < ps->nst && sa->tagged_bytes; k++) {
+    cuemm__hstream *a = &ps->st[k];
+    if (!cuemm__sa_tag_bytes(sa, k + 1))
+      continue;
+    if (synced) {
+      cuemm__sa_untag(sa, k + 1, a->freed);
+      continue;
+    }
+    stream_query(m, ps, a);
+    if (a->covered < a->freed && !a->retired && stream_record(m, ps, a) == CUDA_SUCCESS)
+      stream_query(m, ps, a);
+    if (a->done)
+      cuemm__sa_untag(sa, k + 1, a->done);
+  }
+}
+
+/* Takes the best fit for `size` bytes among the pool's idle blocks, those
+ * freed on the requesting stream (tag `own`), and those freed on other
+ * streams whose work is done.  When another stream's block fits best, an
+ * event tells whether its work is done: recorded on that stream if none
+ * covers the free yet, then queried, never waited on by the host; with
+ * CUEMM_STREAM_REUSE=wait the requesting stream waits on it instead.  Its
+ * stream's blocks that are done become idle (and merge) on the way.
+ * Returns 0 with the block, or -1 when none fits (the caller's slow path
+ * settles, reclaims, grows).  m's lock held. */
+static int pool_pick(cuemm_manager *m, size_t size, uint32_t own, CUstream stream, uintptr_t *ptr, uint32_t *blk)
+{
+  cuemm__sa *sa = &m->pool->sa;
+  cuemm__heap *ps = m->pstreams;
+  size_t rs = round_block(size);
+  uint64_t busy = 0; /* tags (the first 64) whose blocks this request found in use */
+  int entered = 0;
+  cuemm__ctx_guard g;
+  uint32_t best;
+  for (;;) {
+    best = cuemm__sa_fit(sa, rs, 0);
+    uint32_t bt = 0;
+    for (uint32_t t = 1; ps && sa->tagged_bytes && t <= ps->nst; t++) {
+      if (t != own && (t > 64 || (busy >> (t - 1) & 1)))
+        continue;
+      uint32_t c = cuemm__sa_fit(sa, rs, t);
+      if (c != CUEMM__SA_NIL && (best == CUEMM__SA_NIL || sa->b[c].size < sa->b[best].size))
+        best = c, bt = t;
+    }
+    if (best == CUEMM__SA_NIL || bt == 0 || bt == own)
+      break;
+    cuemm__hstream *a = &ps->st[bt - 1];
+    uint64_t seq = sa->b[best].seq;
+    if (!entered && cuemm__ctx_enter(m, &g) == CUDA_SUCCESS)
+      entered = 1;
+    if (entered) {
+      stream_query(m, ps, a);
+      if (a->covered < seq && !a->retired && stream_record(m, ps, a) == CUDA_SUCCESS)
+        stream_query(m, ps, a);
+    }
+    if (a->done >= seq) {
+      cuemm__sa_untag(sa, bt, a->done); /* idle now, merged: choose again */
+      ps->steals++;
+      continue;
+    }
+    if (entered && m->cfg.stream_reuse == CUEMM_STREAM_REUSE_WAIT && a->covered >= seq) {
+      unsigned i = 0;
+      while (a->batch[i].seq < seq)
+        i++;
+      CUresult r = m->drv->StreamWaitEvent(stream ? stream : CU_STREAM_LEGACY, a->batch[i].ev, 0);
+      if (r == CUDA_SUCCESS) {
+        ps->event_waits++;
+        ps->steals++;
+        break;
+      }
+      cuemm__driver_error(r, "cuStreamWaitEvent(stream %p, the event of stream %p)", (void *)stream, (void *)a->s);
+    }
+    busy |= (uint64_t)1 << (bt - 1);
+  }
+  if (entered)
+    cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  if (best == CUEMM__SA_NIL)
+    return -1;
+  cuemm__sa_take(sa, best, rs);
+  *ptr = (uintptr_t)m->pool->base + sa->b[best].off;
+  *blk = best;
+  return 0;
+}
+
 /* ---- cross-stream reuse ------------------------------------------------------------ */
 
 /* Moves cached block r (of another stream) to LIVE on hs. */
@@ -315,17 +521,20 @@ static void take_cached(cuemm__heap *h, uint32_t r, uint32_t hs, size_t req)
 }
 
 /* A block of size rs that another stream freed and whose event is known
- * complete: no driver call, so the owner's fast path may look. */
-static uint32_t steal_idle(cuemm__heap *h, uint32_t hs, size_t rs, size_t req)
+ * complete: no driver call, so the owner's fast path may look.  *others
+ * tells whether another stream holds blocks of that size at all (the slow
+ * path may then learn with an event whether one is free to take). */
+static uint32_t steal_idle(cuemm__heap *h, uint32_t hs, size_t rs, size_t req, int *others)
 {
   for (uint32_t k = 0; k < h->nst; k++) {
-    if (k == hs || h->st[k].done == 0)
+    if (k == hs)
       continue;
     uint32_t bin = cuemm__heap_bin(h, k, rs);
     if (bin == CUEMM__HEAP_NIL)
       continue;
     uint32_t t = h->bins[bin].tail;
-    if (t != CUEMM__HEAP_NIL && h->b[t].seq <= h->st[k].done) {
+    *others |= t != CUEMM__HEAP_NIL;
+    if (t != CUEMM__HEAP_NIL && h->st[k].done && h->b[t].seq <= h->st[k].done) {
       take_cached(h, t, hs, req);
       return t;
     }
@@ -389,12 +598,18 @@ static uint32_t steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, size_t rs, 
 
 /* ---- giving cached blocks back ------------------------------------------------------- */
 
-/* Returns cached blocks of h to the pool, oldest first: those every stream
- * may use (their stream's `done` passed them) until at most `keep` bytes
- * stay cached; with `all`, every cached block, those that may still be in
- * use through the pending queue (whose flush synchronizes the context).
- * Both locks held, context current.  Returns the bytes given back. */
-static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t keep)
+/* Returns cached blocks of h to the pool, oldest first, until at most
+ * `keep` bytes stay cached: idle ones (their stream's `done` passed them),
+ * and the others as freed on their stream (pool_give_on), except those of
+ * the per-thread default stream or a released one, which wait.  With
+ * `want`, idle blocks only (an event is recorded to learn which), until
+ * the pool has a free block of `want` bytes.  With `all`, every cached
+ * block, those that may still be in use through the pending queue (whose
+ * flush synchronizes the context).  Idle blocks merge with their free
+ * neighbours at once: the pool's own cache of exact sizes would keep them
+ * where they are, and the heap was that cache already.  Both locks held,
+ * context current.  Returns the bytes given back. */
+static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t keep, size_t want)
 {
   size_t given = 0;
   for (uint32_t k = 0; k < h->nst; k++) {
@@ -402,7 +617,7 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
     if (!a->cached_count)
       continue;
     stream_query(m, h, a);
-    if (!all && a->covered < a->freed && !a->retired && !stream_is_own_only(a->s)) {
+    if (want && !all && a->covered < a->freed && !a->retired && !stream_is_own_only(a->s)) {
       stream_record(m, h, a);
       stream_query(m, h, a);
     }
@@ -410,29 +625,35 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
   for (uint32_t r = h->oldest, next; r != CUEMM__HEAP_NIL && (all || h->cached_bytes > keep); r = next) {
     cuemm__hblock *b = &h->b[r];
     next = b->newer;
-    int idle = b->seq <= h->st[b->hs].done;
-    if (!idle && !all)
+    const cuemm__hstream *a = &h->st[b->hs];
+    int idle = b->seq <= a->done;
+    if (!idle && !all && (want || a->retired || stream_is_own_only(a->s)))
       continue;
     uintptr_t ptr = b->ptr;
     size_t size = b->size;
     uint32_t blk = b->blk;
-    if (!idle) {
+    if (!idle && all) {
       if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) != 0)
         continue; /* stays cached: nothing is lost */
       m->pool_pending++;
+    } else if (!idle) {
+      if (pool_give_on(m, blk, a->s) != 0)
+        continue;
     } else
-      cuemm__pool_give(m->pool, blk);
+      cuemm__sa_free_now(&m->pool->sa, blk);
     cuemm__heap_unbin(h, r);
     cuemm__heap_remove(h, r);
     cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
     if (e)
       cuemm__owned_remove(&m->owned, e);
     given += size;
+    if (want && cuemm__sa_fits(&m->pool->sa, want, 0))
+      break;
   }
   return given;
 }
 
-static size_t stream_reclaim(cuemm_manager *m, int all)
+static size_t stream_reclaim(cuemm_manager *m, int all, size_t want)
 {
   if (!m->nheaps)
     return 0;
@@ -444,8 +665,10 @@ static size_t stream_reclaim(cuemm_manager *m, int all)
     cuemm__heap *h = m->heaps[i];
     cuemm__heap_lock(h);
     if (h->cached_count)
-      given += heap_give_back(m, h, all, 0);
+      given += heap_give_back(m, h, all, 0, all ? 0 : want);
     cuemm__heap_unlock(h);
+    if (want && !all && cuemm__sa_fits(&m->pool->sa, want, 0))
+      break;
   }
   cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   if (given)
@@ -516,9 +739,42 @@ static inline stream_path path_of(const cuemm_manager *m, const char *fn, CUresu
   return path_checked(m, fn, why);
 }
 
-static inline size_t round_block(size_t size)
+/* A block from the pool, under the manager's lock: it is the pool's, as
+ * cuemm_alloc's are (its owned entry says so), until its free decides
+ * whether the thread's cache keeps it. */
+static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, CUdeviceptr *p, size_t size,
+                                                          CUstream stream)
 {
-  return (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1);
+  size_t rs = round_block(size);
+  uintptr_t ptr;
+  uint32_t blk;
+  cuemm__lock_acquire(&m->lock);
+  uint32_t tag = pool_tag(m, stream);
+  CUresult r = pool_pick(m, size, tag, stream, &ptr, &blk) == 0 ? CUDA_SUCCESS
+                                                               : cuemm__pool_take_locked(m, size, tag, &ptr, &blk);
+  if (r == CUDA_SUCCESS) {
+    /* The block remembers its stream (its descriptor's word): for
+     * cuemm_record_stream and snapshots. */
+    m->pool->sa.b[blk].seq = (uint64_t)(uintptr_t)(stream ? stream : CU_STREAM_LEGACY);
+    if (cuemm__owned_add(&m->owned, ptr, size, CUEMM__KIND_POOL, blk) == 0)
+      cuemm__account_alloc(m, size);
+    else {
+      if (tag)
+        pool_return_on(m, ptr, rs, blk, stream);
+      else
+        cuemm__pool_give(m->pool, blk);
+      r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory left to record the allocation");
+    }
+  }
+  if (r != CUDA_SUCCESS)
+    m->st.alloc_failures++;
+  cuemm__lock_release(&m->lock);
+  if (r == CUDA_SUCCESS) {
+    *p = (CUdeviceptr)ptr;
+    cuemm__nvtx_live(m->pool, ptr, size);
+  } else
+    cuemm__error_append(" (cuemm_alloc_async of %zu bytes on stream %p)", size, (void *)stream);
+  return r;
 }
 
 static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
@@ -555,6 +811,8 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   uint32_t bin = cuemm__heap_bin(h, hs, rs);
   uint32_t got = bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL ? cuemm__heap_pop(h, bin, hs, size)
                                                                               : steal(m, h, hs, rs, size);
+  if (rs >= CUEMM__HEAP_LARGE)
+    h->st[hs].last_large = rs;
   if (got != CUEMM__HEAP_NIL) {
     *p = (CUdeviceptr)h->b[got].ptr;
     cuemm__heap_unlock(h);
@@ -563,37 +821,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   }
   cuemm__heap_unlock(h);
 
-  /* From the pool, under the manager's lock (taken before the heap's). */
-  uintptr_t ptr;
-  uint32_t blk;
-  cuemm__lock_acquire(&m->lock);
-  r = cuemm__pool_take_locked(m, size, &ptr, &blk);
-  if (r == CUDA_SUCCESS) {
-    cuemm__heap_lock(h);
-    uint32_t rec = cuemm__heap_insert(h, ptr, rs, blk, hs, size);
-    /* The owned entry records the block's rounded size, which every later
-     * use of the block fits in (stream_live_size gives the use's). */
-    if (rec != CUEMM__HEAP_NIL && cuemm__owned_add(&m->owned, ptr, rs, CUEMM__KIND_STREAM, h->index) != 0) {
-      cuemm__heap_remove(h, rec);
-      rec = CUEMM__HEAP_NIL;
-    }
-    if (rec != CUEMM__HEAP_NIL)
-      h->allocs++;
-    cuemm__heap_unlock(h);
-    if (rec == CUEMM__HEAP_NIL) {
-      cuemm__pool_give(m->pool, blk);
-      r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory left to record the allocation");
-    }
-  }
-  if (r != CUDA_SUCCESS)
-    m->st.alloc_failures++;
-  cuemm__lock_release(&m->lock);
-  if (r == CUDA_SUCCESS) {
-    *p = (CUdeviceptr)ptr;
-    cuemm__nvtx_live(m->pool, ptr, size);
-  } else
-    cuemm__error_append(" (cuemm_alloc_async of %zu bytes on stream %p)", size, (void *)stream);
-  return r;
+  return alloc_from_pool(m, p, size, stream);
 }
 
 static inline CUresult alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
@@ -611,15 +839,23 @@ static inline CUresult alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size
     if (hs != CUEMM__HEAP_NIL) {
       size_t rs = round_block(size);
       uint32_t bin = cuemm__heap_bin(h, hs, rs), r;
+      int others = 0;
       if (bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL)
         r = cuemm__heap_pop(h, bin, hs, size);
       else
-        r = steal_idle(h, hs, rs, size);
+        r = steal_idle(h, hs, rs, size, &others);
       if (r != CUEMM__HEAP_NIL) {
         *p = (CUdeviceptr)h->b[r].ptr;
         cuemm__heap_leave(h);
         cuemm__nvtx_live(m->pool, (uintptr_t)*p, size);
         return CUDA_SUCCESS;
+      }
+      if (!others) {
+        /* No stream of this heap has a block of this size: the pool's. */
+        if (rs >= CUEMM__HEAP_LARGE)
+          h->st[hs].last_large = rs;
+        cuemm__heap_leave(h);
+        return alloc_from_pool(m, p, size, stream);
       }
     }
     cuemm__heap_leave(h);
@@ -689,17 +925,77 @@ static CUresult cache_on(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream 
   return CUDA_SUCCESS;
 }
 
+/* Whether h keeps a block of `size` bytes freed on `stream` rather than
+ * the pool taking it at once.  Small blocks stay while the cache has room.
+ * A large one stays only when it is the stream's latest large allocation
+ * and none of its size is kept already: a buffer the program allocates
+ * and frees in turn (a workspace, a temporary) then stays on the fast
+ * path, while the blocks of a training step, freed long after, merge in
+ * the pool, where they serve any size.  Kept large blocks are few, since
+ * each one splits the free space around it (a serving trace held 1.21x
+ * its live bytes with blocks up to 1 MiB kept by size, 1.05x with none).
+ * The per-thread default stream's blocks always stay (the pool cannot
+ * record on that stream).  Heap locked. */
+static int heap_admits(cuemm__heap *h, CUstream stream, size_t size)
+{
+  if (stream_is_own_only(stream))
+    return 1;
+  if (h->cached_bytes + size > h->trim_mark)
+    return 0;
+  if (size < CUEMM__HEAP_LARGE)
+    return 1;
+  if (size > CUEMM__HEAP_LARGE_MAX)
+    return 0;
+  uint32_t hs = cuemm__heap_stream(h, stream);
+  if (hs == CUEMM__HEAP_NIL || h->st[hs].last_large != size)
+    return 0;
+  uint32_t bin = cuemm__heap_bin(h, hs, size);
+  return bin == CUEMM__HEAP_NIL || h->bins[bin].head == CUEMM__HEAP_NIL;
+}
+
+/* Whether LIVE record rec of h, freed on `stream`, would be a second large
+ * block kept for that stream: it goes to the pool instead.  Heap locked. */
+static inline int heap_surplus(const cuemm__heap *h, uint32_t rec, CUstream stream)
+{
+  if (h->b[rec].size < CUEMM__HEAP_LARGE || stream_is_own_only(stream))
+    return 0;
+  uint32_t hs = cuemm__heap_stream((cuemm__heap *)h, stream);
+  return hs != CUEMM__HEAP_NIL && h->st[hs].large_cached != 0;
+}
+
+/* Gives the pool the large block h keeps for stream hs, if any: a newer
+ * one takes its place (heap_surplus keeps them one per stream).  Both
+ * locks held. */
+static void heap_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs)
+{
+  if (hs == CUEMM__HEAP_NIL || !h->st[hs].large_cached)
+    return;
+  uint32_t r = h->st[hs].large_rec;
+  cuemm__hblock *b = &h->b[r];
+  uintptr_t ptr = b->ptr;
+  size_t size = b->size;
+  uint32_t blk = b->blk;
+  cuemm__heap_unbin(h, r);
+  cuemm__heap_remove(h, r);
+  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
+  if (e)
+    cuemm__owned_remove(&m->owned, e);
+  pool_return_on(m, ptr, size, blk, h->st[hs].s);
+}
+
+/* `looked`: the caller found no record of dp in h, its own heap (a finding
+ * that stands: only h's thread adds records to h). */
 static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp,
-                                                          CUstream stream, size_t *freed)
+                                                          CUstream stream, size_t *freed, int looked)
 {
   uintptr_t p = (uintptr_t)dp;
   CUresult r;
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: the pointer is 0");
-  if (h) {
+  if (h && !looked) {
     cuemm__heap_lock(h);
     uint32_t rec = cuemm__heap_find(h, p);
-    if (rec != CUEMM__HEAP_NIL) {
+    if (rec != CUEMM__HEAP_NIL && (h->b[rec].state == CUEMM__HB_CACHED || !heap_surplus(h, rec, stream))) {
       if (h->b[rec].state == CUEMM__HB_CACHED)
         r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: double free of 0x%" PRIxPTR " (%zu bytes): "
                          "it was freed on stream %p already", p, h->b[rec].size, (void *)h->st[h->b[rec].hs].s);
@@ -717,7 +1013,8 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
     cuemm__heap_unlock(h);
   }
 
-  /* Not this thread's: find who holds it. */
+  /* Another thread's block, one the pool holds, or one this thread's heap
+   * should not keep: under the manager's lock, which the pool needs. */
   cuemm__lock_acquire(&m->lock);
   if (!h && (r = heap_attach_locked(m, &h)) != CUDA_SUCCESS) {
     cuemm__lock_release(&m->lock);
@@ -738,8 +1035,9 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   }
   size_t size, req = e->size;
   uint32_t blk;
+  cuemm__heap *o = NULL; /* the heap that held it, locked until the block has found its place */
   if (e->kind == CUEMM__KIND_STREAM) {
-    cuemm__heap *o = m->heaps[e->aux];
+    o = m->heaps[e->aux];
     cuemm__heap_lock(o);
     uint32_t rec = cuemm__heap_find(o, p);
     if (o->b[rec].state == CUEMM__HB_CACHED) {
@@ -759,12 +1057,48 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
     blk = o->b[rec].blk;
     req = o->b[rec].req;
     cuemm__heap_remove(o, rec);
+  } else
+    size = round_block(e->size), blk = e->aux;
+  /* h is the calling thread's: it enters as on its fast path, or locks
+   * when another thread wants the heap. */
+  int entered = o != h && cuemm__heap_enter(h);
+  if (o != h && !entered)
+    cuemm__heap_lock(h);
+  int admit = heap_admits(h, stream, size);
+  if (admit && size >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
+    heap_evict_large(m, h, cuemm__heap_stream(h, stream));
+    e = cuemm__owned_find(&m->owned, p); /* removals may move entries */
+  }
+  if (entered)
+    cuemm__heap_leave(h);
+  else if (o != h)
+    cuemm__heap_unlock(h);
+  if (!admit) {
+    /* To the pool, as freed on `stream`: the allocation and its free are
+     * counted where it was allocated. */
+    if (o) {
+      o->frees++;
+      cuemm__heap_unlock(o);
+    } else {
+      m->st.live_bytes -= e->size;
+      m->st.live_count--;
+      m->st.frees++;
+    }
+    cuemm__owned_remove(&m->owned, e);
+    cuemm__nvtx_dead(m->pool, p);
+    pool_return_on(m, p, size, blk, stream);
+    pool_trim_tagged(m);
+    cuemm__lock_release(&m->lock);
+    if (freed)
+      *freed = req;
+    return CUDA_SUCCESS;
+  }
+  if (o) {
     o->allocs--; /* counted again below, where the block now lives */
     cuemm__heap_unlock(o);
   } else {
-    /* A block of cuemm_alloc: it leaves the deferred path for this heap. */
-    size = round_block(e->size);
-    blk = e->aux;
+    /* A block of the pool (cuemm_alloc's, or cuemm_alloc_async's not yet
+     * cached): it joins this heap. */
     m->st.live_bytes -= e->size;
     m->st.live_count--;
     m->st.allocs--;
@@ -772,7 +1106,9 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   e->kind = CUEMM__KIND_STREAM;
   e->aux = h->index;
   e->size = size;
-  cuemm__heap_lock(h);
+  entered = cuemm__heap_enter(h);
+  if (!entered)
+    cuemm__heap_lock(h);
   uint32_t hs = cuemm__heap_stream(h, stream);
   if (hs == CUEMM__HEAP_NIL)
     hs = cuemm__heap_add_stream(h, stream);
@@ -790,7 +1126,10 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       cuemm__pool_give(m->pool, blk); /* cannot happen in practice; never leak */
   } else
     h->allocs++;
-  cuemm__heap_unlock(h);
+  if (entered)
+    cuemm__heap_leave(h);
+  else
+    cuemm__heap_unlock(h);
   cuemm__lock_release(&m->lock);
   if (freed)
     *freed = req;
@@ -815,7 +1154,7 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
      * are still busy stay: try again only after the cache has grown by
      * another part of the cap. */
     size_t t = cache_cap(m);
-    size_t given = heap_give_back(m, h, 0, 0);
+    size_t given = heap_give_back(m, h, 0, 0, 0);
     h->trim_mark = h->cached_bytes > t ? h->cached_bytes + t / 4 + 1 : t;
     cuemm__heap_unlock(h);
     if (given) {
@@ -825,6 +1164,7 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
     }
     cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   }
+  pool_trim_tagged(m);
   cuemm__lock_release(&m->lock);
   cuemm__error(CUDA_SUCCESS, "%s", keep);
 }
@@ -845,7 +1185,8 @@ static inline CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream str
       uint32_t hs = cuemm__heap_stream(h, stream);
       if (freed)
         *freed = h->b[r].req;
-      if (hs != CUEMM__HEAP_NIL && cuemm__heap_cache(h, r, hs) == 0) {
+      if (hs != CUEMM__HEAP_NIL && (h->b[r].size < CUEMM__HEAP_LARGE || !h->st[hs].large_cached) &&
+          cuemm__heap_cache(h, r, hs) == 0) {
         int over = h->cached_bytes > h->trim_mark;
         cuemm__nvtx_dead(m->pool, (uintptr_t)dp); /* before another thread may take the block */
         cuemm__heap_leave(h);
@@ -855,8 +1196,9 @@ static inline CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream str
       }
     }
     cuemm__heap_leave(h);
+    return free_async_slow(m, h, dp, stream, freed, r == CUEMM__HEAP_NIL);
   }
-  return free_async_slow(m, h, dp, stream, freed);
+  return free_async_slow(m, h, dp, stream, freed, 0);
 }
 
 /* The event log's rows, out of the fast paths' way. */
@@ -899,6 +1241,63 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstrea
   return free_async(m, dp, stream, NULL);
 }
 
+/* Adds to h's uses that `stream` used record rec.  Heap locked. */
+static CUresult use_add(cuemm__heap *h, uint32_t rec, CUstream stream)
+{
+  for (uint32_t i = 0; i < h->nuses; i++)
+    if (h->uses[i].r == rec && h->uses[i].s == stream)
+      return CUDA_SUCCESS;
+  if (h->nuses == h->capuses) {
+    uint32_t cap = h->capuses ? h->capuses * 2 : 16;
+    void *g = realloc(h->uses, cap * sizeof *h->uses);
+    if (!g)
+      return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_record_stream: no host memory");
+    h->uses = g;
+    h->capuses = cap;
+  }
+  h->uses[h->nuses++] = (cuemm__huse){ rec, stream };
+  h->b[rec].uses = 1;
+  return CUDA_SUCCESS;
+}
+
+/* cuemm_record_stream of a live block the pool holds: it moves into the
+ * caller's heap, LIVE on the stream it was allocated on, with `stream` as
+ * a use unless that is the same stream.  A block of cuemm_alloc has no
+ * stream of its own: any free on a stream then waits for `stream`.  m's
+ * lock held. */
+static CUresult adopt_used(cuemm_manager *m, cuemm__owned_entry *e, CUstream stream)
+{
+  cuemm__heap *h = heap_of(m);
+  CUresult r;
+  if (!h && (r = heap_attach_locked(m, &h)) != CUDA_SUCCESS)
+    return r;
+  size_t rs = round_block(e->size);
+  CUstream own = (CUstream)(uintptr_t)m->pool->sa.b[e->aux].seq;
+  cuemm__heap_lock(h);
+  uint32_t hs = cuemm__heap_stream(h, own ? own : stream);
+  if (hs == CUEMM__HEAP_NIL)
+    hs = cuemm__heap_add_stream(h, own ? own : stream);
+  uint32_t rec = hs == CUEMM__HEAP_NIL ? CUEMM__HEAP_NIL : cuemm__heap_insert(h, e->key, rs, e->aux, hs, e->size);
+  if (rec == CUEMM__HEAP_NIL) {
+    cuemm__heap_unlock(h);
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_record_stream: no host memory");
+  }
+  if ((own != stream || stream_is_own_only(stream)) && (r = use_add(h, rec, stream)) != CUDA_SUCCESS) {
+    cuemm__heap_remove(h, rec);
+    cuemm__heap_unlock(h);
+    return r;
+  }
+  h->allocs++;
+  cuemm__heap_unlock(h);
+  m->st.live_bytes -= e->size;
+  m->st.live_count--;
+  m->st.allocs--;
+  e->kind = CUEMM__KIND_STREAM;
+  e->aux = h->index;
+  e->size = rs;
+  return CUDA_SUCCESS;
+}
+
 CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
   CUresult why = CUDA_SUCCESS;
@@ -911,10 +1310,13 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUst
   CUresult r = CUDA_SUCCESS;
   cuemm__lock_acquire(&m->lock);
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
-  if (e && e->kind == CUEMM__KIND_POOL && !e->pending) {
-    /* A block of cuemm_alloc: its free synchronizes the whole context,
-     * which covers every stream already. */
-  } else if (!e || e->kind != CUEMM__KIND_STREAM) {
+  if (e && e->kind == CUEMM__KIND_POOL)
+    /* A block the pool holds (cuemm_alloc's, or cuemm_alloc_async's not
+     * yet cached): freed with cuemm_free it would need nothing (the flush
+     * synchronizes), but freed on a stream it must wait for `stream`, so
+     * it joins this thread's heap, which keeps the use. */
+    r = adopt_used(m, e, stream);
+  else if (!e || e->kind != CUEMM__KIND_STREAM) {
     r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_record_stream: 0x%" PRIxPTR " is not the start of a live pool "
                      "block of this manager (allocated elsewhere, an interior pointer, or freed already)", p);
   } else {
@@ -924,27 +1326,8 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUst
     cuemm__hblock *b = &o->b[rec];
     if (b->state != CUEMM__HB_LIVE)
       r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_record_stream: 0x%" PRIxPTR " was freed already", p);
-    else if (stream != o->st[b->hs].s || stream_is_own_only(stream)) {
-      int known = 0;
-      for (uint32_t i = 0; i < o->nuses; i++)
-        known |= o->uses[i].r == rec && o->uses[i].s == stream;
-      if (!known) {
-        if (o->nuses == o->capuses) {
-          uint32_t cap = o->capuses ? o->capuses * 2 : 16;
-          void *g = realloc(o->uses, cap * sizeof *o->uses);
-          if (!g)
-            r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_record_stream: no host memory");
-          else {
-            o->uses = g;
-            o->capuses = cap;
-          }
-        }
-        if (r == CUDA_SUCCESS) {
-          o->uses[o->nuses++] = (cuemm__huse){ rec, stream };
-          b->uses = 1;
-        }
-      }
-    }
+    else if (stream != o->st[b->hs].s || stream_is_own_only(stream))
+      r = use_add(o, rec, stream);
     cuemm__heap_unlock(o);
   }
   cuemm__lock_release(&m->lock);
@@ -1000,6 +1383,22 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
     }
     h->last = CUEMM__HEAP_NIL;
     cuemm__heap_unlock(h);
+  }
+  /* The pool's blocks freed on it: one last event, then the same new key;
+   * they become idle when the event completes (pool_settle), or at the
+   * next synchronizing flush where no event could be recorded. */
+  cuemm__heap *ps = m->pstreams;
+  uint32_t k = ps && r == CUDA_SUCCESS && !stream_is_own_only(stream) ? cuemm__heap_stream(ps, stream)
+                                                                       : CUEMM__HEAP_NIL;
+  if (k != CUEMM__HEAP_NIL) {
+    cuemm__hstream *a = &ps->st[k];
+    stream_query(m, ps, a);
+    r = stream_record(m, ps, a);
+    if (r == CUDA_SUCCESS) {
+      a->s = retired_key();
+      a->retired = 1;
+      ps->last = CUEMM__HEAP_NIL;
+    }
   }
   r = cuemm__ctx_leave(m, &g, r);
   cuemm__lock_release(&m->lock);
@@ -1100,6 +1499,11 @@ static void stream_stats(cuemm_manager *m, cuemm_stats *s)
     s->stream_steals += h->steals;
     cuemm__heap_unlock(h);
   }
+  if (m->pstreams) {
+    s->stream_events += m->pstreams->events_recorded;
+    s->stream_event_waits += m->pstreams->event_waits;
+    s->stream_steals += m->pstreams->steals;
+  }
   s->stream_heaps = m->nheaps;
   s->stream_reclaims = m->stream_reclaims;
 }
@@ -1140,6 +1544,12 @@ static size_t stream_fini(cuemm_manager *m, int use_driver)
   free(m->heaps);
   m->heaps = NULL;
   m->nheaps = m->capheaps = 0;
+  if (m->pstreams) {
+    leaked += heap_drop_events(m, m->pstreams, use_driver);
+    cuemm__heap_fini(m->pstreams);
+    free(m->pstreams);
+    m->pstreams = NULL;
+  }
   /* This thread's slot must not outlive the manager (a later manager may
    * get its address; the serial tells them apart for other threads). */
   for (int i = 0; i < STREAM_TLS_SLOTS; i++)
@@ -1178,6 +1588,7 @@ const cuemm__extension cuemm__stream_extension = {
   .abandon = stream_abandon,
   .live = stream_live,
   .reclaim = stream_reclaim,
+  .settle = pool_settle,
   .give_up = stream_give_up,
   .reset = stream_reset,
   .stats = stream_stats,

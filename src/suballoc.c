@@ -65,18 +65,56 @@ static unsigned bin_above(size_t size)
   return bin_of((u + step) * CUEMM__SA_ALIGN) ;
 }
 
-static unsigned first_nonempty(const cuemm__sa *s, unsigned from)
+static unsigned first_nonempty(const cuemm__sa_bins *bs, unsigned from)
 {
   unsigned w = from / 64;
   if (w >= CUEMM__SA_NBINS / 64)
     return CUEMM__SA_NBINS;
-  uint64_t bits = s->bitmap[w] & (~(uint64_t)0 << (from % 64));
+  uint64_t bits = bs->bitmap[w] & (~(uint64_t)0 << (from % 64));
   while (!bits) {
     if (++w == CUEMM__SA_NBINS / 64)
       return CUEMM__SA_NBINS;
-    bits = s->bitmap[w];
+    bits = bs->bitmap[w];
   }
   return w * 64 + (unsigned)__builtin_ctzll(bits);
+}
+
+static void bins_init(cuemm__sa_bins *bs)
+{
+  memset(bs, 0, sizeof *bs);
+  for (unsigned k = 0; k < CUEMM__SA_NBINS; k++)
+    bs->heads[k] = NIL;
+}
+
+/* The bins of a FREE block's tag (which exist: the block is in them). */
+static inline cuemm__sa_bins *bins_of(const cuemm__sa *s, uint32_t tag)
+{
+  return tag ? s->tagged[tag - 1] : (cuemm__sa_bins *)&s->idle;
+}
+
+/* Makes sure tag's bins exist.  Returns -1 when host memory ran out. */
+static int bins_make(cuemm__sa *s, uint32_t tag)
+{
+  if (tag <= s->ntags && s->tagged[tag - 1])
+    return 0;
+  if (tag > s->ntags) {
+    uint32_t n = s->ntags ? s->ntags : 4;
+    while (n < tag)
+      n *= 2;
+    cuemm__sa_bins **t = realloc(s->tagged, n * sizeof *t);
+    if (!t)
+      return -1;
+    for (uint32_t k = s->ntags; k < n; k++)
+      t[k] = NULL;
+    s->tagged = t;
+    s->ntags = n;
+  }
+  cuemm__sa_bins *bs = malloc(sizeof *bs);
+  if (!bs)
+    return -1;
+  bins_init(bs);
+  s->tagged[tag - 1] = bs;
+  return 0;
 }
 
 /* ---- lists ---------------------------------------------------------------- */
@@ -86,9 +124,14 @@ static void list_add(cuemm__sa *s, uint32_t i)
   cuemm__sa_block *b = &s->b[i];
   uint32_t *head;
   if (b->state == CUEMM__SA_FREE) {
+    cuemm__sa_bins *bs = bins_of(s, b->tag);
     b->bin = (uint16_t)bin_of(b->size);
-    head = &s->heads[b->bin];
-    s->bitmap[b->bin / 64] |= (uint64_t)1 << (b->bin % 64);
+    head = &bs->heads[b->bin];
+    bs->bitmap[b->bin / 64] |= (uint64_t)1 << (b->bin % 64);
+    bs->bytes += b->size;
+    bs->count++;
+    if (b->tag)
+      s->tagged_bytes += b->size;
     s->free_count++;
   } else {
     head = &s->holes;
@@ -104,7 +147,8 @@ static void list_add(cuemm__sa *s, uint32_t i)
 static void list_del(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
-  uint32_t *head = b->state == CUEMM__SA_FREE     ? &s->heads[b->bin]
+  cuemm__sa_bins *bs = b->state == CUEMM__SA_FREE ? bins_of(s, b->tag) : NULL;
+  uint32_t *head = bs                             ? &bs->heads[b->bin]
                    : b->state != CUEMM__SA_CACHED ? &s->holes
                    : b->size < CUEMM__SA_SMALL    ? &s->cache[b->bin]
                                                   : &s->lhead[b->bin];
@@ -114,9 +158,13 @@ static void list_del(cuemm__sa *s, uint32_t i)
     *head = b->lnext;
   if (b->lnext != NIL)
     s->b[b->lnext].lprev = b->lprev;
-  if (b->state == CUEMM__SA_FREE) {
+  if (bs) {
     if (*head == NIL)
-      s->bitmap[b->bin / 64] &= ~((uint64_t)1 << (b->bin % 64));
+      bs->bitmap[b->bin / 64] &= ~((uint64_t)1 << (b->bin % 64));
+    bs->bytes -= b->size;
+    bs->count--;
+    if (b->tag)
+      s->tagged_bytes -= b->size;
     s->free_count--;
   } else if (b->state == CUEMM__SA_CACHED) {
     if (b->size < CUEMM__SA_SMALL)
@@ -184,6 +232,8 @@ static uint32_t split(cuemm__sa *s, uint32_t i, size_t at)
   c->off = a->off + at;
   c->size = a->size - at;
   c->state = a->state;
+  c->tag = a->tag;
+  c->seq = a->seq;
   c->prev = i;
   c->next = a->next;
   if (a->next != NIL)
@@ -193,23 +243,37 @@ static uint32_t split(cuemm__sa *s, uint32_t i, size_t at)
   return j;
 }
 
-/* Whether a block of state `st` absorbs a neighbour of state `nb`: a free
- * block takes cached neighbours too. */
-static int mergeable(uint8_t st, uint8_t nb)
+/* Whether block a absorbs its neighbour n: blocks of one state, free ones
+ * of one tag, and a free block cached ones (idle: the caches hold blocks of
+ * the deferred path).  With `mix`, free blocks of a tag and idle ones merge
+ * too, into a block of that tag: idle space beside a stream's freed blocks
+ * joins them rather than stay apart in pieces, and becomes idle again with
+ * them (cuemm__sa_untag).  Growth and release do not mix: what they map or
+ * unmap stays idle. */
+static int mergeable(const cuemm__sa_block *a, const cuemm__sa_block *n, int mix)
 {
-  return nb == st || (st == CUEMM__SA_FREE && nb == CUEMM__SA_CACHED);
+  if (a->state != CUEMM__SA_FREE)
+    return n->state == a->state;
+  if (n->state == CUEMM__SA_CACHED)
+    return a->tag == 0 || mix;
+  return n->state == CUEMM__SA_FREE && (n->tag == a->tag || (mix && (!n->tag || !a->tag)));
 }
 
-/* Block i (unlinked, final state set) absorbs neighbours of the same state,
- * and a free block every cached block in an unbroken run beside it as well
- * as the free block beyond; returns the surviving index (the lowest),
- * unlinked. */
-static uint32_t merge(cuemm__sa *s, uint32_t i)
+/* Block i (unlinked, final state set) absorbs its mergeable neighbours
+ * (runs of them on both sides); returns the surviving index (the lowest),
+ * unlinked, with the tag of any tagged part and the newest free number. */
+static uint32_t merge(cuemm__sa *s, uint32_t i, int mix)
 {
   uint8_t st = s->b[i].state;
+  uint64_t seq = s->b[i].seq;
   uint32_t n;
-  while ((n = s->b[i].next) != NIL && mergeable(st, s->b[n].state)) {
+  while ((n = s->b[i].next) != NIL && mergeable(&s->b[i], &s->b[n], mix)) {
     list_del(s, n);
+    if (s->b[n].state == CUEMM__SA_FREE && s->b[n].tag) {
+      s->b[i].tag = s->b[n].tag;
+      if (s->b[n].seq > seq)
+        seq = s->b[n].seq;
+    }
     s->b[i].size += s->b[n].size;
     s->b[i].next = s->b[n].next;
     if (s->b[n].next != NIL)
@@ -217,16 +281,24 @@ static uint32_t merge(cuemm__sa *s, uint32_t i)
     desc_put(s, n);
   }
   uint32_t p;
-  while ((p = s->b[i].prev) != NIL && mergeable(st, s->b[p].state)) {
+  while ((p = s->b[i].prev) != NIL && mergeable(&s->b[i], &s->b[p], mix)) {
     list_del(s, p);
+    uint32_t tag = s->b[i].tag;
+    if (s->b[p].state == CUEMM__SA_FREE && s->b[p].tag) {
+      tag = s->b[p].tag;
+      if (s->b[p].seq > seq)
+        seq = s->b[p].seq;
+    }
     s->b[p].size += s->b[i].size;
     s->b[p].next = s->b[i].next;
     if (s->b[i].next != NIL)
       s->b[s->b[i].next].prev = p;
     desc_put(s, i);
     s->b[p].state = st;
+    s->b[p].tag = tag;
     i = p;
   }
+  s->b[i].seq = s->b[i].tag ? seq : 0;
   return i;
 }
 
@@ -236,8 +308,7 @@ int cuemm__sa_init(cuemm__sa *s, size_t span)
 {
   memset(s, 0, sizeof *s);
   s->spare = s->holes = NIL;
-  for (unsigned k = 0; k < CUEMM__SA_NBINS; k++)
-    s->heads[k] = NIL;
+  bins_init(&s->idle);
   for (unsigned k = 0; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN; k++)
     s->cache[k] = NIL;
   for (unsigned k = 0; k < CUEMM__SA_LSLOTS; k++)
@@ -256,27 +327,62 @@ int cuemm__sa_init(cuemm__sa *s, size_t span)
 
 void cuemm__sa_fini(cuemm__sa *s)
 {
+  for (uint32_t t = 0; t < s->ntags; t++)
+    free(s->tagged[t]);
+  free(s->tagged);
+  free(s->scratch);
   free(s->b);
   memset(s, 0, sizeof *s);
 }
 
-/* Takes a FREE block of at least `size` bytes from the bins, or NIL. */
-static uint32_t take_free(cuemm__sa *s, size_t size)
+/* The smallest block of at least `size` bytes in list i (lowest address
+ * among equals), or NIL. */
+static uint32_t best_in(const cuemm__sa *s, uint32_t i, size_t size)
 {
+  uint32_t best = NIL;
+  for (; i != NIL; i = s->b[i].lnext)
+    if (s->b[i].size >= size &&
+        (best == NIL || s->b[i].size < s->b[best].size ||
+         (s->b[i].size == s->b[best].size && s->b[i].off < s->b[best].off)))
+      best = i;
+  return best;
+}
+
+/* A FREE block of at least `size` bytes in bins bs, or NIL.  Small
+ * requests take the head of the first bin that serves them (good fit, O(1)).
+ * Large ones take the best fit: in their own bin, else in the first bin
+ * above, lowest address among equals; their bins are short, and a good
+ * fit's choice of whatever block heads a larger bin splits large free
+ * blocks for requests a smaller one would serve (a serving trace with
+ * requests of 300 MB held 1.8x its live bytes so). */
+static uint32_t find_free(const cuemm__sa *s, const cuemm__sa_bins *bs, size_t size)
+{
+  if (size >= CUEMM__SA_BEST_FIT) {
+    uint32_t i = best_in(s, bs->heads[bin_of(size)], size);
+    if (i != NIL)
+      return i;
+    unsigned k = first_nonempty(bs, bin_of(size) + 1);
+    return k < CUEMM__SA_NBINS ? best_in(s, bs->heads[k], size) : NIL;
+  }
   unsigned own = bin_of(size);
-  uint32_t i = s->heads[own];
+  uint32_t i = bs->heads[own];
   if (i == NIL || s->b[i].size < size) {
-    unsigned k = first_nonempty(s, bin_above(size));
+    unsigned k = first_nonempty(bs, bin_above(size));
     if (k < CUEMM__SA_NBINS)
-      i = s->heads[k];
+      i = bs->heads[k];
     else {
       /* Only a block of the request's own bin may still fit. */
       for (i = i == NIL ? NIL : s->b[i].lnext; i != NIL && s->b[i].size < size; i = s->b[i].lnext)
         ;
-      if (i == NIL)
-        return NIL;
     }
   }
+  return i;
+}
+
+/* Unlinks FREE block i and splits it to `size`; the rest stays free, with
+ * its tag. */
+static uint32_t cut(cuemm__sa *s, uint32_t i, size_t size)
+{
   list_del(s, i);
   if (s->b[i].size > size) {
     uint32_t rest = split(s, i, size);
@@ -284,6 +390,24 @@ static uint32_t take_free(cuemm__sa *s, size_t size)
       list_add(s, rest);
   }
   return i;
+}
+
+/* Takes an idle FREE block of at least `size` bytes from the bins, or NIL. */
+static uint32_t take_free(cuemm__sa *s, size_t size)
+{
+  uint32_t i = find_free(s, &s->idle, size);
+  return i == NIL ? NIL : cut(s, i, size);
+}
+
+/* The block becomes USED: its counters move. */
+static void mark_used(cuemm__sa *s, uint32_t i)
+{
+  s->b[i].state = CUEMM__SA_USED;
+  s->b[i].tag = 0;
+  s->b[i].seq = 0;
+  s->free_bytes -= s->b[i].size;
+  s->used_bytes += s->b[i].size;
+  s->used_count++;
 }
 
 uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size)
@@ -298,17 +422,119 @@ uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size)
     if ((i = take_free(s, size)) == NIL)
       return NIL;
   }
-  s->b[i].state = CUEMM__SA_USED;
-  s->free_bytes -= s->b[i].size;
-  s->used_bytes += s->b[i].size;
-  s->used_count++;
+  mark_used(s, i);
   return i;
+}
+
+uint32_t cuemm__sa_alloc_tagged(cuemm__sa *s, size_t size, uint32_t tag)
+{
+  if (tag && tag <= s->ntags && s->tagged[tag - 1] && s->tagged[tag - 1]->count) {
+    /* The better fit of the two kinds: a tagged block taken before an
+     * idle one that fits better would split a large block for a small
+     * request. */
+    uint32_t i = find_free(s, s->tagged[tag - 1], size);
+    if (i != NIL) {
+      uint32_t j = find_free(s, &s->idle, size);
+      if (j == NIL || s->b[i].size <= s->b[j].size) {
+        cut(s, i, size);
+        mark_used(s, i);
+        return i;
+      }
+    }
+  }
+  return cuemm__sa_alloc(s, size);
+}
+
+int cuemm__sa_free_tagged(cuemm__sa *s, uint32_t i, uint32_t tag, uint64_t seq)
+{
+  if (tag && bins_make(s, tag) != 0)
+    return -1;
+  size_t size = s->b[i].size;
+  s->used_bytes -= size;
+  s->free_bytes += size;
+  s->used_count--;
+  s->b[i].state = CUEMM__SA_FREE;
+  s->b[i].tag = tag;
+  s->b[i].seq = seq;
+  list_add(s, merge(s, i, 1));
+  return 0;
+}
+
+size_t cuemm__sa_untag(cuemm__sa *s, uint32_t tag, uint64_t done)
+{
+  if (!tag || tag > s->ntags || !s->tagged[tag - 1])
+    return 0;
+  cuemm__sa_bins *bs = s->tagged[tag - 1];
+  /* First out of the tag's bins, then merged: a merge may absorb another
+   * block of the tag, which must not be in the middle of a walk of its bin. */
+  if (s->nscratch < bs->count) {
+    uint32_t *g = realloc(s->scratch, bs->count * sizeof *g);
+    if (!g)
+      return 0; /* they stay tagged: later, or a synchronization, frees them */
+    s->scratch = g;
+    s->nscratch = (uint32_t)bs->count;
+  }
+  uint32_t n = 0;
+  size_t moved = 0;
+  for (unsigned k = first_nonempty(bs, 0); k < CUEMM__SA_NBINS; k = first_nonempty(bs, k + 1))
+    for (uint32_t i = bs->heads[k], next; i != NIL; i = next) {
+      next = s->b[i].lnext;
+      if (s->b[i].seq > done)
+        continue;
+      list_del(s, i);
+      s->b[i].tag = 0;
+      s->b[i].seq = 0;
+      list_add(s, i);
+      s->scratch[n++] = i;
+      moved += s->b[i].size;
+    }
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t i = s->scratch[j];
+    /* Absorbed by an earlier merge: its descriptor is spare now (merging
+     * takes no descriptor, so none is reused meanwhile). */
+    if (s->b[i].state != CUEMM__SA_FREE)
+      continue;
+    list_del(s, i);
+    list_add(s, merge(s, i, 1));
+  }
+  return moved;
 }
 
 void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i)
 {
   s->b[i].state = CUEMM__SA_FREE;
-  list_add(s, merge(s, i));
+  s->b[i].tag = 0;
+  s->b[i].seq = 0;
+  list_add(s, merge(s, i, 1));
+}
+
+void cuemm__sa_free_now(cuemm__sa *s, uint32_t i)
+{
+  size_t size = s->b[i].size;
+  s->used_bytes -= size;
+  s->free_bytes += size;
+  s->used_count--;
+  cuemm__sa_free_merge(s, i);
+}
+
+uint32_t cuemm__sa_fit(const cuemm__sa *s, size_t size, uint32_t tag)
+{
+  if (!tag)
+    return find_free(s, &s->idle, size);
+  if (tag > s->ntags || !s->tagged[tag - 1] || !s->tagged[tag - 1]->count)
+    return NIL;
+  return find_free(s, s->tagged[tag - 1], size);
+}
+
+void cuemm__sa_take(cuemm__sa *s, uint32_t i, size_t size)
+{
+  cut(s, i, size);
+  mark_used(s, i);
+}
+
+int cuemm__sa_fits(const cuemm__sa *s, size_t size, uint32_t tag)
+{
+  return cuemm__sa_fit(s, size, 0) != NIL || (tag && cuemm__sa_fit(s, size, tag) != NIL);
 }
 
 /* Empties the large caches and the map. */
@@ -321,7 +547,8 @@ static void coalesce_large(cuemm__sa *s)
     while ((i = s->lhead[k]) != NIL) {
       list_del(s, i);
       s->b[i].state = CUEMM__SA_FREE;
-      list_add(s, merge(s, i));
+      s->b[i].tag = 0;
+      list_add(s, merge(s, i, 1));
     }
     s->lkey[k] = 0;
     s->lkeys--;
@@ -374,7 +601,8 @@ void cuemm__sa_coalesce(cuemm__sa *s)
     while ((i = s->cache[k]) != NIL) {
       list_del(s, i);
       s->b[i].state = CUEMM__SA_FREE;
-      list_add(s, merge(s, i));
+      s->b[i].tag = 0;
+      list_add(s, merge(s, i, 1));
     }
   }
 }
@@ -393,10 +621,12 @@ static void recolor(cuemm__sa *s, size_t off, size_t size, uint8_t to)
   if (s->b[i].size > size)
     list_add(s, split(s, i, size));
   s->b[i].state = to;
+  s->b[i].tag = 0;
+  s->b[i].seq = 0;
   if (to == CUEMM__SA_USED)
     s->used_count++;
   else
-    list_add(s, merge(s, i));
+    list_add(s, merge(s, i, 0));
 }
 
 void cuemm__sa_fill(cuemm__sa *s, size_t off, size_t size)
@@ -422,8 +652,8 @@ void cuemm__sa_quarantine(cuemm__sa *s, size_t off, size_t size)
 
 void cuemm__sa_each_free(const cuemm__sa *s, size_t min, void (*fn)(void *arg, const cuemm__sa_block *b), void *arg)
 {
-  for (unsigned k = first_nonempty(s, bin_of(min)); k < CUEMM__SA_NBINS; k = first_nonempty(s, k + 1))
-    for (uint32_t i = s->heads[k]; i != NIL; i = s->b[i].lnext)
+  for (unsigned k = first_nonempty(&s->idle, bin_of(min)); k < CUEMM__SA_NBINS; k = first_nonempty(&s->idle, k + 1))
+    for (uint32_t i = s->idle.heads[k]; i != NIL; i = s->b[i].lnext)
       if (s->b[i].size >= min)
         fn(arg, &s->b[i]);
 }
@@ -448,10 +678,10 @@ size_t cuemm__sa_largest_free(const cuemm__sa *s)
     if (s->lhead[k] != NIL && s->lkey[k] > best)
       best = s->lkey[k];
   for (unsigned w = CUEMM__SA_NBINS / 64; w-- > 0;) {
-    if (!s->bitmap[w])
+    if (!s->idle.bitmap[w])
       continue;
-    unsigned k = w * 64 + 63u - (unsigned)__builtin_clzll(s->bitmap[w]);
-    for (uint32_t i = s->heads[k]; i != NIL; i = s->b[i].lnext)
+    unsigned k = w * 64 + 63u - (unsigned)__builtin_clzll(s->idle.bitmap[w]);
+    for (uint32_t i = s->idle.heads[k]; i != NIL; i = s->b[i].lnext)
       if (s->b[i].size > best)
         best = s->b[i].size;
     break;
@@ -461,7 +691,7 @@ size_t cuemm__sa_largest_free(const cuemm__sa *s)
 
 const char *cuemm__sa_check(const cuemm__sa *s)
 {
-  size_t off = 0, fb = 0, ub = 0, hb = 0, fc = 0, uc = 0, hc = 0, cb = 0, cc = 0, lb = 0, lc = 0;
+  size_t off = 0, fb = 0, ub = 0, hb = 0, fc = 0, uc = 0, hc = 0, cb = 0, cc = 0, lb = 0, lc = 0, tb = 0;
   uint32_t prev = NIL;
   for (uint32_t i = 0; i != NIL; prev = i, i = s->b[i].next) {
     const cuemm__sa_block *b = &s->b[i];
@@ -472,12 +702,18 @@ const char *cuemm__sa_check(const cuemm__sa *s)
     if (b->size == 0 || b->size % CUEMM__SA_ALIGN || b->off % CUEMM__SA_ALIGN)
       return "a block is empty or not aligned";
     if (prev != NIL && (b->state == CUEMM__SA_FREE || b->state == CUEMM__SA_HOLE) &&
-        s->b[prev].state == b->state)
-      return "two adjacent free blocks or holes were not merged";
+        s->b[prev].state == b->state && (b->state == CUEMM__SA_HOLE || s->b[prev].tag == b->tag))
+      return "two adjacent free blocks of one tag, or holes, were not merged";
     if (b->state == CUEMM__SA_FREE) {
       fb += b->size, fc++;
+      if (b->tag)
+        tb += b->size;
       if (b->bin != bin_of(b->size))
         return "a free block is in the wrong bin";
+      if (b->tag && (b->tag > s->ntags || !s->tagged[b->tag - 1]))
+        return "a free block has a tag with no bins";
+      if (!b->tag && b->seq)
+        return "an idle free block has a free number";
     } else if (b->state == CUEMM__SA_CACHED) {
       fb += b->size, fc++, cb += b->size, cc++;
       if (b->size >= CUEMM__SA_SMALL) {
@@ -530,14 +766,28 @@ const char *cuemm__sa_check(const cuemm__sa *s)
     return "the map's count of sizes is wrong";
   if (listed != cc)
     return "the caches do not hold every cached block";
+  if (tb != s->tagged_bytes)
+    return "the tagged bytes disagree with the blocks";
   listed = 0;
-  for (unsigned k = 0; k < CUEMM__SA_NBINS; k++) {
-    int bit = (s->bitmap[k / 64] >> (k % 64)) & 1;
-    if (bit != (s->heads[k] != NIL))
-      return "a bitmap bit disagrees with its bin";
-    for (uint32_t i = s->heads[k]; i != NIL; i = s->b[i].lnext, listed++)
-      if (s->b[i].state != CUEMM__SA_FREE || s->b[i].bin != k)
-        return "a bin holds a block that is not free or not of its size";
+  for (uint32_t t = 0; t <= s->ntags; t++) {
+    const cuemm__sa_bins *bs = t ? s->tagged[t - 1] : &s->idle;
+    if (!bs)
+      continue;
+    size_t bytes = 0, count = 0;
+    for (unsigned k = 0; k < CUEMM__SA_NBINS; k++) {
+      int bit = (bs->bitmap[k / 64] >> (k % 64)) & 1;
+      if (bit != (bs->heads[k] != NIL))
+        return "a bitmap bit disagrees with its bin";
+      for (uint32_t i = bs->heads[k]; i != NIL; i = s->b[i].lnext, listed++, count++) {
+        if (s->b[i].state != CUEMM__SA_FREE || s->b[i].bin != k)
+          return "a bin holds a block that is not free or not of its size";
+        if (s->b[i].tag != t)
+          return "a bin holds a block of another tag";
+        bytes += s->b[i].size;
+      }
+    }
+    if (bytes != bs->bytes || count != bs->count)
+      return "a tag's counters disagree with its bins";
   }
   if (listed != fc - cc)
     return "bins do not hold every free block";

@@ -19,6 +19,8 @@
 /* Bins: sizes below 64 x 256 B (16 KiB) have one bin each (exact size
  * classes); above, 16 bins per power of two. */
 #define CUEMM__SA_NBINS 640
+/* Requests of this size or more take the best fit (see find_free). */
+#define CUEMM__SA_BEST_FIT ((size_t)16 << 10)
 /* Blocks below this size are exact size classes, cached when freed. */
 #define CUEMM__SA_SMALL ((size_t)64 * CUEMM__SA_ALIGN)
 /* The default bound on the bytes one class's cache holds. */
@@ -47,7 +49,17 @@ typedef struct cuemm__sa_block {
                            * (HOLE) or the spare stack */
   uint16_t bin;           /* FREE: its bin; CACHED: its class (small) or map slot (large) */
   uint8_t state;
+  uint32_t tag;           /* FREE: 0 when idle, else the stream whose work may still use it */
+  uint64_t seq;           /* FREE and tagged: the newest of its stream's frees it holds; USED: a
+                           * word of the caller's (0 when handed out) */
 } cuemm__sa_block;
+
+/* Segregated bins of FREE blocks: those of one tag. */
+typedef struct cuemm__sa_bins {
+  uint32_t heads[CUEMM__SA_NBINS];
+  uint64_t bitmap[CUEMM__SA_NBINS / 64];
+  size_t bytes, count;
+} cuemm__sa_bins;
 
 typedef struct cuemm__sa {
   cuemm__sa_block *b;     /* descriptors; index 0 always starts at offset 0 */
@@ -55,8 +67,12 @@ typedef struct cuemm__sa {
   uint32_t spare;         /* stack of unused descriptors (through lnext) */
   uint32_t nspare;
   uint32_t holes;         /* list of HOLE blocks */
-  uint32_t heads[CUEMM__SA_NBINS];
-  uint64_t bitmap[CUEMM__SA_NBINS / 64];
+  cuemm__sa_bins idle;    /* FREE blocks no work uses */
+  cuemm__sa_bins **tagged;   /* tagged[t - 1]: FREE blocks of tag t (NULL until used) */
+  uint32_t ntags;
+  size_t tagged_bytes;    /* FREE bytes of every tag */
+  uint32_t *scratch;      /* cuemm__sa_untag's list */
+  uint32_t nscratch;
   uint32_t cache[CUEMM__SA_SMALL / CUEMM__SA_ALIGN];   /* CACHED blocks, by size class */
   uint32_t ncached[CUEMM__SA_SMALL / CUEMM__SA_ALIGN];
   size_t cache_limit;     /* bytes a class's cache may hold; beyond, frees merge at once */
@@ -102,6 +118,14 @@ uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size);
 /* cuemm__sa_free of a block that is not cached: merges it.  Its counters
  * are already moved. */
 void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i);
+
+/* Returns a USED block and merges it with its free neighbours at once,
+ * never caching it: for a caller that needs contiguous free space. */
+void cuemm__sa_free_now(cuemm__sa *s, uint32_t i);
+
+/* Whether a FREE block (not a cached one) of at least `size` bytes exists,
+ * idle or of `tag`. */
+int cuemm__sa_fits(const cuemm__sa *s, size_t size, uint32_t tag);
 
 /* cuemm__sa_free of a large block past the fast path: a size new to the
  * map, or cached bytes past their bound.  Its counters are already moved. */
@@ -194,8 +218,45 @@ static inline void cuemm__sa_free(cuemm__sa *s, uint32_t i)
   s->free_count++;
 }
 
-/* Calls fn(arg, block) for every FREE block (not CACHED) of at least `min`
- * bytes, in no particular order, through the bins: O(bins + such blocks).
+/* Tags: a block freed on a stream whose queued work may still use it
+ * (cuemm_free_async) is FREE with that stream's tag (1 and up, chosen by
+ * the caller) and the number of its free there.  It merges with free
+ * neighbours of its tag and with idle ones (the whole then has its tag and
+ * the newest number), serves requests of that tag, others only once
+ * cuemm__sa_untag made it idle (the stream's work up to that number is
+ * done), and is never released.  Idle FREE blocks carry tag 0. */
+
+/* Returns a USED block as FREE with `tag` (0: idle, as cuemm__sa_free_now)
+ * and `seq`, merged with free neighbours of the same tag.  Returns -1,
+ * changing nothing, when host memory for the tag's bins ran out. */
+int cuemm__sa_free_tagged(cuemm__sa *s, uint32_t i, uint32_t tag, uint64_t seq);
+
+/* A block for a request of tag `tag`: the better fit of the tag's own
+ * blocks and the idle ones (cuemm__sa_alloc when the tag has none).  NIL
+ * when neither has one. */
+uint32_t cuemm__sa_alloc_tagged(cuemm__sa *s, size_t size, uint32_t tag);
+
+/* The block a request of `size` bytes would take among the FREE blocks of
+ * `tag` (0: the idle ones), as cuemm__sa_alloc chooses; NIL when none is
+ * large enough.  Changes nothing. */
+uint32_t cuemm__sa_fit(const cuemm__sa *s, size_t size, uint32_t tag);
+
+/* Takes FREE block i (of cuemm__sa_fit) for a request of `size` bytes; the
+ * rest stays free, with its tag. */
+void cuemm__sa_take(cuemm__sa *s, uint32_t i, size_t size);
+
+/* Makes the blocks of `tag` numbered up to `done` idle, merged with idle
+ * neighbours.  Returns the bytes made idle.  O(blocks of the tag). */
+size_t cuemm__sa_untag(cuemm__sa *s, uint32_t tag, uint64_t done);
+
+/* The FREE bytes of `tag`. */
+static inline size_t cuemm__sa_tag_bytes(const cuemm__sa *s, uint32_t tag)
+{
+  return tag && tag <= s->ntags && s->tagged[tag - 1] ? s->tagged[tag - 1]->bytes : 0;
+}
+
+/* Calls fn(arg, block) for every idle FREE block (not CACHED nor tagged) of
+ * at least `min` bytes, in no particular order, through the bins: O(bins + such blocks).
  * fn must not change the sub-allocator. */
 void cuemm__sa_each_free(const cuemm__sa *s, size_t min, void (*fn)(void *arg, const cuemm__sa_block *b), void *arg);
 
@@ -221,7 +282,7 @@ void cuemm__sa_quarantine(cuemm__sa *s, size_t off, size_t size);
 /* The block containing offset `off` (a walk in address order: slow path). */
 uint32_t cuemm__sa_find(const cuemm__sa *s, size_t off);
 
-/* The size of the largest FREE or CACHED block (0 if none). */
+/* The size of the largest idle FREE or CACHED block (0 if none). */
 size_t cuemm__sa_largest_free(const cuemm__sa *s);
 
 /* Checks every invariant (tiling, links, counters, no two adjacent FREE

@@ -208,6 +208,62 @@ static void test_cross_stream(void)
   held_end(&t);
 }
 
+/* Queue mode, large blocks: the thread keeps one, the pool takes the rest
+ * at their free, tagged with the stream.  They serve that stream at once
+ * (merged, at any size), another only after an event says s1's work is
+ * done. */
+static void test_pool_tagged(void)
+{
+  held t;
+  if (!held_begin(&t, CUEMM_STREAM_REUSE_EVENT, 13))
+    return;
+  cuemm_manager *m = t.m;
+  CUstream s1 = t.s1, s2 = t.s2;
+  CUdeviceptr v[4];
+  for (int i = 0; i < 4; i++) {
+    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s1));
+    CHECK_CU(cuMemsetD8Async(v[i], (unsigned char)(0x40 + i), MIB, s1));
+  }
+  ok(v[1] == v[0] + MIB && v[2] == v[1] + MIB && v[3] == v[2] + MIB, "four 1 MiB blocks side by side");
+  for (int i = 3; i >= 0; i--)
+    CHECK_CU(cuemm_free_async(m, v[i], s1));
+  cuemm_stats st = test_stats(m);
+  is(st.stream_cached_bytes, MIB, "the thread keeps one of them, the pool the others");
+  sim.calls_reset();
+  CUdeviceptr a;
+  CHECK_CU(cuemm_alloc_async(m, &a, 3 * MIB, s1));
+  ok(a >= v[0] && a + 3 * MIB <= v[3] + MIB, "s1 gets 3 MiB at once from its own freed blocks, merged");
+  ok(calls("cuMemCreate") == 0 && calls("cuEventRecord") == 0 && calls("cuEventQuery") == 0,
+     "with no driver call: stream order makes it safe");
+  CHECK_CU(cuMemsetD8Async(a, 0x55, 3 * MIB, s1));
+  CHECK_CU(cuemm_free_async(m, a, s1));
+  sim.calls_reset();
+  CUdeviceptr b;
+  CHECK_CU(cuemm_alloc_async(m, &b, 3 * MIB, s2));
+  ok(b + 3 * MIB <= v[0] || b >= v[3] + MIB, "s2 does not get them while s1's work on them is queued");
+  ok(calls("cuEventRecord") >= 1 && calls("cuEventRecord") <= 2 && calls("cuEventSynchronize") == 0,
+     "events on s1 asked (one for the pool's blocks, one for the block the thread keeps), none waited on");
+  ok(calls("cuMemCreate") >= 1, "the pool grew instead");
+  CHECK_CU(cuStreamSynchronize(s1));
+  is(byte_at(v[3], MIB - 1), 0x43, "s1's work ran on the block the thread kept (the first freed)");
+  is(byte_at(a, 0), 0x55, "and on the 3 MiB");
+  sim.calls_reset();
+  CUdeviceptr c;
+  CHECK_CU(cuemm_alloc_async(m, &c, 3 * MIB, s2));
+  ok(c >= v[0] && c + 3 * MIB <= v[3] + MIB, "once the event completed, s2 takes s1's blocks");
+  is(calls("cuMemCreate"), 0, "without growing");
+  st = test_stats(m);
+  ok(st.stream_steals >= 1, "counted as taken across streams (%llu)", (unsigned long long)st.stream_steals);
+  CHECK_CU(cuemm_free_async(m, b, s2));
+  CHECK_CU(cuemm_free_async(m, c, s2));
+  CHECK_CU(cuStreamSynchronize(s2));
+  CHECK_CU(cuemm_pool_trim(m));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  ok(ps.mapped_bytes <= 2 * MIB, "trim releases what streams freed (%zu bytes left mapped)", ps.mapped_bytes);
+  held_end(&t);
+}
+
 /* CUEMM_STREAM_REUSE=wait: s2 takes the block at once and waits on s1's
  * event: s1's write lands first, s2's after. */
 static void test_wait_mode(void)
@@ -378,8 +434,9 @@ static void test_threads(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
-/* The pool takes idle cached blocks back before it grows, and trim gives
- * back everything. */
+/* Blocks freed on one stream go to the pool (all but the one the thread
+ * keeps); a request on another stream takes them once an event says their
+ * work is done, before the pool grows; trim gives back everything. */
 static void test_reclaim(void)
 {
   cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
@@ -401,8 +458,10 @@ static void test_reclaim(void)
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.mapped_bytes, mapped, "a 48 MiB request on another stream is served by the cached blocks, no growth");
   cuemm_stats st = test_stats(m);
-  ok(st.stream_reclaims >= 1, "the pool took cached blocks back");
-  ok(st.stream_cached_bytes <= 16 * MIB, "what it took is no longer cached (%zu bytes left)", st.stream_cached_bytes);
+  is(st.stream_cached_bytes, MIB, "the thread kept one block of the 64, the pool took the others at their free");
+  ok(st.stream_steals >= 1, "s2 took blocks freed on s1 (%llu)", (unsigned long long)st.stream_steals);
+  ok(st.stream_events >= 1, "once an event on s1 said they were done (%llu events)",
+     (unsigned long long)st.stream_events);
   CHECK_CU(cuemm_free_async(m, big, s2));
   CHECK_CU(cuemm_pool_trim(m));
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
@@ -438,9 +497,10 @@ static void test_threshold(void)
   for (int i = 0; i < 16; i++)
     CHECK_CU(cuemm_free_async(m, v[i], s));
   cuemm_stats st = test_stats(m);
-  ok(st.stream_cached_bytes <= 5 * MIB, "past the threshold the cache gave idle blocks back (%zu cached)",
+  ok(st.stream_cached_bytes <= MIB, "the thread kept at most one block, the pool took the others (%zu cached)",
      st.stream_cached_bytes);
-  ok(st.stream_reclaims >= 1, "counted as reclaims (%llu)", (unsigned long long)st.stream_reclaims);
+  ok(st.stream_events >= 1, "past the threshold an event said which were done (%llu)",
+     (unsigned long long)st.stream_events);
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   ok(ps.mapped_bytes <= 10 * MIB, "and the pool released chunks (%zu mapped)", ps.mapped_bytes);
   CHECK_CU(cuemm_destroy(m));
@@ -623,6 +683,7 @@ int main(void)
   test_refusals();
   test_same_stream();
   test_cross_stream();
+  test_pool_tagged();
   test_wait_mode();
   test_record_stream();
   test_mixing();

@@ -41,6 +41,12 @@ static size_t random_size(void)
   return (size + 255) & ~(size_t)255;
 }
 
+static void count_free(void *arg, const cuemm__sa_block *b)
+{
+  (void)b;
+  ++*(size_t *)arg;
+}
+
 int main(void)
 {
   cuemm__sa s;
@@ -242,6 +248,151 @@ int main(void)
     ok(cuemm__sa_check(&c3) == NULL && c3.hole_bytes == SPAN && c3.free_bytes == 0 && c3.hole_count == 1,
        "the whole unit drains: everything is one hole again");
     cuemm__sa_fini(&c3);
+  }
+
+  /* Tags: blocks freed on a stream whose work may still use them. */
+  {
+    cuemm__sa t;
+    cuemm__sa_init(&t, SPAN);
+    cuemm__sa_reserve(&t, 2);
+    cuemm__sa_fill(&t, 0, UNIT);
+    const size_t M = (size_t)1 << 20;
+    uint32_t q[4];
+    for (int k = 0; k < 4; k++)
+      q[k] = cuemm__sa_alloc(&t, M);
+    ok(cuemm__sa_free_tagged(&t, q[0], 1, 5) == 0, "a block freed on stream 1 (its 5th free)");
+    ok(cuemm__sa_check(&t) == NULL, "tagged state is sound: %s", cuemm__sa_check(&t) ? cuemm__sa_check(&t) : "ok");
+    is(t.b[q[0]].state, CUEMM__SA_FREE, "it is free");
+    ok(t.b[q[0]].tag == 1 && t.b[q[0]].seq == 5, "with its tag and number");
+    is(cuemm__sa_tag_bytes(&t, 1), M, "the tag's bytes");
+    is(t.tagged_bytes, M, "and all tagged bytes");
+    is(cuemm__sa_alloc(&t, M), CUEMM__SA_NIL, "an untagged request does not get it");
+    is(cuemm__sa_alloc_tagged(&t, M, 2), CUEMM__SA_NIL, "nor does another stream's");
+    is(cuemm__sa_fits(&t, M, 2), 0, "nothing fits for stream 2");
+    is(cuemm__sa_fits(&t, M, 1), 1, "stream 1's request fits");
+    uint32_t r1 = cuemm__sa_alloc_tagged(&t, M, 1);
+    ok(r1 == q[0] && t.b[r1].state == CUEMM__SA_USED && t.b[r1].tag == 0 && t.b[r1].seq == 0,
+       "stream 1 gets it back at once, untagged while in use");
+    cuemm__sa_free_tagged(&t, r1, 1, 6);
+    cuemm__sa_free_tagged(&t, q[1], 2, 1);
+    ok(cuemm__sa_check(&t) == NULL && t.free_count == 2, "blocks of two streams side by side stay apart");
+    cuemm__sa_free_tagged(&t, q[3], 0, 0);
+    cuemm__sa_free_tagged(&t, q[2], 0, 0);
+    ok(cuemm__sa_check(&t) == NULL, "idle frees beside them: %s", cuemm__sa_check(&t) ? cuemm__sa_check(&t) : "ok");
+    is(t.free_count, 2, "idle space joins the tagged block beside it");
+    is(cuemm__sa_tag_bytes(&t, 2), 3 * M, "stream 2's block took the two idle ones");
+    is(cuemm__sa_tag_bytes(&t, 1), M, "stream 1's is unchanged");
+    is(cuemm__sa_untag(&t, 2, 0), 0, "untagging up to a number below its frees changes nothing");
+    is(cuemm__sa_untag(&t, 1, 6), M, "stream 1's work done: its block becomes idle");
+    ok(cuemm__sa_check(&t) == NULL, "untagged state: %s", cuemm__sa_check(&t) ? cuemm__sa_check(&t) : "ok");
+    is(t.free_count, 1, "and merges into stream 2's neighbour");
+    is(cuemm__sa_tag_bytes(&t, 2), UNIT, "which now holds the whole unit");
+    is(cuemm__sa_alloc(&t, 256), CUEMM__SA_NIL, "so nothing is idle");
+    is(cuemm__sa_untag(&t, 2, 1), UNIT, "stream 2 done too");
+    ok(cuemm__sa_check(&t) == NULL && t.free_count == 1 && t.tagged_bytes == 0 && cuemm__sa_largest_free(&t) == UNIT,
+       "one idle free block again");
+
+    /* The better fit wins, tagged or idle. */
+    for (int k = 0; k < 4; k++)
+      q[k] = cuemm__sa_alloc(&t, M);
+    cuemm__sa_free_tagged(&t, q[0], 1, 7);                  /* 1 MiB of stream 1 */
+    uint32_t half = cuemm__sa_alloc(&t, 0);                 /* nothing: all used */
+    (void)half;
+    cuemm__sa_free_tagged(&t, q[2], 0, 0);                  /* 1 MiB idle */
+    uint32_t small = cuemm__sa_alloc_tagged(&t, 4096, 1);
+    ok(small != CUEMM__SA_NIL, "a small request of stream 1");
+    cuemm__sa_free_tagged(&t, small, 1, 8);
+    cuemm__sa_free_tagged(&t, q[1], 1, 9);
+    cuemm__sa_free_tagged(&t, q[3], 0, 0);
+    ok(cuemm__sa_check(&t) == NULL, "mixed frees: %s", cuemm__sa_check(&t) ? cuemm__sa_check(&t) : "ok");
+    uint32_t f0 = cuemm__sa_fit(&t, 3 * M, 0), f1 = cuemm__sa_fit(&t, 3 * M, 1);
+    ok(f0 == CUEMM__SA_NIL && f1 != CUEMM__SA_NIL, "3 MiB fit only among stream 1's blocks (idle space joined them)");
+    cuemm__sa_take(&t, f1, 3 * M);
+    ok(cuemm__sa_check(&t) == NULL && t.b[f1].state == CUEMM__SA_USED, "taken: %s",
+       cuemm__sa_check(&t) ? cuemm__sa_check(&t) : "ok");
+    cuemm__sa_free_tagged(&t, f1, 1, 10);
+    cuemm__sa_untag(&t, 1, 10);
+
+    /* Growth and release do not mix: mapped space stays idle. */
+    cuemm__sa_reserve(&t, 2);
+    cuemm__sa_fill(&t, UNIT, UNIT);
+    uint32_t all = cuemm__sa_alloc(&t, 2 * UNIT);
+    ok(all != CUEMM__SA_NIL, "the two units are one idle block");
+    cuemm__sa_free_tagged(&t, all, 3, 1);
+    cuemm__sa_reserve(&t, 2);
+    cuemm__sa_fill(&t, 2 * UNIT, UNIT);
+    ok(cuemm__sa_check(&t) == NULL && t.free_count == 2, "a fill beside a tagged block stays apart from it");
+    is(cuemm__sa_fits(&t, UNIT, 0), 1, "and serves untagged requests");
+    size_t ones = 0;
+    cuemm__sa_each_free(&t, UNIT, count_free, &ones);
+    is(ones, 1, "only the idle block is seen by release's scan");
+    cuemm__sa_untag(&t, 3, 1);
+    ok(cuemm__sa_check(&t) == NULL && t.free_count == 1, "untagged, everything is one block");
+    cuemm__sa_fini(&t);
+  }
+
+  /* Random tagged traffic against a shadow map of what each 256-byte
+   * granule may still be used by: a block handed to stream T must hold only
+   * idle granules or T's. */
+  {
+    const size_t TSPAN = (size_t)64 << 20, TUNIT = (size_t)1 << 20, G = CUEMM__SA_ALIGN;
+    static uint8_t gtag[((size_t)64 << 20) / CUEMM__SA_ALIGN];
+    static uint64_t gseq[((size_t)64 << 20) / CUEMM__SA_ALIGN];
+    uint64_t freed[4] = { 0 }, done[4] = { 0 };
+    cuemm__sa t;
+    cuemm__sa_init(&t, TSPAN);
+    for (size_t u = 0; u < TSPAN / TUNIT / 2; u++) {
+      cuemm__sa_reserve(&t, 2);
+      cuemm__sa_fill(&t, u * 2 * TUNIT, TUNIT);
+    }
+    struct { uint32_t blk; size_t off, size; } TL[256];
+    size_t tn = 0, early = 0, takes = 0, untags = 0, tagged_takes = 0;
+    const char *tbad = NULL;
+    for (int step = 0; step < 30000 && !tbad && !early; step++) {
+      unsigned op = (unsigned)(next_rand() % 100);
+      uint32_t tag = (uint32_t)(next_rand() % 4);
+      if (op < 48 && tn < 256) {
+        size_t size = (((size_t)256 << (next_rand() % 13)) + 255) & ~(size_t)255;
+        uint32_t i = op < 24 ? cuemm__sa_alloc_tagged(&t, size, tag) : cuemm__sa_fit(&t, size, tag);
+        if (op >= 24 && i == CUEMM__SA_NIL && tag)
+          i = cuemm__sa_fit(&t, size, 0);
+        if (i == CUEMM__SA_NIL)
+          continue;
+        if (op >= 24)
+          cuemm__sa_take(&t, i, size);
+        takes++;
+        for (size_t g = t.b[i].off / G; g < (t.b[i].off + t.b[i].size) / G; g++) {
+          if (gtag[g] && gtag[g] != tag && gseq[g] > done[gtag[g]])
+            early++;
+          tagged_takes += gtag[g] == tag && tag;
+          gtag[g] = 0;
+        }
+        TL[tn].blk = i, TL[tn].off = t.b[i].off, TL[tn].size = t.b[i].size, tn++;
+      } else if (op < 92 && tn > 0) {
+        size_t k = (size_t)(next_rand() % tn);
+        uint64_t seq = tag ? ++freed[tag] : 0;
+        for (size_t g = TL[k].off / G; g < (TL[k].off + TL[k].size) / G; g++)
+          gtag[g] = (uint8_t)tag, gseq[g] = seq;
+        if (cuemm__sa_free_tagged(&t, TL[k].blk, tag, seq) != 0)
+          tbad = "a tagged free failed";
+        TL[k] = TL[--tn];
+      } else if (tag) {
+        /* Some of the tag's work is done. */
+        done[tag] += (freed[tag] - done[tag] + 1) / 2;
+        cuemm__sa_untag(&t, tag, done[tag]);
+        untags++;
+        for (size_t g = 0; g < TSPAN / G; g++)
+          if (gtag[g] == tag && gseq[g] <= done[tag])
+            gtag[g] = 0;
+      }
+      if (!tbad)
+        tbad = cuemm__sa_check(&t);
+    }
+    ok(tbad == NULL, "30000 random tagged steps keep every invariant%s%s", tbad ? ": " : "", tbad ? tbad : "");
+    is(early, 0, "no block was handed to a stream while another stream's work could still use part of it");
+    ok(takes > 1000 && untags > 100 && tagged_takes > 0, "the run took %zu blocks (%zu granules of their own stream's), "
+       "untagged %zu times", takes, tagged_takes, untags);
+    cuemm__sa_fini(&t);
   }
 
   /* Random traffic against a shadow list. */
