@@ -386,8 +386,6 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
                         "unmapped range where %zu bytes fit: %s", p->reserved, need, what);
   }
   roll_epoch(p);
-  if (p->sa.used_bytes + need > p->recent_need[0])
-    p->recent_need[0] = p->sa.used_bytes + need;
   size_t head = best_off / p->unit, n = best_bytes / p->unit, pieces = 0;
   CUresult r = map_run(p, head, n, &pieces);
   if (r != CUDA_SUCCESS) {
@@ -397,6 +395,8 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
   cuemm__nvtx_chunks_mapped(p, head, n);
   cuemm__sa_fill(&p->sa, best_off, best_bytes);
   __atomic_add_fetch(&p->mapped, best_bytes, __ATOMIC_RELAXED);
+  if (p->mapped > p->recent_need[0])
+    p->recent_need[0] = p->mapped;
   cuemm__log_note(p->log, "grow", best_bytes);
   p->chunks += pieces;
   p->chunks_mapped += pieces;

@@ -41,7 +41,7 @@
 
 /* ---- bins ----------------------------------------------------------------- */
 
-static unsigned bin_of(size_t size)
+static inline unsigned bin_of(size_t size)
 {
   size_t u = size / CUEMM__SA_ALIGN;
   if (u < 64)
@@ -53,7 +53,7 @@ static unsigned bin_of(size_t size)
 }
 
 /* The first bin whose every block holds `size`. */
-static unsigned bin_above(size_t size)
+static inline unsigned bin_above(size_t size)
 {
   size_t u = size / CUEMM__SA_ALIGN;
   if (u < 64)
@@ -65,7 +65,7 @@ static unsigned bin_above(size_t size)
   return bin_of((u + step) * CUEMM__SA_ALIGN) ;
 }
 
-static unsigned first_nonempty(const cuemm__sa_bins *bs, unsigned from)
+static inline unsigned first_nonempty(const cuemm__sa_bins *bs, unsigned from)
 {
   unsigned w = from / 64;
   if (w >= CUEMM__SA_NBINS / 64)
@@ -119,7 +119,7 @@ static int bins_make(cuemm__sa *s, uint32_t tag)
 
 /* ---- lists ---------------------------------------------------------------- */
 
-static void list_add(cuemm__sa *s, uint32_t i)
+static inline void list_add(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
   uint32_t *head;
@@ -144,7 +144,7 @@ static void list_add(cuemm__sa *s, uint32_t i)
   *head = i;
 }
 
-static void list_del(cuemm__sa *s, uint32_t i)
+static inline void list_del(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
   cuemm__sa_bins *bs = b->state == CUEMM__SA_FREE ? bins_of(s, b->tag) : NULL;
@@ -202,7 +202,7 @@ int cuemm__sa_reserve(cuemm__sa *s, uint32_t n)
   return 0;
 }
 
-static uint32_t desc_new(cuemm__sa *s)
+static inline uint32_t desc_new(cuemm__sa *s)
 {
   if (s->spare == NIL && cuemm__sa_reserve(s, 1) != 0)
     return NIL;
@@ -212,7 +212,7 @@ static uint32_t desc_new(cuemm__sa *s)
   return i;
 }
 
-static void desc_put(cuemm__sa *s, uint32_t i)
+static inline void desc_put(cuemm__sa *s, uint32_t i)
 {
   s->b[i].state = CUEMM__SA_SPARE;
   s->b[i].lnext = s->spare;
@@ -250,7 +250,7 @@ static uint32_t split(cuemm__sa *s, uint32_t i, size_t at)
  * joins them rather than stay apart in pieces, and becomes idle again with
  * them (cuemm__sa_untag).  Growth and release do not mix: what they map or
  * unmap stays idle. */
-static int mergeable(const cuemm__sa_block *a, const cuemm__sa_block *n, int mix)
+static inline int mergeable(const cuemm__sa_block *a, const cuemm__sa_block *n, int mix)
 {
   if (a->state != CUEMM__SA_FREE)
     return n->state == a->state;
@@ -337,7 +337,7 @@ void cuemm__sa_fini(cuemm__sa *s)
 
 /* The smallest block of at least `size` bytes in list i (lowest address
  * among equals), or NIL. */
-static uint32_t best_in(const cuemm__sa *s, uint32_t i, size_t size)
+static inline uint32_t best_in(const cuemm__sa *s, uint32_t i, size_t size)
 {
   uint32_t best = NIL;
   for (; i != NIL; i = s->b[i].lnext)
@@ -400,7 +400,7 @@ static uint32_t take_free(cuemm__sa *s, size_t size)
 }
 
 /* The block becomes USED: its counters move. */
-static void mark_used(cuemm__sa *s, uint32_t i)
+static inline void mark_used(cuemm__sa *s, uint32_t i)
 {
   s->b[i].state = CUEMM__SA_USED;
   s->b[i].tag = 0;
