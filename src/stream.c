@@ -465,8 +465,17 @@ static int pool_pick(cuemm_manager *m, size_t size, uint32_t own, CUstream strea
   for (;;) {
     best = cuemm__sa_fit(sa, rs, 0);
     uint32_t bt = 0;
-    for (uint32_t t = 1; ps && sa->tagged_bytes && t <= ps->nst; t++) {
-      if (t != own && (t > 64 || (busy >> (t - 1) & 1)))
+    if (own) {
+      uint32_t c = cuemm__sa_fit(sa, rs, own);
+      if (c != CUEMM__SA_NIL && (best == CUEMM__SA_NIL || sa->b[c].size < sa->b[best].size))
+        best = c, bt = own;
+    }
+    /* Other streams' blocks only when this stream's and the idle ones fit
+     * badly (an eighth or more to spare) or not at all: asking an event for
+     * every close fit would cost more than the fit saves. */
+    int close = best != CUEMM__SA_NIL && sa->b[best].size - rs < rs / 8;
+    for (uint32_t t = 1; !close && ps && sa->tagged_bytes && t <= ps->nst; t++) {
+      if (t == own || t > 64 || (busy >> (t - 1) & 1))
         continue;
       uint32_t c = cuemm__sa_fit(sa, rs, t);
       if (c != CUEMM__SA_NIL && (best == CUEMM__SA_NIL || sa->b[c].size < sa->b[best].size))
