@@ -569,22 +569,32 @@ CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer);
  * manager gets a cache of its own, in front of the pool, keyed by stream
  * and size: an alloc that finds a block freed on the same stream, and a
  * free, touch only that cache (no driver call, no lock shared with other
- * threads).  An alloc on stream B that finds only blocks freed on stream A
- * asks whether A's work before those frees is done: one event is recorded
- * on A for the whole batch of its frees since the last one (from a small
- * cache of events) and queried without blocking; when it has completed,
- * every block of that batch serves any stream.  With CUEMM_STREAM_REUSE=wait
- * (cuemm_config.stream_reuse) B takes the block at once and is made to wait
- * on A's event with cuStreamWaitEvent.  Otherwise the block comes from the
- * pool, which first takes back the idle blocks of every thread's cache and
- * only then grows.  A thread's cache holds at most a quarter of the pool's
- * mapped bytes (at least 256 MiB) or pool_release_threshold, whichever is
- * less: past it, the next free
- * gives its idle blocks back to the pool, oldest first (cached blocks keep
- * their places, so they cannot merge with free space).  cuemm_pool_trim,
- * cuemm_reset and the pool's
- * out-of-memory retry give every cached block back (through a flush, which
- * synchronizes the context, for those whose stream may still be busy).
+ * threads).  The cache keeps blocks below 256 KiB, and of blocks up to
+ * 16 MiB one per stream and size (a buffer allocated and freed in turn).
+ * Other frees give the block back to the pool at once, under the manager's
+ * lock, even while work queued on the stream may still use it: the pool
+ * marks it with the stream, merges it with free space beside it, and serves
+ * that stream's requests from it at once (stream order makes that safe), at
+ * any size.  So the pool's free space coalesces across sizes as without
+ * streams, and a training step's memory is placed best-fit.
+ *
+ * A request on stream B takes a block freed on stream A (in the cache or
+ * the pool) only once A's work before that free is known done: one event
+ * is recorded on A for the whole batch of its frees since the last one
+ * (from a small cache of events) and queried without blocking; when it has
+ * completed, every block of that batch serves any stream.  The pool asks
+ * so only when A's block is the best fit and the stream's own and idle
+ * blocks fit badly or not at all, and before it grows.  With
+ * CUEMM_STREAM_REUSE=wait (cuemm_config.stream_reuse) B takes the block at
+ * once and is made to wait on A's event with cuStreamWaitEvent.  Otherwise
+ * the block comes from idle memory, and the pool grows only when neither
+ * suffices.  The release threshold covers all of it: past
+ * pool_release_threshold, the blocks whose events have completed become
+ * idle and what is wholly free beyond the threshold is released (the
+ * pool keeps the memory of its recent peak for pool_release_delay_ms).
+ * cuemm_pool_trim, cuemm_reset and the pool's out-of-memory retry give
+ * every block back (after a synchronization of the context, for those
+ * whose stream may still be busy).
  *
  * Streams.
  *   - NULL and CU_STREAM_LEGACY name the legacy default stream (one stream).
@@ -644,8 +654,10 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr p, CUstream
  * block p (PyTorch's record_stream): when p is freed with cuemm_free_async,
  * an event is recorded on `stream` and the freeing stream waits on it
  * before anything can reuse the block.  Naming the block's own stream, or a
- * stream named already, does nothing; a block from cuemm_alloc needs
- * nothing (its free synchronizes the context).
+ * stream named already, does nothing.  A block from cuemm_alloc, which has
+ * no stream of its own, is remembered likewise: freed with cuemm_free it
+ * needs nothing (the flush synchronizes the context), freed with
+ * cuemm_free_async its freeing stream waits for `stream`.
  * Errors: CUDA_ERROR_INVALID_VALUE for a pointer that is not the start of a
  * live pool block of m; CUDA_ERROR_NOT_SUPPORTED without a pool. */
 CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr p, CUstream stream);
@@ -830,7 +842,7 @@ typedef struct cuemm_stats {
   size_t stream_heaps;          /* threads' caches (one per thread that used the path) */
   uint64_t stream_events;       /* events recorded, one per batch of frees another stream wanted */
   uint64_t stream_event_waits;  /* cuStreamWaitEvent calls (CUEMM_STREAM_REUSE=wait, cuemm_record_stream) */
-  uint64_t stream_steals;       /* blocks freed on one stream that served another */
+  uint64_t stream_steals;       /* blocks freed on one stream that served another (in the pool: batches) */
   uint64_t stream_reclaims;     /* times the pool took idle cached blocks back instead of growing */
   /* Device memory held from the driver: the pool's mapped bytes, the
    * managed segments, and the cuMemAlloc allocations not yet given back
