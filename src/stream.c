@@ -972,12 +972,17 @@ static int heap_admits(cuemm__heap *h, CUstream stream, size_t size)
   return bin == CUEMM__HEAP_NIL || h->bins[bin].head == CUEMM__HEAP_NIL;
 }
 
-/* Whether LIVE record rec of h, freed on `stream`, would be a second large
- * block kept for that stream: it goes to the pool instead.  Heap locked. */
+/* Whether LIVE record rec of h, freed on `stream`, is a large block the
+ * heap should not keep: larger than it keeps at all (a block that came to
+ * it through cuemm_record_stream), or a second one for that stream.  It
+ * goes to the pool instead.  Heap locked. */
 static inline int heap_surplus(const cuemm__heap *h, uint32_t rec, CUstream stream)
 {
-  if (h->b[rec].size < CUEMM__HEAP_LARGE || stream_is_own_only(stream))
+  size_t size = h->b[rec].size;
+  if (size < CUEMM__HEAP_LARGE || stream_is_own_only(stream))
     return 0;
+  if (size > CUEMM__HEAP_LARGE_MAX)
+    return 1;
   uint32_t hs = cuemm__heap_stream((cuemm__heap *)h, stream);
   return hs != CUEMM__HEAP_NIL && h->st[hs].large_cached != 0;
 }
@@ -1204,7 +1209,8 @@ static inline CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream str
       uint32_t hs = cuemm__heap_stream(h, stream);
       if (freed)
         *freed = h->b[r].req;
-      if (hs != CUEMM__HEAP_NIL && (h->b[r].size < CUEMM__HEAP_LARGE || !h->st[hs].large_cached) &&
+      if (hs != CUEMM__HEAP_NIL &&
+          (h->b[r].size < CUEMM__HEAP_LARGE || (h->b[r].size <= CUEMM__HEAP_LARGE_MAX && !h->st[hs].large_cached)) &&
           cuemm__heap_cache(h, r, hs) == 0) {
         int over = h->cached_bytes > h->trim_mark;
         cuemm__nvtx_dead(m->pool, (uintptr_t)dp); /* before another thread may take the block */
