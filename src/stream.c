@@ -944,6 +944,22 @@ static CUresult cache_on(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream 
   return CUDA_SUCCESS;
 }
 
+/* The owned entry of a block now held by heap h (its rounded size `rs`).
+ * `from_pool`: the pool held it (cuemm_alloc's block, or cuemm_alloc_async's
+ * not kept by a thread), whose counts it leaves for the heap's.  m's lock
+ * held. */
+static void entry_to_heap(cuemm_manager *m, cuemm__owned_entry *e, const cuemm__heap *h, size_t rs, int from_pool)
+{
+  if (from_pool) {
+    m->st.live_bytes -= e->size;
+    m->st.live_count--;
+    m->st.allocs--;
+  }
+  e->kind = CUEMM__KIND_STREAM;
+  e->aux = h->index;
+  e->size = rs;
+}
+
 /* Whether h keeps a block of `size` bytes freed on `stream` rather than
  * the pool taking it at once.  Small blocks stay while the cache has room.
  * A large one stays only when it is the stream's latest large allocation
@@ -1120,16 +1136,8 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   if (o) {
     o->allocs--; /* counted again below, where the block now lives */
     cuemm__heap_unlock(o);
-  } else {
-    /* A block of the pool (cuemm_alloc's, or cuemm_alloc_async's not yet
-     * cached): it joins this heap. */
-    m->st.live_bytes -= e->size;
-    m->st.live_count--;
-    m->st.allocs--;
   }
-  e->kind = CUEMM__KIND_STREAM;
-  e->aux = h->index;
-  e->size = size;
+  entry_to_heap(m, e, h, size, o == NULL);
   entered = cuemm__heap_enter(h);
   if (!entered)
     cuemm__heap_lock(h);
@@ -1314,12 +1322,7 @@ static CUresult adopt_used(cuemm_manager *m, cuemm__owned_entry *e, CUstream str
   }
   h->allocs++;
   cuemm__heap_unlock(h);
-  m->st.live_bytes -= e->size;
-  m->st.live_count--;
-  m->st.allocs--;
-  e->kind = CUEMM__KIND_STREAM;
-  e->aux = h->index;
-  e->size = rs;
+  entry_to_heap(m, e, h, rs, 1);
   return CUDA_SUCCESS;
 }
 
