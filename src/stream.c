@@ -853,6 +853,8 @@ static inline CUresult alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: p is NULL");
   cuemm__heap *h = heap_of(m);
+  if (size > CUEMM__HEAP_LARGE_MAX && h && size <= cuemm__pool_capacity(m->pool) && !stream_is_own_only(stream))
+    return alloc_from_pool(m, p, size, stream); /* a size no thread's cache keeps */
   if (__builtin_expect(h && size - 1 < cuemm__pool_capacity(m->pool), 1) && cuemm__heap_enter(h)) {
     uint32_t hs = cuemm__heap_stream(h, stream);
     if (hs != CUEMM__HEAP_NIL) {
@@ -1101,18 +1103,21 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
     size = round_block(e->size), blk = e->aux;
   /* h is the calling thread's: it enters as on its fast path, or locks
    * when another thread wants the heap. */
-  int entered = o != h && cuemm__heap_enter(h);
-  if (o != h && !entered)
-    cuemm__heap_lock(h);
-  int admit = heap_admits(h, stream, size);
-  if (admit && size >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
-    heap_evict_large(m, h, cuemm__heap_stream(h, stream));
-    e = cuemm__owned_find(&m->owned, p); /* removals may move entries */
+  int entered = 0, admit = 0;
+  if (size <= CUEMM__HEAP_LARGE_MAX || stream_is_own_only(stream)) { /* else no heap keeps it */
+    entered = o != h && cuemm__heap_enter(h);
+    if (o != h && !entered)
+      cuemm__heap_lock(h);
+    admit = heap_admits(h, stream, size);
+    if (admit && size >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
+      heap_evict_large(m, h, cuemm__heap_stream(h, stream));
+      e = cuemm__owned_find(&m->owned, p); /* removals may move entries */
+    }
+    if (entered)
+      cuemm__heap_leave(h);
+    else if (o != h)
+      cuemm__heap_unlock(h);
   }
-  if (entered)
-    cuemm__heap_leave(h);
-  else if (o != h)
-    cuemm__heap_unlock(h);
   if (!admit) {
     /* To the pool, as freed on `stream`: the allocation and its free are
      * counted where it was allocated. */

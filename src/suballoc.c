@@ -520,8 +520,8 @@ void cuemm__sa_free_now(cuemm__sa *s, uint32_t i)
 uint32_t cuemm__sa_fit(const cuemm__sa *s, size_t size, uint32_t tag)
 {
   if (!tag)
-    return find_free(s, &s->idle, size);
-  if (tag > s->ntags || !s->tagged[tag - 1] || !s->tagged[tag - 1]->count)
+    return s->idle.bytes >= size ? find_free(s, &s->idle, size) : NIL;
+  if (tag > s->ntags || !s->tagged[tag - 1] || s->tagged[tag - 1]->bytes < size)
     return NIL;
   return find_free(s, s->tagged[tag - 1], size);
 }
