@@ -313,10 +313,11 @@ static size_t heap_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver)
 
 /* A block freed on stream S goes back to the pool at once, although work
  * queued on S before the free may still use it: the pool tags it with S
- * (cuemm__sa_free_tagged), merges it only with blocks freed on S too, and
- * serves only S's requests from it, which stream order makes safe.  Other
- * requests get it once an event recorded on S after the free has completed
- * (pool_settle, when the pool is short).  The streams and their events are
+ * (cuemm__sa_free_tagged), merges it with blocks freed on S and with idle
+ * space beside it, and serves S's requests from it, which stream order
+ * makes safe.  Other requests get it once an event recorded on S after the
+ * free has completed (pool_pick, when it would be their best fit;
+ * pool_settle, before the pool grows and past the release threshold).  The streams and their events are
  * kept as a heap keeps its own, in m->pstreams, under m's lock; a tag is a
  * stream's index there plus one.  The per-thread default stream never gets
  * a tag: only its own thread may record on it, so its blocks stay in that
@@ -390,36 +391,6 @@ static void pool_return_on(cuemm_manager *m, uintptr_t ptr, size_t size, uint32_
     cuemm__sa_free_tagged(&m->pool->sa, blk, 0, 0); /* no memory for either: cannot happen in practice */
 }
 
-/* The release threshold covers the blocks freed on streams too: past it,
- * an event on each of their streams tells which are done; those become
- * idle, and what is then wholly free beyond the threshold is released.
- * Tried again only once another quarter of the threshold has been freed so
- * (the pool's stream table keeps the mark), so that a stream whose work
- * lags does not cost an event per free.  m's lock held. */
-static void pool_settle(cuemm_manager *m, int synced);
-static void pool_trim_tagged(cuemm_manager *m)
-{
-  cuemm__pool *pool = m->pool;
-  cuemm__heap *ps = m->pstreams;
-  if (!ps || pool->sa.tagged_bytes < ps->trim_mark)
-    return;
-  if (!cuemm__pool_release_due(pool)) {
-    ps->trim_mark = pool->sa.tagged_bytes + pool->threshold / 4 + pool->unit;
-    return;
-  }
-  char keep[512];
-  snprintf(keep, sizeof keep, "%s", cuemm_last_error());
-  cuemm__ctx_guard g;
-  if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
-    pool_settle(m, 0);
-    if (cuemm__pool_release_due(pool))
-      cuemm__pool_release(pool, cuemm__pool_keep(pool));
-    cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
-  }
-  ps->trim_mark = pool->sa.tagged_bytes + pool->threshold / 4 + pool->unit;
-  cuemm__error(CUDA_SUCCESS, "%s", keep); /* the free succeeded either way */
-}
-
 /* The settle hook: makes idle what the pool holds of streams whose work is
  * done.  m's lock held, context current. */
 static void pool_settle(cuemm_manager *m, int synced)
@@ -442,6 +413,35 @@ static void pool_settle(cuemm_manager *m, int synced)
     if (a->done)
       cuemm__sa_untag(sa, k + 1, a->done);
   }
+}
+
+/* The release threshold covers the blocks freed on streams too: past it,
+ * an event on each of their streams tells which are done; those become
+ * idle, and what is then wholly free beyond the threshold is released.
+ * Tried again only once another quarter of the threshold has been freed so
+ * (the pool's stream table keeps the mark), so that a stream whose work
+ * lags does not cost an event per free.  m's lock held. */
+static void pool_trim_tagged(cuemm_manager *m)
+{
+  cuemm__pool *pool = m->pool;
+  cuemm__heap *ps = m->pstreams;
+  if (!ps || pool->sa.tagged_bytes < ps->trim_mark)
+    return;
+  if (!cuemm__pool_release_due(pool)) {
+    ps->trim_mark = pool->sa.tagged_bytes + pool->threshold / 4 + pool->unit;
+    return;
+  }
+  char keep[512];
+  snprintf(keep, sizeof keep, "%s", cuemm_last_error());
+  cuemm__ctx_guard g;
+  if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
+    pool_settle(m, 0);
+    if (cuemm__pool_release_due(pool))
+      cuemm__pool_release(pool, cuemm__pool_keep(pool));
+    cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  }
+  ps->trim_mark = pool->sa.tagged_bytes + pool->threshold / 4 + pool->unit;
+  cuemm__error(CUDA_SUCCESS, "%s", keep); /* the free succeeded either way */
 }
 
 /* Takes the best fit for `size` bytes among the pool's idle blocks, those

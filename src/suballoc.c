@@ -3,11 +3,18 @@
  * Segregated free lists with bitmaps, in the manner of TLSF: a free block
  * sits in the bin of its size; small sizes (below 16 KiB) have a bin per
  * 256-byte size class; larger sizes have sixteen bins per power of two.  A
- * request looks first at the head of its own bin, then at the first
+ * small request looks first at the head of its own bin, then at the first
  * non-empty bin whose every block is large enough (one bitmap scan), then,
- * before giving up, at the rest of its own bin.  Whatever a chosen block has
- * beyond the request is split off and stays free, and a freed large block
- * merges with free neighbours at once.
+ * before giving up, at the rest of its own bin.  A request of 16 KiB or
+ * more takes the best fit instead (lowest address among equals): in its
+ * own bin, else in the first non-empty bin above.  Whatever a chosen block
+ * has beyond the request is split off and stays free, and a freed large
+ * block merges with free neighbours at once.
+ *
+ * Tags: a block freed on a stream whose work may still use it is FREE with
+ * that stream's tag, in bins of its tag (see suballoc.h); idle free blocks
+ * have tag 0.  The caller (stream.c) decides which tags a request may
+ * take from and when a tag's blocks become idle (cuemm__sa_untag).
  *
  * Small blocks are different: a freed one goes, whole and unmerged, to a
  * cache per size class (deferred coalescing), and a small request pops its
