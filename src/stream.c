@@ -659,7 +659,7 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
       if (pool_give_on(m, blk, a->s) != 0)
         continue;
     } else
-      cuemm__sa_free_now(&m->pool->sa, blk);
+      cuemm__sa_free_tagged(&m->pool->sa, blk, 0, 0);
     cuemm__heap_unbin(h, r);
     cuemm__heap_remove(h, r);
     cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
@@ -990,18 +990,17 @@ static int heap_admits(cuemm__heap *h, CUstream stream, size_t size)
   return bin == CUEMM__HEAP_NIL || h->bins[bin].head == CUEMM__HEAP_NIL;
 }
 
-/* Whether LIVE record rec of h, freed on `stream`, is a large block the
- * heap should not keep: larger than it keeps at all (a block that came to
- * it through cuemm_record_stream), or a second one for that stream.  It
- * goes to the pool instead.  Heap locked. */
-static inline int heap_surplus(const cuemm__heap *h, uint32_t rec, CUstream stream)
+/* Whether a LIVE block of h of `size` bytes, freed on `stream` (hs in h,
+ * or NIL), is a large block the heap should not keep: larger than it keeps
+ * at all (a block that came to it through cuemm_record_stream), or a second
+ * one for that stream.  It goes to the pool instead.  Heap entered or
+ * locked. */
+static inline int heap_surplus(const cuemm__heap *h, size_t size, uint32_t hs, CUstream stream)
 {
-  size_t size = h->b[rec].size;
   if (size < CUEMM__HEAP_LARGE || stream_is_own_only(stream))
     return 0;
   if (size > CUEMM__HEAP_LARGE_MAX)
     return 1;
-  uint32_t hs = cuemm__heap_stream((cuemm__heap *)h, stream);
   return hs != CUEMM__HEAP_NIL && h->st[hs].large_cached != 0;
 }
 
@@ -1037,7 +1036,8 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   if (h && !looked) {
     cuemm__heap_lock(h);
     uint32_t rec = cuemm__heap_find(h, p);
-    if (rec != CUEMM__HEAP_NIL && (h->b[rec].state == CUEMM__HB_CACHED || !heap_surplus(h, rec, stream))) {
+    if (rec != CUEMM__HEAP_NIL && (h->b[rec].state == CUEMM__HB_CACHED ||
+                                   !heap_surplus(h, h->b[rec].size, cuemm__heap_stream(h, stream), stream))) {
       if (h->b[rec].state == CUEMM__HB_CACHED)
         r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: double free of 0x%" PRIxPTR " (%zu bytes): "
                          "it was freed on stream %p already", p, h->b[rec].size, (void *)h->st[h->b[rec].hs].s);
@@ -1222,9 +1222,7 @@ static inline CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream str
       uint32_t hs = cuemm__heap_stream(h, stream);
       if (freed)
         *freed = h->b[r].req;
-      if (hs != CUEMM__HEAP_NIL &&
-          (h->b[r].size < CUEMM__HEAP_LARGE || (h->b[r].size <= CUEMM__HEAP_LARGE_MAX && !h->st[hs].large_cached)) &&
-          cuemm__heap_cache(h, r, hs) == 0) {
+      if (hs != CUEMM__HEAP_NIL && !heap_surplus(h, h->b[r].size, hs, stream) && cuemm__heap_cache(h, r, hs) == 0) {
         int over = h->cached_bytes > h->trim_mark;
         cuemm__nvtx_dead(m->pool, (uintptr_t)dp); /* before another thread may take the block */
         cuemm__heap_leave(h);

@@ -515,15 +515,6 @@ void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i)
   list_add(s, merge(s, i, 1));
 }
 
-void cuemm__sa_free_now(cuemm__sa *s, uint32_t i)
-{
-  size_t size = s->b[i].size;
-  s->used_bytes -= size;
-  s->free_bytes += size;
-  s->used_count--;
-  cuemm__sa_free_merge(s, i);
-}
-
 uint32_t cuemm__sa_fit(const cuemm__sa *s, size_t size, uint32_t tag)
 {
   if (!tag)

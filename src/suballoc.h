@@ -119,10 +119,6 @@ uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size);
  * are already moved. */
 void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i);
 
-/* Returns a USED block and merges it with its free neighbours at once,
- * never caching it: for a caller that needs contiguous free space. */
-void cuemm__sa_free_now(cuemm__sa *s, uint32_t i);
-
 /* Whether a FREE block (not a cached one) of at least `size` bytes exists,
  * idle or of `tag`. */
 int cuemm__sa_fits(const cuemm__sa *s, size_t size, uint32_t tag);
@@ -226,8 +222,8 @@ static inline void cuemm__sa_free(cuemm__sa *s, uint32_t i)
  * cuemm__sa_untag made it idle (the stream's work up to that number is
  * done), and is never released.  Idle FREE blocks carry tag 0. */
 
-/* Returns a USED block as FREE with `tag` (0: idle, as cuemm__sa_free_now)
- * and `seq`, merged with free neighbours of the same tag.  Returns -1,
+/* Returns a USED block as FREE with `tag` and `seq`, never caching it (tag
+ * 0: idle, for a caller that needs contiguous free space; it cannot fail), merged with free neighbours of the same tag.  Returns -1,
  * changing nothing, when host memory for the tag's bins ran out. */
 int cuemm__sa_free_tagged(cuemm__sa *s, uint32_t i, uint32_t tag, uint64_t seq);
 
