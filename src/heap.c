@@ -308,14 +308,14 @@ const char *cuemm__heap_check(const cuemm__heap *h)
   }
   if (listed != cached)
     return "the list of cached blocks misses some";
-  size_t st_bytes = 0;
+  size_t st_count = 0;
   for (uint32_t i = 0; i < h->nst; i++) {
     const cuemm__hstream *st = &h->st[i];
-    st_bytes += st->cached_bytes;
+    st_count += st->cached_count;
     if (st->done > st->covered || st->covered > st->freed)
       return "a stream's free numbers are out of order";
   }
-  if (st_bytes != h->cached_bytes)
-    return "the streams' cached bytes do not add up";
+  if (st_count != h->cached_count)
+    return "the streams' cached blocks do not add up";
   return NULL;
 }

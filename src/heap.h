@@ -91,7 +91,7 @@ typedef struct cuemm__hstream {
   uint64_t done;        /* frees up to this are known complete */
   cuemm__hbatch batch[CUEMM__HEAP_BATCHES];  /* recorded, oldest first */
   unsigned nbatch;
-  size_t cached_bytes, cached_count;
+  size_t cached_count;
   size_t large_cached;  /* cached blocks of CUEMM__HEAP_LARGE bytes or more */
   uint32_t large_rec;   /* the latest of them cached (it may have left since) */
   size_t last_large;    /* the size of its latest allocation of CUEMM__HEAP_LARGE bytes or more */
@@ -261,12 +261,10 @@ static inline void cuemm__heap_account_cached(cuemm__heap *h, cuemm__hblock *b, 
   if (b->size >= CUEMM__HEAP_LARGE)
     st->large_cached = sign > 0 ? st->large_cached + 1 : st->large_cached - 1;
   if (sign > 0) {
-    st->cached_bytes += b->size;
     st->cached_count++;
     h->cached_bytes += b->size;
     h->cached_count++;
   } else {
-    st->cached_bytes -= b->size;
     st->cached_count--;
     h->cached_bytes -= b->size;
     h->cached_count--;
@@ -327,10 +325,15 @@ static inline void cuemm__heap_link(cuemm__heap *h, uint32_t r, uint32_t bin)
 /* Makes LIVE block r CACHED on stream hs (numbered as that stream's next
  * free), at the head of its bin.  Returns 0, or -1 when host memory for a
  * new bin ran out (nothing changed). */
-static inline int cuemm__heap_cache(cuemm__heap *h, uint32_t r, uint32_t hs)
+static inline __attribute__((always_inline)) int cuemm__heap_cache(cuemm__heap *h, uint32_t r, uint32_t hs)
 {
   cuemm__hblock *b = &h->b[r];
-  uint32_t bin = cuemm__heap_bin(h, hs, b->size);
+  /* A block freed on the stream it came from goes back to the bin it was
+   * taken from, which its record still names unless the bins were rebuilt
+   * since (the key then differs): no hash lookup. */
+  uint32_t bin = b->bin;
+  if (bin >= h->bincap || h->bins[bin].key != cuemm__heap_binkey(hs, b->size))
+    bin = cuemm__heap_bin(h, hs, b->size);
   if (bin == CUEMM__HEAP_NIL)
     return cuemm__heap_cache_newbin(h, r, hs);
   h->live_bytes -= b->req;

@@ -61,6 +61,7 @@ struct cuemm_manager {
                                * guarded by `lock`, holds no blocks) */
   uint32_t nheaps, capheaps;
   uint64_t stream_reclaims;
+  uint8_t stream_ready;       /* the stream calls take the pool's path (set once at creation, stream.c) */
   struct cuemm__managed *managed;  /* managed.c: CUEMM_MEMORY=managed|system, else NULL */
   cuemm__log *log;            /* the event log (log.c), NULL: none; set at creation, read without the lock */
   size_t driver_bytes;        /* cuMemAlloc memory held (live or pending); written atomically, for the log */

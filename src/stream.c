@@ -751,9 +751,17 @@ static __attribute__((noinline)) stream_path path_checked(const cuemm_manager *m
   return PATH_STREAM;
 }
 
+/* path_checked's answer for the common case, one load on the fast paths:
+ * the pool and the driver's entry points are fixed for a manager's life. */
+static CUresult stream_attach(cuemm_manager *m)
+{
+  m->stream_ready = m->pool && m->drv->EventRecord && m->drv->EventQuery && m->drv->StreamWaitEvent;
+  return CUDA_SUCCESS;
+}
+
 static inline stream_path path_of(const cuemm_manager *m, const char *fn, CUresult *why)
 {
-  if (__builtin_expect(m && m->pool && m->drv->EventRecord && m->drv->EventQuery && m->drv->StreamWaitEvent, 1))
+  if (__builtin_expect(m && m->stream_ready, 1))
     return PATH_STREAM;
   return path_checked(m, fn, why);
 }
@@ -843,7 +851,8 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   return alloc_from_pool(m, p, size, stream);
 }
 
-static inline CUresult alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
+static inline __attribute__((always_inline)) CUresult alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size,
+                                                                 CUstream stream)
 {
   CUresult why = CUDA_SUCCESS;
   stream_path way = path_of(m, "cuemm_alloc_async", &why);
@@ -1208,7 +1217,8 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
 
 /* `freed`, when not NULL (the event log's call), gets the size the freed
  * block was asked for; with NULL the compiler drops the stores. */
-static inline CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream, size_t *freed)
+static inline __attribute__((always_inline)) CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream,
+                                                                size_t *freed)
 {
   CUresult why = CUDA_SUCCESS;
   stream_path way = path_of(m, "cuemm_free_async", &why);
@@ -1615,6 +1625,7 @@ static void stream_abandon(cuemm_manager *m)
 }
 
 const cuemm__extension cuemm__stream_extension = {
+  .attach = stream_attach,
   .destroy = stream_destroy,
   .abandon = stream_abandon,
   .live = stream_live,

@@ -126,24 +126,56 @@ static int bins_make(cuemm__sa *s, uint32_t tag)
 
 /* ---- lists ---------------------------------------------------------------- */
 
+/* FREE block i joins the bins of its tag.  The free and alloc paths' own
+ * helper, kept apart from list_add so that they inline it whole. */
+static inline __attribute__((always_inline)) void free_link(cuemm__sa *s, uint32_t i)
+{
+  cuemm__sa_block *b = &s->b[i];
+  cuemm__sa_bins *bs = bins_of(s, b->tag);
+  unsigned bin = bin_of(b->size);
+  b->bin = (uint16_t)bin;
+  uint32_t *head = &bs->heads[bin];
+  bs->bitmap[bin / 64] |= (uint64_t)1 << (bin % 64);
+  bs->bytes += b->size;
+  bs->count++;
+  if (b->tag)
+    s->tagged_bytes += b->size;
+  s->free_count++;
+  b->lprev = NIL;
+  b->lnext = *head;
+  if (*head != NIL)
+    s->b[*head].lprev = i;
+  *head = i;
+}
+
+/* FREE block i leaves its bin. */
+static inline __attribute__((always_inline)) void free_unlink(cuemm__sa *s, uint32_t i)
+{
+  cuemm__sa_block *b = &s->b[i];
+  cuemm__sa_bins *bs = bins_of(s, b->tag);
+  uint32_t *head = &bs->heads[b->bin];
+  if (b->lprev != NIL)
+    s->b[b->lprev].lnext = b->lnext;
+  else if ((*head = b->lnext) == NIL)
+    bs->bitmap[b->bin / 64] &= ~((uint64_t)1 << (b->bin % 64));
+  if (b->lnext != NIL)
+    s->b[b->lnext].lprev = b->lprev;
+  bs->bytes -= b->size;
+  bs->count--;
+  if (b->tag)
+    s->tagged_bytes -= b->size;
+  s->free_count--;
+}
+
 static inline void list_add(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
-  uint32_t *head;
   if (b->state == CUEMM__SA_FREE) {
-    cuemm__sa_bins *bs = bins_of(s, b->tag);
-    b->bin = (uint16_t)bin_of(b->size);
-    head = &bs->heads[b->bin];
-    bs->bitmap[b->bin / 64] |= (uint64_t)1 << (b->bin % 64);
-    bs->bytes += b->size;
-    bs->count++;
-    if (b->tag)
-      s->tagged_bytes += b->size;
-    s->free_count++;
-  } else {
-    head = &s->holes;
-    s->hole_count++;
+    free_link(s, i);
+    return;
   }
+  uint32_t *head = &s->holes;
+  s->hole_count++;
   b->lprev = NIL;
   b->lnext = *head;
   if (*head != NIL)
@@ -154,26 +186,20 @@ static inline void list_add(cuemm__sa *s, uint32_t i)
 static inline void list_del(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
-  cuemm__sa_bins *bs = b->state == CUEMM__SA_FREE ? bins_of(s, b->tag) : NULL;
-  uint32_t *head = bs                             ? &bs->heads[b->bin]
-                   : b->state != CUEMM__SA_CACHED ? &s->holes
-                   : b->size < CUEMM__SA_SMALL    ? &s->cache[b->bin]
-                                                  : &s->lhead[b->bin];
+  if (b->state == CUEMM__SA_FREE) {
+    free_unlink(s, i);
+    return;
+  }
+  uint32_t *head = b->state != CUEMM__SA_CACHED ? &s->holes
+                   : b->size < CUEMM__SA_SMALL  ? &s->cache[b->bin]
+                                                : &s->lhead[b->bin];
   if (b->lprev != NIL)
     s->b[b->lprev].lnext = b->lnext;
   else
     *head = b->lnext;
   if (b->lnext != NIL)
     s->b[b->lnext].lprev = b->lprev;
-  if (bs) {
-    if (*head == NIL)
-      bs->bitmap[b->bin / 64] &= ~((uint64_t)1 << (b->bin % 64));
-    bs->bytes -= b->size;
-    bs->count--;
-    if (b->tag)
-      s->tagged_bytes -= b->size;
-    s->free_count--;
-  } else if (b->state == CUEMM__SA_CACHED) {
+  if (b->state == CUEMM__SA_CACHED) {
     if (b->size < CUEMM__SA_SMALL)
       s->ncached[b->bin]--;
     else {
@@ -390,11 +416,11 @@ static uint32_t find_free(const cuemm__sa *s, const cuemm__sa_bins *bs, size_t s
  * its tag. */
 static uint32_t cut(cuemm__sa *s, uint32_t i, size_t size)
 {
-  list_del(s, i);
+  free_unlink(s, i);
   if (s->b[i].size > size) {
     uint32_t rest = split(s, i, size);
     if (rest != NIL)
-      list_add(s, rest);
+      free_link(s, rest);
   }
   return i;
 }
@@ -463,7 +489,7 @@ int cuemm__sa_free_tagged(cuemm__sa *s, uint32_t i, uint32_t tag, uint64_t seq)
   s->b[i].state = CUEMM__SA_FREE;
   s->b[i].tag = tag;
   s->b[i].seq = seq;
-  list_add(s, merge(s, i, 1));
+  free_link(s, merge(s, i, 1));
   return 0;
 }
 
