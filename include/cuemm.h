@@ -41,9 +41,10 @@
  *                                     tool attached through NVTX
  *                                     (compute-sanitizer; default 1, see
  *                                     cuemm_config.nvtx)
- *   CUEMM_STREAM_REUSE                "event" or "wait": how a block freed on
- *                                     one stream serves another (default
- *                                     "event"; see cuemm_alloc_async)
+ *   CUEMM_STREAM_REUSE                "event", "wait" or "internal": how a
+ *                                     block freed on one stream serves
+ *                                     another (default "internal"; see
+ *                                     cuemm_alloc_async)
  *   CUEMM_MEMORY                      what cuemm_alloc hands out: "device"
  *                                     (default), "managed" (unified memory
  *                                     from a segment pool) or "system"
@@ -156,6 +157,13 @@ typedef enum cuemm_stream_reuse {
    * CU_MEMPOOL_ATTR_REUSE_ALLOW_EVENT_DEPENDENCIES does.  Fewer blocks, a
    * dependency between the streams. */
   CUEMM_STREAM_REUSE_WAIT = 1,
+  /* As EVENT, but where the pool would otherwise grow (after taking back
+   * blocks known idle), the allocating stream waits on another stream's
+   * event instead, when a block freed on that stream fits: as the driver
+   * pool's CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES does.  The
+   * pool holds about what is live even while streams lag behind the host;
+   * streams become dependent only where memory would grow.  The default. */
+  CUEMM_STREAM_REUSE_INTERNAL = 2,
 } cuemm_stream_reuse;
 /* What cuemm_alloc hands out (cuemm_config.memory, CUEMM_MEMORY). */
 typedef enum cuemm_memory_kind {
@@ -253,7 +261,8 @@ typedef struct cuemm_config {
    * device's memory).  Not combinable with pool_ipc; peers are not given
    * access (cuemm_pool_grant_access refuses).  Default 0. */
   int pool_slab;
-  /* CUEMM_STREAM_REUSE: "event" or "wait".  Default CUEMM_STREAM_REUSE_EVENT. */
+  /* CUEMM_STREAM_REUSE: "event", "wait" or "internal".  Default
+   * CUEMM_STREAM_REUSE_INTERNAL. */
   cuemm_stream_reuse stream_reuse;
 
   /* What cuemm_alloc hands out (see "Managed and system memory" below).
@@ -588,9 +597,13 @@ CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer);
  * so only when A's block is the best fit and the stream's own and idle
  * blocks fit badly or not at all, and before it grows.  With
  * CUEMM_STREAM_REUSE=wait (cuemm_config.stream_reuse) B takes the block at
- * once and is made to wait on A's event with cuStreamWaitEvent.  Otherwise
- * the block comes from idle memory, and the pool grows only when neither
- * suffices.  The release threshold covers all of it: past
+ * once and is made to wait on A's event with cuStreamWaitEvent.  With
+ * CUEMM_STREAM_REUSE=event the block comes from idle memory, and the pool
+ * grows only when neither suffices.  With "internal", the default, B waits
+ * on A's event only where the pool would grow otherwise (after settling
+ * and taking back what the threads hold idle): a stream whose work lags
+ * behind the host then costs a dependency, not memory, as with the
+ * driver's own pool.  The release threshold covers all of it: past
  * pool_release_threshold, the blocks whose events have completed become
  * idle and what is wholly free beyond the threshold is released (the
  * pool keeps the memory of its recent peak for pool_release_delay_ms).

@@ -26,7 +26,7 @@ typedef enum { KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL, KNOB_FLAG, KNOB_REU
 /* The names of the enumerated knobs' values, in the order of their values. */
 static const char *const memory_names[] = { "device", "managed", "system" };
 static const char *const location_names[] = { "none", "device", "cpu" };
-static const char *const reuse_names[] = { "event", "wait" };
+static const char *const reuse_names[] = { "event", "wait", "internal" };
 
 /* Sizes are checked in doubles: every bound below is exact in one. */
 #define MIB (1024.0 * 1024.0)
@@ -82,8 +82,8 @@ static const knob knobs[] = {
     "a size in bytes, a multiple of CUEMM_POOL_CHUNK and of the allocation granularity (2MiB), such as 1GiB "
     "(0: chosen by measurement)" },
   { "CUEMM_STREAM_REUSE", "stream_reuse", KNOB_REUSE,
-    offsetof(cuemm_config, stream_reuse), CUEMM_STREAM_REUSE_EVENT, CUEMM_STREAM_REUSE_EVENT,
-    CUEMM_STREAM_REUSE_WAIT, 0, "\"event\" or \"wait\"" },
+    offsetof(cuemm_config, stream_reuse), CUEMM_STREAM_REUSE_INTERNAL, CUEMM_STREAM_REUSE_EVENT,
+    CUEMM_STREAM_REUSE_INTERNAL, 0, "\"event\", \"wait\" or \"internal\"" },
   { "CUEMM_MEMORY", "memory", KNOB_MEMORY,
     offsetof(cuemm_config, memory), CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_SYSTEM, 0,
     "\"device\", \"managed\" or \"system\"" },

@@ -292,9 +292,11 @@ static CUresult leave_after_take(cuemm_manager *m, cuemm__ctx_guard *g, const ui
 }
 
 /* The pool had no free block for `size`: grow it; out of memory, flush the
- * pending frees, trim and try once more.  Lock held. */
+ * pending frees, trim and try once more.  Without `grow`, it stops before
+ * growing and returns CUDA_ERROR_NOT_READY with no message (the caller has
+ * another way first).  Lock held. */
 static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p,
-                                                          uint32_t *blk)
+                                                          uint32_t *blk, int grow)
 {
   cuemm__ctx_guard g;
   CUresult r = cuemm__ctx_enter(m, &g);
@@ -314,6 +316,8 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
     if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
       return leave_after_take(m, &g, blk);
   }
+  if (!grow)
+    return cuemm__ctx_leave(m, &g, CUDA_ERROR_NOT_READY);
   /* Enough is free, only not in one piece: what is wholly free goes back
    * first, so that the growth replaces it rather than adds to it. */
   if (m->pool->sa.free_bytes >= size)
@@ -362,11 +366,11 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
   return cuemm__ctx_leave(m, &g, r);
 }
 
-CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk)
+CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk, int grow)
 {
   if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
     return CUDA_SUCCESS;
-  return pool_alloc_slow(m, size, tag, p, blk);
+  return pool_alloc_slow(m, size, tag, p, blk, grow);
 }
 
 static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t size, uintptr_t *out)
@@ -375,7 +379,7 @@ static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t si
   uint32_t blk;
   CUresult r;
   cuemm__lock_acquire(&m->lock);
-  if (cuemm__pool_take(pool, size, &p, &blk) != 0 && (r = pool_alloc_slow(m, size, 0, &p, &blk)) != CUDA_SUCCESS)
+  if (cuemm__pool_take(pool, size, &p, &blk) != 0 && (r = pool_alloc_slow(m, size, 0, &p, &blk, 1)) != CUDA_SUCCESS)
     goto failed;
   if (cuemm__owned_add(&m->owned, p, size, CUEMM__KIND_POOL, blk) != 0) {
     cuemm__pool_give(pool, blk);

@@ -115,8 +115,9 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *fr
 
 /* Takes a pool block of at least `size` bytes: from free space, else by
  * growing (after cached stream blocks went back), else after flushing and
- * trimming.  Lock held. */
-CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk);
+ * trimming.  Without `grow`, CUDA_ERROR_NOT_READY (no message) where it
+ * would grow.  Lock held. */
+CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk, int grow);
 
 
 /* An extension: a layer above the manager that keeps state of its own per

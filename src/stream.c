@@ -449,11 +449,13 @@ static void pool_trim_tagged(cuemm_manager *m)
  * streams whose work is done.  When another stream's block fits best, an
  * event tells whether its work is done: recorded on that stream if none
  * covers the free yet, then queried, never waited on by the host; with
- * CUEMM_STREAM_REUSE=wait the requesting stream waits on it instead.  Its
+ * `wait` (CUEMM_STREAM_REUSE=wait, or =internal where the pool would grow
+ * otherwise) the requesting stream waits on it instead.  Its
  * stream's blocks that are done become idle (and merge) on the way.
  * Returns 0 with the block, or -1 when none fits (the caller's slow path
  * settles, reclaims, grows).  m's lock held. */
-static int pool_pick(cuemm_manager *m, size_t size, uint32_t own, CUstream stream, uintptr_t *ptr, uint32_t *blk)
+static int pool_pick(cuemm_manager *m, size_t size, uint32_t own, CUstream stream, int wait, uintptr_t *ptr,
+                     uint32_t *blk)
 {
   cuemm__sa *sa = &m->pool->sa;
   cuemm__heap *ps = m->pstreams;
@@ -497,7 +499,7 @@ static int pool_pick(cuemm_manager *m, size_t size, uint32_t own, CUstream strea
       ps->steals++;
       continue;
     }
-    if (entered && m->cfg.stream_reuse == CUEMM_STREAM_REUSE_WAIT && a->covered >= seq) {
+    if (entered && wait && a->covered >= seq) {
       unsigned i = 0;
       while (a->batch[i].seq < seq)
         i++;
@@ -777,8 +779,19 @@ static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, CUde
   uint32_t blk;
   cuemm__lock_acquire(&m->lock);
   uint32_t tag = pool_tag(m, stream);
-  CUresult r = pool_pick(m, size, tag, stream, &ptr, &blk) == 0 ? CUDA_SUCCESS
-                                                               : cuemm__pool_take_locked(m, size, tag, &ptr, &blk);
+  cuemm_stream_reuse reuse = m->cfg.stream_reuse;
+  CUresult r = pool_pick(m, size, tag, stream, reuse == CUEMM_STREAM_REUSE_WAIT, &ptr, &blk) == 0
+                   ? CUDA_SUCCESS
+                   : cuemm__pool_take_locked(m, size, tag, &ptr, &blk, reuse != CUEMM_STREAM_REUSE_INTERNAL);
+  if (r == CUDA_ERROR_NOT_READY) {
+    /* CUEMM_STREAM_REUSE=internal: the pool would grow, and no other way
+     * served (blocks of streams known done, the threads' idle ones).  The
+     * stream waits on another stream's event instead, where a block of
+     * that stream fits; pool_take_locked's settle recorded the events. */
+    tag = pool_tag(m, stream);
+    r = pool_pick(m, size, tag, stream, 1, &ptr, &blk) == 0 ? CUDA_SUCCESS
+                                                          : cuemm__pool_take_locked(m, size, tag, &ptr, &blk, 1);
+  }
   if (r == CUDA_SUCCESS) {
     /* The block remembers its stream (its descriptor's word): for
      * cuemm_record_stream and snapshots. */

@@ -131,7 +131,7 @@ static void pool_knobs(void)
   clear_env();
   cuemm_config_init(&c);
   is(c.pool_release_delay_ms, 1000, "the release delay is 1000 ms by default");
-  is(c.stream_reuse, CUEMM_STREAM_REUSE_EVENT, "cross-stream reuse waits for events by default");
+  is(c.stream_reuse, CUEMM_STREAM_REUSE_INTERNAL, "cross-stream reuse: events, and waits where the pool would grow, by default");
   setenv("CUEMM_POOL_RELEASE_DELAY", "0", 1);
   setenv("CUEMM_STREAM_REUSE", "wait", 1);
   is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_POOL_RELEASE_DELAY=0 and CUEMM_STREAM_REUSE=wait accepted");
@@ -142,8 +142,13 @@ static void pool_knobs(void)
        "the delay's message says milliseconds");
   invalid("CUEMM_POOL_RELEASE_DELAY", "86400001");
   invalid("CUEMM_STREAM_REUSE", "Wait");
-  like(cuemm_last_error(), "CUEMM_STREAM_REUSE=\"Wait\" is invalid: expected \"event\" or \"wait\"",
-       "the reuse rule's message lists both");
+  like(cuemm_last_error(), "CUEMM_STREAM_REUSE=\"Wait\" is invalid: expected \"event\", \"wait\" or \"internal\"",
+       "the reuse rule's message lists all three");
+  setenv("CUEMM_STREAM_REUSE", "internal", 1);
+  c.stream_reuse = CUEMM_STREAM_REUSE_EVENT;
+  is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_STREAM_REUSE=internal accepted");
+  is(c.stream_reuse, CUEMM_STREAM_REUSE_INTERNAL, "and set");
+  unsetenv("CUEMM_STREAM_REUSE");
   clear_env();
   cuemm_config_init(&c);
   c.stream_reuse = (cuemm_stream_reuse)7;

@@ -290,6 +290,50 @@ static void test_wait_mode(void)
   held_end(&t);
 }
 
+/* CUEMM_STREAM_REUSE=internal: where the pool would grow, s2 waits on s1's
+ * event and takes s1's blocks instead; once s1's work is done, it takes
+ * them without a wait. */
+static void test_internal_mode(void)
+{
+  held t;
+  if (!held_begin(&t, CUEMM_STREAM_REUSE_INTERNAL, 10))
+    return;
+  cuemm_manager *m = t.m;
+  CUstream s1 = t.s1, s2 = t.s2;
+  CUdeviceptr v[4], b, c;
+  for (int i = 0; i < 4; i++) {
+    CHECK_CU(cuemm_alloc_async(m, &v[i], 8 * MIB, s1));
+    CHECK_CU(cuMemsetD8Async(v[i], (unsigned char)(0x40 + i), 8 * MIB, s1));
+  }
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.mapped_bytes, 32 * MIB, "s1's four blocks fill the pool's one chunk");
+  for (int i = 3; i >= 0; i--)
+    CHECK_CU(cuemm_free_async(m, v[i], s1));
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &b, 16 * MIB, s2));
+  ok(b >= v[0] && b + 16 * MIB <= v[3] + 8 * MIB, "where the pool would grow, s2 takes s1's freed blocks");
+  is(calls("cuMemCreate"), 0, "without growing");
+  is(calls("cuStreamWaitEvent"), 1, "s2 waits on s1's event");
+  is(calls("cuEventSynchronize") + calls("cuStreamSynchronize") + calls("cuCtxSynchronize"), 0,
+     "and the host does not");
+  CHECK_CU(cuMemsetD8Async(b, 0x66, 16 * MIB, s2));
+  CHECK_CU(cuStreamSynchronize(s2));
+  is(byte_at(b, 0), 0x66, "s2's write is the last: s1's ran before it");
+  cuemm_stats st = test_stats(m);
+  is(st.stream_event_waits, 1, "the wait is counted");
+  CHECK_CU(cuStreamSynchronize(s1));
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &c, 8 * MIB, s2));
+  is(calls("cuStreamWaitEvent") + calls("cuMemCreate"), 0, "once s1's work is done, s2 takes the rest as it is");
+  ok(c + 8 * MIB <= b || c >= b + 16 * MIB, "apart from s2's first block");
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.mapped_bytes, 32 * MIB, "the pool never grew");
+  CHECK_CU(cuemm_free_async(m, b, s2));
+  CHECK_CU(cuemm_free_async(m, c, s2));
+  held_end(&t);
+}
+
 static void test_record_stream(void)
 {
   held t;
@@ -685,6 +729,7 @@ int main(void)
   test_cross_stream();
   test_pool_tagged();
   test_wait_mode();
+  test_internal_mode();
   test_record_stream();
   test_mixing();
   test_threads();
