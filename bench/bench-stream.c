@@ -5,7 +5,7 @@
  *    cuemm_alloc_async+cuemm_free_async against cuMemAllocAsync+
  *    cuMemFreeAsync (default memory pool, release threshold at the maximum).
  *    A sample times 100 pairs (the clock read would be a third of a pair);
- *    the two sides take turns in blocks of samples.  Medians.
+ *    the two sides take turns in blocks of samples, and the sizes in turn.  Medians.
  * 2. Threads: T = 1, 2, 4, 8, 16 threads, each on its own stream, 4 KiB
  *    pairs on one shared manager, for a fixed time; aggregate pairs per
  *    second, and the driver's pool the same way.
@@ -87,21 +87,33 @@ static void same_stream(int async, int quick)
     if (async)
       driver_batch(256, s);
   }
-  for (size_t size = 256; size <= 16 * MiB; size *= 4) {
+  /* The sizes take turns, a block of samples each, rather than one after
+   * the other: a spell of a slower host (they last up to seconds on a
+   * shared machine) then shifts every row a little, not one row whole. */
+  enum { NSIZES = 9 }; /* 256 B .. 16 MiB */
+  static double drvs[NSIZES][MAXS], cus[NSIZES][MAXS];
+  for (int k = 0; k < NSIZES; k++)
     for (int w = 0; w < 20; w++) {
-      cuemm_batch(m, size, s);
+      cuemm_batch(m, (size_t)256 << (2 * k), s);
       if (async)
-        driver_batch(size, s);
+        driver_batch((size_t)256 << (2 * k), s);
     }
-    for (int i0 = 0; i0 < samples; i0 += 20) {
-      int i1 = i0 + 20 < samples ? i0 + 20 : samples;
+  for (int i0 = 0; i0 < samples; i0 += 20) {
+    int i1 = i0 + 20 < samples ? i0 + 20 : samples;
+    for (int k = 0; k < NSIZES; k++) {
+      size_t size = (size_t)256 << (2 * k);
       for (int i = i0; async && i < i1; i++)
-        drv[i] = driver_batch(size, s);
+        drvs[k][i] = driver_batch(size, s);
       for (int i = i0; i < i1; i++)
-        cu[i] = cuemm_batch(m, size, s);
+        cus[k][i] = cuemm_batch(m, size, s);
     }
+  }
+  for (int k = 0; k < NSIZES; k++) {
+    size_t size = (size_t)256 << (2 * k);
+    memcpy(cu, cus[k], samples * sizeof cu[0]);
     double c = median(cu, samples);
     if (async) {
+      memcpy(drv, drvs[k], samples * sizeof drv[0]);
       double d = median(drv, samples);
       printf("%10zu %18.1f %14.1f %8.1fx\n", size, d, c, d / c);
     } else

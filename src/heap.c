@@ -205,23 +205,6 @@ uint32_t cuemm__heap_insert(cuemm__heap *h, uintptr_t ptr, size_t size, uint32_t
   return r;
 }
 
-void cuemm__heap_unbin(cuemm__heap *h, uint32_t r)
-{
-  cuemm__hblock *b = &h->b[r];
-  cuemm__hbin *bn = &h->bins[b->bin];
-  if (b->prev != CUEMM__HEAP_NIL)
-    h->b[b->prev].next = b->next;
-  else
-    bn->head = b->next;
-  if (b->next != CUEMM__HEAP_NIL)
-    h->b[b->next].prev = b->prev;
-  else
-    bn->tail = b->prev;
-  cuemm__heap_unlist(h, r);
-  cuemm__heap_account_cached(h, b, -1);
-  b->prev = b->next = CUEMM__HEAP_NIL;
-}
-
 void cuemm__heap_remove(cuemm__heap *h, uint32_t r)
 {
   cuemm__hblock *b = &h->b[r];

@@ -95,6 +95,7 @@ typedef struct cuemm__hstream {
   size_t large_cached;  /* cached blocks of CUEMM__HEAP_LARGE bytes or more */
   uint32_t large_rec;   /* the latest of them cached (it may have left since) */
   size_t last_large;    /* the size of its latest allocation of CUEMM__HEAP_LARGE bytes or more */
+  uint32_t steal_bin;   /* the bin (of another stream) its latest steal came from: looked at first */
   uint8_t retired;      /* no further same-stream reuse; blocks wait for `done` or a flush */
 } cuemm__hstream;
 
@@ -252,8 +253,6 @@ static inline void cuemm__heap_unlist(cuemm__heap *h, uint32_t r)
 /* Takes the newest block of a bin (it must not be empty): it becomes LIVE on
  * stream `hs` with `req` bytes asked for. */
 static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t req);
-/* Takes block r out of its bin (any position). */
-void cuemm__heap_unbin(cuemm__heap *h, uint32_t r);
 
 static inline void cuemm__heap_account_cached(cuemm__heap *h, cuemm__hblock *b, int sign)
 {
@@ -269,6 +268,24 @@ static inline void cuemm__heap_account_cached(cuemm__heap *h, cuemm__hblock *b, 
     h->cached_bytes -= b->size;
     h->cached_count--;
   }
+}
+
+/* Takes block r out of its bin (any position). */
+static inline void cuemm__heap_unbin(cuemm__heap *h, uint32_t r)
+{
+  cuemm__hblock *b = &h->b[r];
+  cuemm__hbin *bn = &h->bins[b->bin];
+  if (b->prev != CUEMM__HEAP_NIL)
+    h->b[b->prev].next = b->next;
+  else
+    bn->head = b->next;
+  if (b->next != CUEMM__HEAP_NIL)
+    h->b[b->next].prev = b->prev;
+  else
+    bn->tail = b->prev;
+  cuemm__heap_unlist(h, r);
+  cuemm__heap_account_cached(h, b, -1);
+  b->prev = b->next = CUEMM__HEAP_NIL;
 }
 
 static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t req)

@@ -547,6 +547,18 @@ static uint32_t steal_idle(cuemm__heap *h, uint32_t hs, size_t rs, size_t req, i
 {
   if (h->cached_count == h->st[hs].cached_count)
     return CUEMM__HEAP_NIL; /* no other stream keeps anything */
+  /* A stream fed by another (a producer's blocks, a consumer's requests)
+   * steals from the same bin again and again: that bin first, no lookup. */
+  uint32_t sb = h->st[hs].steal_bin;
+  if (sb < h->bincap) {
+    uint64_t key = h->bins[sb].key;
+    uint32_t k = (uint32_t)(key >> 40) - 1, t = h->bins[sb].tail;
+    if (k != hs && k < h->nst && key == cuemm__heap_binkey(k, rs) && t != CUEMM__HEAP_NIL && h->st[k].done &&
+        h->b[t].seq <= h->st[k].done) {
+      take_cached(h, t, hs, req);
+      return t;
+    }
+  }
   for (uint32_t k = 0; k < h->nst; k++) {
     if (k == hs || !h->st[k].cached_count)
       continue;
@@ -556,6 +568,7 @@ static uint32_t steal_idle(cuemm__heap *h, uint32_t hs, size_t rs, size_t req, i
     uint32_t t = h->bins[bin].tail;
     *others |= t != CUEMM__HEAP_NIL;
     if (t != CUEMM__HEAP_NIL && h->st[k].done && h->b[t].seq <= h->st[k].done) {
+      h->st[hs].steal_bin = bin;
       take_cached(h, t, hs, req);
       return t;
     }
