@@ -539,26 +539,33 @@ static void take_cached(cuemm__heap *h, uint32_t r, uint32_t hs, size_t req)
   h->steals++;
 }
 
+/* A stream fed by another (a consumer of a producer's frees) steals from
+ * the same bin again and again: that bin first, with no walk of the
+ * streams and no lookup, on the owner's fast path.  NIL when it has no
+ * such block now. */
+static inline __attribute__((always_inline)) uint32_t steal_hint(cuemm__heap *h, uint32_t hs, size_t rs, size_t req)
+{
+  uint32_t sb = h->st[hs].steal_bin;
+  if (sb >= h->bincap)
+    return CUEMM__HEAP_NIL;
+  uint64_t key = h->bins[sb].key;
+  uint32_t k = (uint32_t)(key >> 40) - 1, t = h->bins[sb].tail;
+  if (k == hs || k >= h->nst || key != cuemm__heap_binkey(k, rs) || t == CUEMM__HEAP_NIL || !h->st[k].done ||
+      h->b[t].seq > h->st[k].done)
+    return CUEMM__HEAP_NIL;
+  take_cached(h, t, hs, req);
+  return t;
+}
+
 /* A block of size rs that another stream freed and whose event is known
  * complete: no driver call, so the owner's fast path may look.  *others
  * tells whether another stream holds blocks of that size at all (the slow
  * path may then learn with an event whether one is free to take). */
-static uint32_t steal_idle(cuemm__heap *h, uint32_t hs, size_t rs, size_t req, int *others)
+static __attribute__((noinline)) uint32_t steal_idle(cuemm__heap *h, uint32_t hs, size_t rs, size_t req,
+                                                     int *others)
 {
   if (h->cached_count == h->st[hs].cached_count)
     return CUEMM__HEAP_NIL; /* no other stream keeps anything */
-  /* A stream fed by another (a producer's blocks, a consumer's requests)
-   * steals from the same bin again and again: that bin first, no lookup. */
-  uint32_t sb = h->st[hs].steal_bin;
-  if (sb < h->bincap) {
-    uint64_t key = h->bins[sb].key;
-    uint32_t k = (uint32_t)(key >> 40) - 1, t = h->bins[sb].tail;
-    if (k != hs && k < h->nst && key == cuemm__heap_binkey(k, rs) && t != CUEMM__HEAP_NIL && h->st[k].done &&
-        h->b[t].seq <= h->st[k].done) {
-      take_cached(h, t, hs, req);
-      return t;
-    }
-  }
   for (uint32_t k = 0; k < h->nst; k++) {
     if (k == hs || !h->st[k].cached_count)
       continue;
@@ -898,7 +905,7 @@ static inline __attribute__((always_inline)) CUresult alloc_async(cuemm_manager 
       int others = 0;
       if (bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL)
         r = cuemm__heap_pop(h, bin, hs, size);
-      else
+      else if ((r = steal_hint(h, hs, rs, size)) == CUEMM__HEAP_NIL)
         r = steal_idle(h, hs, rs, size, &others);
       if (r != CUEMM__HEAP_NIL) {
         *p = (CUdeviceptr)h->b[r].ptr;
