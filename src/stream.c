@@ -354,24 +354,30 @@ static uint32_t pool_tag(const cuemm_manager *m, CUstream stream)
 /* Gives pool block blk back as freed on `stream` (never the per-thread
  * default stream).  Returns 0, or -1 when host memory ran out (nothing
  * changed).  m's lock held. */
-static int pool_give_on(cuemm_manager *m, uint32_t blk, CUstream stream)
+/* The pool's stream table's place for a stream it has not met: a released
+ * stream's place, once nothing of it is left, serves anew, so the table
+ * stays as small as the streams in use.  NIL when host memory ran out. */
+static __attribute__((noinline)) uint32_t pool_stream_add(cuemm_manager *m, CUstream stream)
 {
   cuemm__heap *ps = pool_streams(m);
   if (!ps)
+    return CUEMM__HEAP_NIL;
+  for (uint32_t j = 0; j < ps->nst; j++)
+    if (ps->st[j].retired && !ps->st[j].nbatch && !cuemm__sa_tag_bytes(&m->pool->sa, j + 1)) {
+      memset(&ps->st[j], 0, sizeof ps->st[j]);
+      ps->st[j].s = stream ? stream : CU_STREAM_LEGACY;
+      return j;
+    }
+  return cuemm__heap_add_stream(ps, stream);
+}
+
+static inline __attribute__((always_inline)) int pool_give_on(cuemm_manager *m, uint32_t blk, CUstream stream)
+{
+  cuemm__heap *ps = m->pstreams;
+  uint32_t k = ps ? cuemm__heap_stream(ps, stream) : CUEMM__HEAP_NIL;
+  if (k == CUEMM__HEAP_NIL && (k = pool_stream_add(m, stream)) == CUEMM__HEAP_NIL)
     return -1;
-  uint32_t k = cuemm__heap_stream(ps, stream);
-  if (k == CUEMM__HEAP_NIL) {
-    /* A released stream's place, once nothing of it is left, serves anew:
-     * the table stays as small as the streams in use. */
-    for (uint32_t j = 0; j < ps->nst && k == CUEMM__HEAP_NIL; j++)
-      if (ps->st[j].retired && !ps->st[j].nbatch && !cuemm__sa_tag_bytes(&m->pool->sa, j + 1)) {
-        memset(&ps->st[j], 0, sizeof ps->st[j]);
-        ps->st[j].s = stream ? stream : CU_STREAM_LEGACY;
-        k = j;
-      }
-    if (k == CUEMM__HEAP_NIL && (k = cuemm__heap_add_stream(ps, stream)) == CUEMM__HEAP_NIL)
-      return -1;
-  }
+  ps = m->pstreams;
   cuemm__hstream *a = &ps->st[k];
   if (cuemm__sa_free_tagged(&m->pool->sa, blk, k + 1, a->freed + 1) != 0)
     return -1;
@@ -381,9 +387,10 @@ static int pool_give_on(cuemm_manager *m, uint32_t blk, CUstream stream)
 
 /* pool_give_on, or where host memory ran out, the pending queue (whose
  * flush synchronizes): never lost.  m's lock held. */
-static void pool_return_on(cuemm_manager *m, uintptr_t ptr, size_t size, uint32_t blk, CUstream stream)
+static inline __attribute__((always_inline)) void pool_return_on(cuemm_manager *m, uintptr_t ptr, size_t size,
+                                                                 uint32_t blk, CUstream stream)
 {
-  if (pool_give_on(m, blk, stream) == 0)
+  if (__builtin_expect(pool_give_on(m, blk, stream) == 0, 1))
     return;
   if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) == 0)
     m->pool_pending++;
@@ -421,12 +428,10 @@ static void pool_settle(cuemm_manager *m, int synced)
  * Tried again only once another quarter of the threshold has been freed so
  * (the pool's stream table keeps the mark), so that a stream whose work
  * lags does not cost an event per free.  m's lock held. */
-static void pool_trim_tagged(cuemm_manager *m)
+static __attribute__((noinline)) void pool_trim_tagged_now(cuemm_manager *m)
 {
   cuemm__pool *pool = m->pool;
   cuemm__heap *ps = m->pstreams;
-  if (!ps || pool->sa.tagged_bytes < ps->trim_mark)
-    return;
   if (!cuemm__pool_release_due(pool)) {
     ps->trim_mark = pool->sa.tagged_bytes + pool->threshold / 4 + pool->unit;
     return;
@@ -444,6 +449,12 @@ static void pool_trim_tagged(cuemm_manager *m)
   cuemm__error(CUDA_SUCCESS, "%s", keep); /* the free succeeded either way */
 }
 
+static inline void pool_trim_tagged(cuemm_manager *m)
+{
+  if (__builtin_expect(m->pstreams && m->pool->sa.tagged_bytes >= m->pstreams->trim_mark, 0))
+    pool_trim_tagged_now(m);
+}
+
 /* Takes the best fit for `size` bytes among the pool's idle blocks, those
  * freed on the requesting stream (tag `own`), and those freed on other
  * streams whose work is done.  When another stream's block fits best, an
@@ -454,8 +465,8 @@ static void pool_trim_tagged(cuemm_manager *m)
  * stream's blocks that are done become idle (and merge) on the way.
  * Returns 0 with the block, or -1 when none fits (the caller's slow path
  * settles, reclaims, grows).  m's lock held. */
-static int pool_pick(cuemm_manager *m, size_t size, uint32_t own, CUstream stream, int wait, uintptr_t *ptr,
-                     uint32_t *blk)
+static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t size, uint32_t own, CUstream stream,
+                                                      int wait, uintptr_t *ptr, uint32_t *blk)
 {
   cuemm__sa *sa = &m->pool->sa;
   cuemm__heap *ps = m->pstreams;
@@ -515,6 +526,30 @@ static int pool_pick(cuemm_manager *m, size_t size, uint32_t own, CUstream strea
   }
   if (entered)
     cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  if (best == CUEMM__SA_NIL)
+    return -1;
+  cuemm__sa_take(sa, best, rs);
+  *ptr = (uintptr_t)m->pool->base + sa->b[best].off;
+  *blk = best;
+  return 0;
+}
+
+/* pool_pick's common case inline: the stream's own or an idle block fits
+ * closely, or no other stream has blocks in the pool. */
+static inline __attribute__((always_inline)) int pool_pick(cuemm_manager *m, size_t size, uint32_t own,
+                                                           CUstream stream, int wait, uintptr_t *ptr, uint32_t *blk)
+{
+  cuemm__sa *sa = &m->pool->sa;
+  size_t rs = round_block(size);
+  uint32_t best = cuemm__sa_fit(sa, rs, 0);
+  if (own) {
+    uint32_t c = cuemm__sa_fit(sa, rs, own);
+    if (c != CUEMM__SA_NIL && (best == CUEMM__SA_NIL || sa->b[c].size < sa->b[best].size))
+      best = c;
+  }
+  int close = best != CUEMM__SA_NIL && sa->b[best].size - rs < rs / 8;
+  if (!close && sa->tagged_bytes > cuemm__sa_tag_bytes(sa, own))
+    return pool_pick_across(m, size, own, stream, wait, ptr, blk);
   if (best == CUEMM__SA_NIL)
     return -1;
   cuemm__sa_take(sa, best, rs);
