@@ -231,6 +231,12 @@ check "--backends cuemm-async: its line says events, peak live, held and footpri
   has "^cuemm-async      10 events, [0-9.]* ns/event; peak live 3153920 bytes, peak held 33554432, footprint 10.64; out of memory 0$"
 check "the pool is turned on, and that is said, when CUEMM_POOL is unset" \
   has "cuemm backends: CUEMM_POOL is unset; the replay turns the pool on (as CUEMM_POOL=vmm)"
+out=$("$replay" --reps 3 --backends cuemm-async "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "--reps 3: each timed pass's figure, in order, under the backend's line (exit $rc)" \
+  test $rc -eq 0 -a "$(printf '%s\n' "$out" | grep -A1 '^cuemm-async ' | grep -c -E '^#   timed passes, ns/event:( [0-9]+\.[0-9]){3}$')" = 1
+out=$("$replay" --quick --backends cuemm-async "$src/bench/traces/two-streams.csv" 2>&1)
+check "--quick (one pass): no such line" test -z "$(printf '%s\n' "$out" | grep 'timed passes')"
 out=$(CUEMM_POOL=vmm CUEMM_LOG="$tmp/replay-log.csv" "$replay" --quick --backends cuemm,cuMemAlloc "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'
 check "--backends cuemm,cuMemAlloc: the two cuemm backends, then cuMemAlloc (exit $rc)" \
