@@ -235,8 +235,10 @@ out=$("$replay" --reps 3 --backends cuemm-async "$src/bench/traces/two-streams.c
 printf '%s\n' "$out" | sed 's/^/# /'
 check "--reps 3: each timed pass's figure, in order, under the backend's line (exit $rc)" \
   test $rc -eq 0 -a "$(printf '%s\n' "$out" | grep -A1 '^cuemm-async ' | grep -c -E '^#   timed passes, ns/event:( [0-9]+\.[0-9]){3}$')" = 1
+check "--reps 3: and each pass's driver work, not counted since creation: the passes before grew the pool" \
+  has "^#   the same passes' driver work: pool growths 0 0 0; releases 0 0 0; stream events [0-9]* [0-9]* [0-9]*; reclaims [0-9]* [0-9]* [0-9]*$"
 out=$("$replay" --quick --backends cuemm-async "$src/bench/traces/two-streams.csv" 2>&1)
-check "--quick (one pass): no such line" test -z "$(printf '%s\n' "$out" | grep 'timed passes')"
+check "--quick (one pass): no such lines" test -z "$(printf '%s\n' "$out" | grep -e 'timed passes' -e 'driver work')"
 out=$(CUEMM_POOL=vmm CUEMM_LOG="$tmp/replay-log.csv" "$replay" --quick --backends cuemm,cuMemAlloc "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'
 check "--backends cuemm,cuMemAlloc: the two cuemm backends, then cuMemAlloc (exit $rc)" \

@@ -55,7 +55,10 @@
  *   --manager N            the manager of a cuemm log to replay
  *   --reps R               timed passes, 1 to 64 (default 5); --quick: 1;
  *                          the median is the figure, and with more than one
- *                          a comment line lists each pass's, in order
+ *                          a comment line lists each pass's, in order, and
+ *                          for cuemm backends another the driver work each
+ *                          made (pool growths, releases, stream events,
+ *                          reclaims of thread caches)
  *   --snapshot FILE        the first cuemm backend's cuemm_snapshot_take,
  *                          written by cuemm_snapshot_write_json into FILE
  *                          after the event where live bytes reach the log's
@@ -1078,6 +1081,22 @@ static size_t cuemm_held_sample(void)
   return ps.mapped_bytes + fallback_live;
 }
 
+/* What a cuemm backend's manager did that costs driver calls: pool growth
+ * steps, release passes, events recorded on streams, reclaims of thread
+ * caches (since its creation). */
+enum { COUNTERS = 4 };
+static void cuemm_counters(uint64_t c[COUNTERS])
+{
+  cuemm_pool_stats ps;
+  cuemm_stats st;
+  CHECK(cuemm_pool_get_stats(mgr, &ps));
+  CHECK(cuemm_get_stats(mgr, &st));
+  c[0] = ps.grow_steps;
+  c[1] = ps.releases;
+  c[2] = st.stream_events;
+  c[3] = st.stream_reclaims;
+}
+
 static void cuemm_teardown(void)
 {
   CHECK(cuemm_destroy(mgr));
@@ -1265,12 +1284,17 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
   snprintf(pos.pass, sizeof pos.pass, "the warm-up pass");
   replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0);
   double v[64];
+  uint64_t cnt[65][COUNTERS]; /* before each timed pass, and after the last */
   for (int r = 0; r < reps; r++) {
     snprintf(pos.pass, sizeof pos.pass, "timed pass %d of %d", r + 1, reps);
+    if (b->is_cuemm)
+      cuemm_counters(cnt[r]);
     v[r] = replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0);
     if (oom > res.oom)
       res.oom = oom;
   }
+  if (b->is_cuemm)
+    cuemm_counters(cnt[reps]);
   double each[64]; /* in the order run: median() sorts v */
   memcpy(each, v, (size_t)reps * sizeof each[0]);
   res.ns_per_event = t->n ? median(v, reps) / (double)t->n : 0;
@@ -1297,6 +1321,18 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
     for (int r = 0; r < reps; r++)
       printf(" %.1f", each[r] / (double)t->n);
     printf("\n");
+    if (b->is_cuemm) {
+      /* The driver calls a pass made, by kind: a slow pass that made some
+       * is the allocator's; one that made none, the host's. */
+      static const char *const what[COUNTERS] = { "pool growths", "releases", "stream events", "reclaims" };
+      printf("#   the same passes' driver work:");
+      for (int k = 0; k < COUNTERS; k++) {
+        printf("%s %s", k ? ";" : "", what[k]);
+        for (int r = 0; r < reps; r++)
+          printf(" %llu", (unsigned long long)(cnt[r + 1][k] - cnt[r][k]));
+      }
+      printf("\n");
+    }
   }
   fflush(stdout);
   return res;
