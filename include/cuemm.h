@@ -237,13 +237,14 @@ typedef struct cuemm_config {
   /* The size of the pieces a large growth is made of (CUEMM_POOL_PIECE), in
    * bytes: a growth larger than it is created as several physical
    * allocations of this size (the last one smaller), mapped side by side,
-   * so that no single cuMemCreate is of a size the driver is slow at (on
-   * an H100 one of 8 GiB costs 45 times one of 1 GiB).  Must be a multiple
-   * of the device's allocation granularity and of pool_chunk (checked at
-   * creation).  0: chosen per device by measurement: the pool times its
-   * own cuMemCreate and cuMemMap calls and takes the power-of-two size
-   * cheapest per byte (growths up to 512 MiB stay one piece; see
-   * cuemm_pool_stats.piece_cost_us).  With pool_ipc, a growth chosen so
+   * so that no single cuMemCreate is of a size the driver is slow at.
+   * Must be a multiple of the device's allocation granularity and of
+   * pool_chunk (checked at creation).  0: chosen per device by
+   * measurement: the pool times its own cuMemCreate and cuMemMap calls and
+   * takes the power-of-two size cheapest per byte, from 4 GiB up (growths
+   * up to 512 MiB stay one piece, those up to 4 GiB start from their
+   * largest power-of-two size; see cuemm_pool_stats.piece_cost_us).  With
+   * pool_ipc, a growth chosen so
    * is at most four pieces, so that a block fits a handle
    * (CUEMM_IPC_POOL_MAX_PIECES); a pinned size is used as it is.
    * Default 0. */

@@ -2,13 +2,14 @@
  * the process-wide record of what cuMemCreate costs on each device that
  * the choice rests on.
  *
- * One cuMemCreate of N bytes does not cost in proportion to N: on an H100
- * (driver 580) 64 MiB took 75 us, 1 GiB 67 us, 8 GiB 3011 us.  Small
- * creations cost a fixed ~70 us, and past some size the cost grows faster
- * than the size, so a large growth is cheapest made of pieces of the size
+ * One cuMemCreate of N bytes may not cost in proportion to N: a fixed
+ * cost per call, and on some GPUs and drivers a cost per byte that rises
+ * past some size, would make a large growth cheapest in pieces of the size
  * in between, mapped side by side (the pool then sets access once for the
  * whole run).  Where that optimum lies depends on the GPU and the driver,
- * so it is measured, not written down.
+ * so it is measured, not written down.  On an H100 (driver 580) fresh
+ * memory cost about the same per byte from 1 GiB to 8 GiB pieces (220 to
+ * 400 us for 1 GiB, 1.5 ms for 8 GiB), so fewer, larger pieces did best.
  *
  * The measurement is the pool's own work: each piece's cuMemCreate and
  * cuMemMap are timed (clock_gettime) as the pool grows, and for each size
@@ -32,7 +33,16 @@
  * the tests drive with made-up costs): among the candidate sizes (the
  * pool's unit times a power of two, up to the growth), the class with the
  * lowest cost per byte wins, ties to the larger piece (fewer calls).  With
- * nothing measured it starts from a guess of 1 GiB.  Exploration is
+ * nothing measured it starts from a guess of 4 GiB (the largest candidate
+ * up to it), and it never goes below that, for the growths it fits: the
+ * median guards against a few samples of recycled memory, not against a
+ * class timed mostly on it, which is what a program (or a benchmark) that
+ * grows and releases the same sizes does, and the pool's timing cannot
+ * tell recycled memory from fresh.  On the H100, with a guess of 1 GiB and
+ * the search free to go lower, the choice settled on 256 and 512 MiB
+ * pieces and grew by 8 GiB in 1.1x to 2.1x the time of cuMemAlloc; with
+ * 1 GiB as the floor, 1.3x to 1.6x; with 4 GiB, 0.73x to 0.97x.
+ * Exploration is
  * bounded hill climbing: while a neighbour of the winner (twice or half its
  * size) that fits the growth has been timed on fewer than
  * CUEMM__PIECE_EXPLORE pieces, that neighbour is used instead, so each
@@ -105,33 +115,44 @@ size_t cuemm__piece_choose(const cuemm__piece_table *t, size_t unit, size_t byte
 {
   if (bytes <= CUEMM__PIECE_SPLIT || unit == 0)
     return bytes;
-  size_t best = 0, guess = 0, smallest = 0;
-  double best_cost = 0;
+  /* The guess: the largest candidate up to CUEMM__PIECE_GUESS, else the
+   * smallest candidate. */
+  size_t guess = 0, smallest = 0;
   for (size_t piece = unit; piece <= bytes && piece >= unit; piece <<= 1) {
-    if (piece < min_piece)
-      continue;
-    if (!smallest)
-      smallest = piece;
-    if (piece <= CUEMM__PIECE_GUESS)
-      guess = piece;
-    int k = cuemm__piece_class(piece);
-    if (k < 0 || t->samples[k] == 0)
-      continue;
-    double c = t->ns_per_byte[k];
-    if (!best || c <= best_cost) { /* <=: ties to the larger piece */
-      best = piece;
-      best_cost = c;
+    if (piece >= min_piece) {
+      if (!smallest)
+        smallest = piece;
+      if (piece <= CUEMM__PIECE_GUESS)
+        guess = piece;
     }
     if (piece > SIZE_MAX / 2)
       break;
   }
   if (!smallest)
     return bytes;
+  if (!guess)
+    guess = smallest;
+  /* Nothing smaller than the guess, chosen or explored: see the top. */
+  size_t lo = guess > min_piece ? guess : min_piece;
+  size_t best = 0;
+  double best_cost = 0;
+  for (size_t piece = guess; piece <= bytes && piece >= unit; piece <<= 1) {
+    int k = cuemm__piece_class(piece);
+    if (k >= 0 && t->samples[k] != 0) {
+      double c = t->ns_per_byte[k];
+      if (!best || c <= best_cost) { /* <=: ties to the larger piece */
+        best = piece;
+        best_cost = c;
+      }
+    }
+    if (piece > SIZE_MAX / 2)
+      break;
+  }
   if (!best)
-    return guess ? guess : smallest;
-  if (best <= SIZE_MAX / 2 && explore(t, unit, bytes, min_piece, best * 2))
+    return guess;
+  if (best <= SIZE_MAX / 2 && explore(t, unit, bytes, lo, best * 2))
     return best * 2;
-  if (explore(t, unit, bytes, min_piece, best / 2))
+  if (explore(t, unit, bytes, lo, best / 2))
     return best / 2;
   return best;
 }

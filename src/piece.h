@@ -15,8 +15,9 @@
 /* Growths up to this many bytes are one piece: below it a cuMemCreate costs
  * about the same whatever its size, so splitting only adds calls. */
 #define CUEMM__PIECE_SPLIT ((size_t)512 << 20)
-/* The piece size tried first on a device nothing was measured on yet. */
-#define CUEMM__PIECE_GUESS ((size_t)1 << 30)
+/* The piece size tried first on a device nothing was measured on yet, and
+ * the smallest a growth it fits is made of (piece.c says why). */
+#define CUEMM__PIECE_GUESS ((size_t)4 << 30)
 /* Pieces a neighbouring class must have been timed on before the chooser
  * stops trying it: one, so that trying a size costs at most one growth
  * (a single cuMemCreate of 8 GiB costs 3 ms on an H100). */

@@ -74,7 +74,7 @@ static void choose(void)
   memset(&t, 0, sizeof t);
   is(cuemm__piece_choose(&t, 32 * MiB, 512 * MiB, 0), 512 * MiB, "512 MiB: one piece");
   is(cuemm__piece_choose(&t, 32 * MiB, 96 * MiB, 0), 96 * MiB, "96 MiB: one piece");
-  is(cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 0), GiB, "nothing measured: 8 GiB in pieces of the 1 GiB guess");
+  is(cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 0), 4 * GiB, "nothing measured: 8 GiB in pieces of the 4 GiB guess");
   is(cuemm__piece_choose(&t, 32 * MiB, 768 * MiB, 0), 512 * MiB, "768 MiB: the largest candidate below the guess");
   is(cuemm__piece_choose(&t, 3 * GiB, 6 * GiB, 0), 3 * GiB, "units above the guess: one unit");
 
@@ -106,32 +106,38 @@ static void choose(void)
   h100[11] = 700;  /* 4 GiB */
   h100[12] = 3011; /* 8 GiB */
   fill(&t, h100, 10);
-  is(cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 0), GiB, "costs shaped like the H100's: 1 GiB pieces for 8 GiB");
-  is(cuemm__piece_choose(&t, 2 * MiB, 16 * GiB, 0), GiB, "and for 16 GiB");
+  is(cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 0), 4 * GiB,
+     "costs cheapest per byte at 1 GiB, rising past it: 4 GiB pieces, nothing below the guess for 8 GiB");
+  is(cuemm__piece_choose(&t, 2 * MiB, 16 * GiB, 0), 4 * GiB, "and for 16 GiB");
   is(cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 4 * GiB), 4 * GiB, "a floor (IPC) is respected");
   is(cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 16 * GiB), 8 * GiB, "a floor above the growth: one piece");
 
-  /* Bounded exploration: only 1 GiB known, once. */
+  /* Bounded exploration, for growths of 12 GiB (candidates up to 8 GiB):
+   * only the guess, 4 GiB, known, once. */
   memset(&t, 0, sizeof t);
-  cuemm__piece_record(&t, GiB, 67e3, 1);
-  is(cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 0), 2 * GiB, "the untried larger neighbour is tried");
-  cuemm__piece_record(&t, 2 * GiB, 400e3, 1); /* worse per byte */
-  is(cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 0), 512 * MiB, "then the smaller one");
-  cuemm__piece_record(&t, 512 * MiB, 70e3, 16); /* worse per byte */
-  is(cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 0), GiB, "then the best stays: 1 GiB");
+  cuemm__piece_record(&t, 4 * GiB, 800e3, 1);
+  is(cuemm__piece_choose(&t, 32 * MiB, 12 * GiB, 0), 8 * GiB, "the untried larger neighbour is tried");
+  cuemm__piece_record(&t, 8 * GiB, 4000e3, 1); /* worse per byte */
+  is(cuemm__piece_choose(&t, 32 * MiB, 12 * GiB, 0), 4 * GiB,
+     "then the best, 4 GiB: the smaller neighbour is below the guess, not tried");
+  cuemm__piece_record(&t, GiB, 67e3, 16); /* recycled memory: far cheaper per byte */
+  is(cuemm__piece_choose(&t, 32 * MiB, 12 * GiB, 0), 4 * GiB,
+     "1 GiB pieces timed on recycled memory do not pull a 12 GiB growth below the guess");
+  is(cuemm__piece_choose(&t, 32 * MiB, 768 * MiB, 0), 512 * MiB,
+     "768 MiB: its largest candidate up to the guess, whatever smaller ones cost");
   same = 1;
   for (int i = 0; i < 100; i++)
-    same &= cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 0) == GiB;
+    same &= cuemm__piece_choose(&t, 32 * MiB, 12 * GiB, 0) == 4 * GiB;
   ok(same, "and nothing more is explored");
-  is(cuemm__piece_choose(&t, 32 * MiB, GiB, 0), GiB, "a growth of 1 GiB: one piece of the best size");
-  cuemm__piece_record(&t, 2 * GiB, 100e3, 1); /* now better per byte */
-  is(cuemm__piece_choose(&t, 32 * MiB, 8 * GiB, 0), 4 * GiB, "a better 2 GiB moves the search to 4 GiB");
-  is(cuemm__piece_choose(&t, 32 * MiB, 3 * GiB, 0), 2 * GiB, "where 4 GiB does not fit, 2 GiB, the best");
+  is(cuemm__piece_choose(&t, 32 * MiB, 3 * GiB, 0), 2 * GiB,
+     "a growth of 3 GiB: 2 GiB pieces, its largest candidate up to the guess");
+  cuemm__piece_record(&t, 8 * GiB, 1000e3, 1); /* now better per byte (the median of two: the lower) */
+  is(cuemm__piece_choose(&t, 32 * MiB, 12 * GiB, 0), 8 * GiB, "a better 8 GiB wins");
 
   /* A unit that is not a power of two: pieces are unit << j. */
   memset(&t, 0, sizeof t);
   size_t p = cuemm__piece_choose(&t, 6 * MiB, 6 * GiB, 0);
-  ok(p % (6 * MiB) == 0 && p == 768 * MiB, "6 MiB units: %zu-byte pieces, 6 MiB << 7", p);
+  ok(p % (6 * MiB) == 0 && p == 3 * GiB, "6 MiB units: %zu-byte pieces, 6 MiB << 9, the largest up to the guess", p);
 }
 
 static void *noter(void *arg)
@@ -147,7 +153,7 @@ static void process_wide(void)
   cuemm__piece_table t;
   cuemm__piece_snapshot(7, &t);
   is(t.samples[5], 0, "device 7: nothing measured yet");
-  is(cuemm__piece_pick(7, 32 * MiB, 8 * GiB, 0), GiB, "so the guess");
+  is(cuemm__piece_pick(7, 32 * MiB, 8 * GiB, 0), 4 * GiB, "so the guess");
   pthread_t th[8];
   for (int i = 0; i < 8; i++)
     pthread_create(&th[i], NULL, noter, NULL);
@@ -163,7 +169,7 @@ static void process_wide(void)
   cuemm__piece_note(-1, 64 * MiB, 75e3, 1);
   cuemm__piece_snapshot(64, &t);
   is(t.samples[5], 0, "devices beyond the table are not recorded");
-  is(cuemm__piece_pick(64, 32 * MiB, 8 * GiB, 0), GiB, "and get the guess");
+  is(cuemm__piece_pick(64, 32 * MiB, 8 * GiB, 0), 4 * GiB, "and get the guess");
 }
 
 int main(void)

@@ -3,7 +3,8 @@
  *
  * The first two automatic large growths of the process (the per-device
  * record starts empty in a fresh process, so the choice does not depend on
- * any time measured: the guess, then its untried smaller neighbour); a
+ * any time measured: the guess, then the guess again, since no piece
+ * below it is tried); a
  * pinned piece size counted in driver calls (one cuMemCreate and cuMemMap
  * per piece, one cuMemSetAccess per growth), data written across piece
  * boundaries read back, pieces released one by one; the k-th piece's
@@ -77,7 +78,7 @@ static void automatic(void)
   reset_calls();
   CHECK_CU(cuemm_alloc(m, &p, 600 * MiB));
   s = pstats(m);
-  is(s.piece_bytes, 512 * MiB, "600 MiB, nothing measured: pieces of the guess (1 GiB) that fit, 512 MiB");
+  is(s.piece_bytes, 512 * MiB, "600 MiB, nothing measured: the largest piece up to the guess (4 GiB) that fits, 512 MiB");
   ok(s.chunks == 2 && s.mapped_bytes == 600 * MiB, "two chunks, 512 + 88 MiB (%zu chunks, %zu bytes)", s.chunks,
      s.mapped_bytes);
   check_calls(2, 2, 1, "first growth");
@@ -91,13 +92,13 @@ static void automatic(void)
   reset_calls();
   CHECK_CU(cuemm_alloc(m, &p, 600 * MiB));
   s = pstats(m);
-  is(s.piece_bytes, 256 * MiB, "the next: its untried smaller neighbour, 256 MiB");
-  is(s.chunks, 3, "three chunks, 256 + 256 + 88 MiB");
-  check_calls(3, 3, 1, "second growth");
-  is(s.piece_samples[7], 2, "two 256 MiB pieces timed");
-  CHECK_CU(cuMemsetD32(p + 255 * MiB, 0x5a5a5a5a, 2 * MiB / 4));
+  is(s.piece_bytes, 512 * MiB, "the next: the guess's piece again (nothing below the guess is tried), 512 MiB");
+  is(s.chunks, 2, "two chunks, 512 + 88 MiB");
+  check_calls(2, 2, 1, "second growth");
+  ok(s.piece_samples[8] == 2 && s.piece_samples[7] == 0, "the 512 MiB piece timed twice, no 256 MiB piece made");
+  CHECK_CU(cuMemsetD32(p + 511 * MiB, 0x5a5a5a5a, 2 * MiB / 4));
   uint32_t w[2];
-  CHECK_CU(cuMemcpyDtoH(w, p + 256 * MiB - 4, 8));
+  CHECK_CU(cuMemcpyDtoH(w, p + 512 * MiB - 4, 8));
   ok(w[0] == 0x5a5a5a5a && w[1] == 0x5a5a5a5a, "a memset over the pieces reaches both sides of a boundary");
   CHECK_CU(cuemm_free(m, p));
   CHECK_CU(cuemm_destroy(m));
