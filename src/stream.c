@@ -351,9 +351,6 @@ static uint32_t pool_tag(const cuemm_manager *m, CUstream stream)
   return k == CUEMM__HEAP_NIL ? 0 : k + 1;
 }
 
-/* Gives pool block blk back as freed on `stream` (never the per-thread
- * default stream).  Returns 0, or -1 when host memory ran out (nothing
- * changed).  m's lock held. */
 /* The pool's stream table's place for a stream it has not met: a released
  * stream's place, once nothing of it is left, serves anew, so the table
  * stays as small as the streams in use.  NIL when host memory ran out. */
@@ -371,6 +368,9 @@ static __attribute__((noinline)) uint32_t pool_stream_add(cuemm_manager *m, CUst
   return cuemm__heap_add_stream(ps, stream);
 }
 
+/* Gives pool block blk back as freed on `stream` (never the per-thread
+ * default stream).  Returns 0, or -1 when host memory ran out (nothing
+ * changed).  m's lock held. */
 static inline __attribute__((always_inline)) int pool_give_on(cuemm_manager *m, uint32_t blk, CUstream stream)
 {
   cuemm__heap *ps = m->pstreams;
