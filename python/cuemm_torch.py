@@ -12,7 +12,9 @@ CUEMM_POOL is set; the other CUEMM_* variables apply, CUEMM_LOG included).
 
 What PyTorch's pluggable interface carries, and so what works:
   - allocations and frees in stream order (a block freed on its stream is
-    reused at once by that stream, by others once its work is done);
+    reused at once by that stream, by others once its work is done, or,
+    where the pool would otherwise grow, by another stream made to wait
+    for that work: CUEMM_STREAM_REUSE, default "internal");
   - Tensor.record_stream (the hook set_record_stream_fn);
   - torch.cuda.empty_cache() (set_reset_fn): cuemm trims its pools;
   - CUDA graphs (set_begin_allocate_to_pool and friends, where the torch
