@@ -476,13 +476,8 @@ static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t s
   cuemm__ctx_guard g;
   uint32_t best;
   for (;;) {
-    best = cuemm__sa_fit(sa, rs, 0);
-    uint32_t bt = 0;
-    if (own) {
-      uint32_t c = cuemm__sa_fit(sa, rs, own);
-      if (c != CUEMM__SA_NIL && (best == CUEMM__SA_NIL || sa->b[c].size < sa->b[best].size))
-        best = c, bt = own;
-    }
+    best = cuemm__sa_fit_for(sa, rs, own);
+    uint32_t bt = best != CUEMM__SA_NIL ? sa->b[best].tag : 0;
     /* Other streams' blocks only when this stream's and the idle ones fit
      * badly (an eighth or more to spare) or not at all: asking an event for
      * every close fit would cost more than the fit saves. */
@@ -541,12 +536,7 @@ static inline __attribute__((always_inline)) int pool_pick(cuemm_manager *m, siz
 {
   cuemm__sa *sa = &m->pool->sa;
   size_t rs = round_block(size);
-  uint32_t best = cuemm__sa_fit(sa, rs, 0);
-  if (own) {
-    uint32_t c = cuemm__sa_fit(sa, rs, own);
-    if (c != CUEMM__SA_NIL && (best == CUEMM__SA_NIL || sa->b[c].size < sa->b[best].size))
-      best = c;
-  }
+  uint32_t best = cuemm__sa_fit_for(sa, rs, own);
   int close = best != CUEMM__SA_NIL && sa->b[best].size - rs < rs / 8;
   if (!close && sa->tagged_bytes > cuemm__sa_tag_bytes(sa, own))
     return pool_pick_across(m, size, own, stream, wait, ptr, blk);

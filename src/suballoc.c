@@ -461,21 +461,12 @@ uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size)
 
 uint32_t cuemm__sa_alloc_tagged(cuemm__sa *s, size_t size, uint32_t tag)
 {
-  if (tag && tag <= s->ntags && s->tagged[tag - 1] && s->tagged[tag - 1]->count) {
-    /* The better fit of the two kinds: a tagged block taken before an
-     * idle one that fits better would split a large block for a small
-     * request. */
-    uint32_t i = find_free(s, s->tagged[tag - 1], size);
-    if (i != NIL) {
-      uint32_t j = find_free(s, &s->idle, size);
-      if (j == NIL || s->b[i].size <= s->b[j].size) {
-        cut(s, i, size);
-        mark_used(s, i);
-        return i;
-      }
-    }
-  }
-  return cuemm__sa_alloc(s, size);
+  uint32_t i = tag ? cuemm__sa_fit_for(s, size, tag) : NIL;
+  if (i == NIL)
+    return cuemm__sa_alloc(s, size);
+  cut(s, i, size);
+  mark_used(s, i);
+  return i;
 }
 
 int cuemm__sa_free_tagged(cuemm__sa *s, uint32_t i, uint32_t tag, uint64_t seq)

@@ -222,8 +222,9 @@ static inline void cuemm__sa_free(cuemm__sa *s, uint32_t i)
  * cuemm__sa_untag made it idle (the stream's work up to that number is
  * done), and is never released.  Idle FREE blocks carry tag 0. */
 
-/* Returns a USED block as FREE with `tag` and `seq`, never caching it (tag
- * 0: idle, for a caller that needs contiguous free space; it cannot fail), merged with free neighbours of the same tag.  Returns -1,
+/* Returns a USED block as FREE with `tag` and `seq`, never caching it,
+ * merged with free neighbours of its tag and idle ones (tag 0: idle, for a
+ * caller that needs contiguous free space; it cannot fail).  Returns -1,
  * changing nothing, when host memory for the tag's bins ran out. */
 int cuemm__sa_free_tagged(cuemm__sa *s, uint32_t i, uint32_t tag, uint64_t seq);
 
@@ -236,6 +237,22 @@ uint32_t cuemm__sa_alloc_tagged(cuemm__sa *s, size_t size, uint32_t tag);
  * `tag` (0: the idle ones), as cuemm__sa_alloc chooses; NIL when none is
  * large enough.  Changes nothing. */
 uint32_t cuemm__sa_fit(const cuemm__sa *s, size_t size, uint32_t tag);
+
+/* The better of cuemm__sa_fit for `tag` and for the idle blocks (the tag's
+ * on a tie); NIL when neither has one.  Changes nothing. */
+static inline uint32_t cuemm__sa_fit_for(const cuemm__sa *s, size_t size, uint32_t tag)
+{
+  uint32_t best = cuemm__sa_fit(s, size, 0);
+  if (tag) {
+    /* The tag's block on a tie: idle space stays for the other streams,
+     * and a tagged block taken before an idle one that fits better would
+     * split a large block for a small request. */
+    uint32_t c = cuemm__sa_fit(s, size, tag);
+    if (c != CUEMM__SA_NIL && (best == CUEMM__SA_NIL || s->b[c].size <= s->b[best].size))
+      best = c;
+  }
+  return best;
+}
 
 /* Takes FREE block i (of cuemm__sa_fit) for a request of `size` bytes; the
  * rest stays free, with its tag. */
