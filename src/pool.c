@@ -279,6 +279,14 @@ static void rollback_run(cuemm__pool *p, size_t head, size_t end)
   }
 }
 
+
+/* The size of block i when it is idle free space (a neighbour a growth
+ * beside it joins), else 0. */
+static size_t idle_size(const cuemm__sa *sa, uint32_t i)
+{
+  return i != CUEMM__SA_NIL && sa->b[i].state == CUEMM__SA_FREE && !sa->b[i].tag ? sa->b[i].size : 0;
+}
+
 /* Creates, maps and opens n units at unit `head` (a hole), in pieces of the
  * size piece.c chooses; *pieces says how many chunks that made. */
 static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
@@ -352,8 +360,7 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
   int capped = 0;
   for (uint32_t i = sa->holes; i != CUEMM__SA_NIL; i = sa->b[i].lnext) {
     const cuemm__sa_block *h = &sa->b[i];
-    size_t before = h->prev != CUEMM__SA_NIL && sa->b[h->prev].state == CUEMM__SA_FREE && !sa->b[h->prev].tag ? sa->b[h->prev].size : 0;
-    size_t after = h->next != CUEMM__SA_NIL && sa->b[h->next].state == CUEMM__SA_FREE && !sa->b[h->next].tag ? sa->b[h->next].size : 0;
+    size_t before = idle_size(sa, h->prev), after = idle_size(sa, h->next);
     size_t up = round_up(need > before ? need - before : p->unit, p->unit);
     size_t down = round_up(need > after ? need - after : p->unit, p->unit);
     size_t bytes, off;

@@ -109,8 +109,8 @@ static inline int cuemm__pool_take(cuemm__pool *p, size_t size, uintptr_t *ptr, 
 }
 
 /* cuemm__pool_take for work on the stream of `tag` (cuemm__sa_alloc_tagged:
- * blocks freed on that stream serve it before idle ones); tag 0 is
- * cuemm__pool_take. */
+ * the better fit of blocks freed on that stream and idle ones, the
+ * stream's on a tie); tag 0 is cuemm__pool_take. */
 static inline int cuemm__pool_take_tagged(cuemm__pool *p, size_t size, uint32_t tag, uintptr_t *ptr, uint32_t *blk)
 {
   if (!tag)

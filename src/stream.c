@@ -832,7 +832,9 @@ static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, CUde
     /* CUEMM_STREAM_REUSE=internal: the pool would grow, and no other way
      * served (blocks of streams known done, the threads' idle ones).  The
      * stream waits on another stream's event instead, where a block of
-     * that stream fits; pool_take_locked's settle recorded the events. */
+     * that stream fits; pool_take_locked's settle recorded the events.
+     * Its reclaim may have given this stream its first blocks in the pool:
+     * the tag is looked up again. */
     tag = pool_tag(m, stream);
     r = pool_pick(m, size, tag, stream, 1, &ptr, &blk) == 0 ? CUDA_SUCCESS
                                                           : cuemm__pool_take_locked(m, size, tag, &ptr, &blk, 1);

@@ -131,7 +131,8 @@ static void pool_knobs(void)
   clear_env();
   cuemm_config_init(&c);
   is(c.pool_release_delay_ms, 1000, "the release delay is 1000 ms by default");
-  is(c.stream_reuse, CUEMM_STREAM_REUSE_INTERNAL, "cross-stream reuse: events, and waits where the pool would grow, by default");
+  is(c.stream_reuse, CUEMM_STREAM_REUSE_INTERNAL,
+     "cross-stream reuse: events, and waits where the pool would grow, by default");
   setenv("CUEMM_POOL_RELEASE_DELAY", "0", 1);
   setenv("CUEMM_STREAM_REUSE", "wait", 1);
   is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_POOL_RELEASE_DELAY=0 and CUEMM_STREAM_REUSE=wait accepted");
