@@ -466,17 +466,17 @@ static inline void pool_trim_tagged(cuemm_manager *m)
  * Returns 0 with the block, or -1 when none fits (the caller's slow path
  * settles, reclaims, grows).  m's lock held. */
 static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t size, uint32_t own, CUstream stream,
-                                                      int wait, uintptr_t *ptr, uint32_t *blk)
+                                                      int wait, uint32_t best, uintptr_t *ptr, uint32_t *blk)
 {
   cuemm__sa *sa = &m->pool->sa;
   cuemm__heap *ps = m->pstreams;
   size_t rs = round_block(size);
   uint64_t busy = 0; /* tags (the first 64) whose blocks this request found in use */
-  int entered = 0;
+  int entered = 0, first = 1;
   cuemm__ctx_guard g;
-  uint32_t best;
-  for (;;) {
-    best = cuemm__sa_fit_for(sa, rs, own);
+  for (;; first = 0) {
+    if (!first) /* the first round's is the caller's */
+      best = cuemm__sa_fit_for(sa, rs, own);
     uint32_t bt = best != CUEMM__SA_NIL ? sa->b[best].tag : 0;
     /* Other streams' blocks only when this stream's and the idle ones fit
      * badly (an eighth or more to spare) or not at all: asking an event for
@@ -485,8 +485,8 @@ static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t s
     for (uint32_t t = 1; !close && ps && sa->tagged_bytes && t <= ps->nst; t++) {
       if (t == own || t > 64 || (busy >> (t - 1) & 1))
         continue;
-      uint32_t c = cuemm__sa_fit(sa, rs, t);
-      if (c != CUEMM__SA_NIL && (best == CUEMM__SA_NIL || sa->b[c].size < sa->b[best].size))
+      uint32_t c = cuemm__sa_fit_below(sa, rs, t, best == CUEMM__SA_NIL ? SIZE_MAX : sa->b[best].size);
+      if (c != CUEMM__SA_NIL)
         best = c, bt = t;
     }
     if (best == CUEMM__SA_NIL || bt == 0 || bt == own)
@@ -539,7 +539,7 @@ static inline __attribute__((always_inline)) int pool_pick(cuemm_manager *m, siz
   uint32_t best = cuemm__sa_fit_for(sa, rs, own);
   int close = best != CUEMM__SA_NIL && sa->b[best].size - rs < rs / 8;
   if (!close && sa->tagged_bytes > cuemm__sa_tag_bytes(sa, own))
-    return pool_pick_across(m, size, own, stream, wait, ptr, blk);
+    return pool_pick_across(m, size, own, stream, wait, best, ptr, blk);
   if (best == CUEMM__SA_NIL)
     return -1;
   cuemm__sa_take(sa, best, rs);

@@ -532,6 +532,25 @@ void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i)
   list_add(s, merge(s, i, 1));
 }
 
+uint32_t cuemm__sa_fit_below(const cuemm__sa *s, size_t size, uint32_t tag, size_t limit)
+{
+  const cuemm__sa_bins *bs = tag ? (tag <= s->ntags ? s->tagged[tag - 1] : NULL) : &s->idle;
+  if (!bs || bs->bytes < size || limit <= size)
+    return NIL;
+  uint32_t i;
+  if (size >= CUEMM__SA_BEST_FIT) {
+    /* find_free's choice, where the bitmap says no bin that could hold a
+     * block under the limit has one before any list is walked. */
+    unsigned own = bin_of(size), top = bin_of(limit - 1);
+    if ((i = best_in(s, bs->heads[own], size)) == NIL) {
+      unsigned k = first_nonempty(bs, own + 1);
+      i = k <= top ? best_in(s, bs->heads[k], size) : NIL;
+    }
+  } else
+    i = find_free(s, bs, size);
+  return i != NIL && s->b[i].size < limit ? i : NIL;
+}
+
 uint32_t cuemm__sa_fit(const cuemm__sa *s, size_t size, uint32_t tag)
 {
   if (!tag)

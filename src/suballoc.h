@@ -238,6 +238,11 @@ uint32_t cuemm__sa_alloc_tagged(cuemm__sa *s, size_t size, uint32_t tag);
  * large enough.  Changes nothing. */
 uint32_t cuemm__sa_fit(const cuemm__sa *s, size_t size, uint32_t tag);
 
+/* cuemm__sa_fit's choice when it is smaller than `limit` bytes, else NIL:
+ * whether `tag` has a block that fits better than one of `limit` bytes,
+ * often told by the bins' bitmap alone.  Changes nothing. */
+uint32_t cuemm__sa_fit_below(const cuemm__sa *s, size_t size, uint32_t tag, size_t limit);
+
 /* The better of cuemm__sa_fit for `tag` and for the idle blocks (the tag's
  * on a tie); NIL when neither has one.  Changes nothing. */
 static inline uint32_t cuemm__sa_fit_for(const cuemm__sa *s, size_t size, uint32_t tag)

@@ -347,12 +347,20 @@ int main(void)
     }
     struct { uint32_t blk; size_t off, size; } TL[256];
     size_t tn = 0, early = 0, takes = 0, untags = 0, tagged_takes = 0;
+    size_t below_bad = 0, below_found = 0, below_none = 0;
     const char *tbad = NULL;
     for (int step = 0; step < 30000 && !tbad && !early; step++) {
       unsigned op = (unsigned)(next_rand() % 100);
       uint32_t tag = (uint32_t)(next_rand() % 4);
       if (op < 48 && tn < 256) {
         size_t size = (((size_t)256 << (next_rand() % 13)) + 255) & ~(size_t)255;
+        /* cuemm__sa_fit_below is cuemm__sa_fit's choice under a limit. */
+        uint32_t f = cuemm__sa_fit(&t, size, tag);
+        size_t lim = size + (size_t)(next_rand() % 5) * size / 2;
+        uint32_t fb = cuemm__sa_fit_below(&t, size, tag, lim);
+        below_bad += fb != (f != CUEMM__SA_NIL && t.b[f].size < lim ? f : CUEMM__SA_NIL);
+        below_found += fb != CUEMM__SA_NIL;
+        below_none += fb == CUEMM__SA_NIL && f != CUEMM__SA_NIL;
         uint32_t i = op < 24 ? cuemm__sa_alloc_tagged(&t, size, tag) : cuemm__sa_fit(&t, size, tag);
         if (op >= 24 && i == CUEMM__SA_NIL && tag)
           i = cuemm__sa_fit(&t, size, 0);
@@ -390,6 +398,8 @@ int main(void)
     }
     ok(tbad == NULL, "30000 random tagged steps keep every invariant%s%s", tbad ? ": " : "", tbad ? tbad : "");
     is(early, 0, "no block was handed to a stream while another stream's work could still use part of it");
+    ok(below_bad == 0 && below_found > 100 && below_none > 100, "under a limit, the fit is cuemm__sa_fit's when "
+       "smaller, else none (%zu differed; %zu found, %zu over the limit)", below_bad, below_found, below_none);
     ok(takes > 1000 && untags > 100 && tagged_takes > 0, "the run took %zu blocks (%zu granules of their own stream's), "
        "untagged %zu times", takes, tagged_takes, untags);
     cuemm__sa_fini(&t);
