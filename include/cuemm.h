@@ -265,6 +265,17 @@ typedef struct cuemm_config {
   /* CUEMM_STREAM_REUSE: "event", "wait" or "internal".  Default
    * CUEMM_STREAM_REUSE_INTERNAL. */
   cuemm_stream_reuse stream_reuse;
+  /* How many blocks of 256 KiB to 16 MiB freed on a stream a thread keeps
+   * for that stream's next requests of the same sizes
+   * (CUEMM_STREAM_KEEP_LARGE, 0 to 32): the newest freed stay, and the
+   * oldest goes back to the pool as a newer one comes.  Kept blocks serve
+   * on the fast path with no lock (a layer's activations come back at the
+   * same sizes in the next layer); the pool's blocks merge and serve any
+   * size.  The pool takes idle kept blocks back before it grows.  0: such
+   * blocks always go back to the pool at their free.  Blocks under
+   * 256 KiB are kept whatever this says (up to the cache's bytes), larger
+   * ones never.  Default 16. */
+  size_t stream_keep_large;
 
   /* What cuemm_alloc hands out (see "Managed and system memory" below).
    * CUEMM_MEMORY: "device", "managed" or "system".  Managed memory comes

@@ -49,6 +49,9 @@
  * none larger than CUEMM__HEAP_LARGE_MAX (see stream.c's heap_admits). */
 #define CUEMM__HEAP_LARGE ((size_t)256 << 10)
 #define CUEMM__HEAP_LARGE_MAX ((size_t)16 << 20)
+/* The most large blocks a heap keeps per stream (cuemm_config's
+ * stream_keep_large, at most this; see stream.c's heap_admits). */
+#define CUEMM__HEAP_LARGE_KEEP_MAX 32u
 /* Events a stream keeps recorded and not yet seen complete. */
 #define CUEMM__HEAP_BATCHES 8
 
@@ -92,9 +95,8 @@ typedef struct cuemm__hstream {
   cuemm__hbatch batch[CUEMM__HEAP_BATCHES];  /* recorded, oldest first */
   unsigned nbatch;
   size_t cached_count;
-  size_t large_cached;  /* cached blocks of CUEMM__HEAP_LARGE bytes or more */
-  uint32_t large_rec;   /* the latest of them cached (it may have left since) */
-  size_t last_large;    /* the size of its latest allocation of CUEMM__HEAP_LARGE bytes or more */
+  uint32_t large[CUEMM__HEAP_LARGE_KEEP_MAX];  /* its cached blocks of CUEMM__HEAP_LARGE bytes or more, oldest first */
+  uint32_t nlarge;
   uint32_t steal_bin;   /* the bin (of another stream) its latest steal came from: looked at first */
   uint8_t retired;      /* no further same-stream reuse; blocks wait for `done` or a flush */
 } cuemm__hstream;
@@ -254,11 +256,32 @@ static inline void cuemm__heap_unlist(cuemm__heap *h, uint32_t r)
  * stream `hs` with `req` bytes asked for. */
 static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t req);
 
-static inline void cuemm__heap_account_cached(cuemm__heap *h, cuemm__hblock *b, int sign)
+/* Record r leaves its stream's list of large cached blocks. */
+static inline void cuemm__heap_large_drop(cuemm__hstream *st, uint32_t r)
 {
+  uint32_t k = st->nlarge;
+  while (k-- && st->large[k] != r)
+    ;
+  if (k < st->nlarge) {
+    for (; k + 1 < st->nlarge; k++)
+      st->large[k] = st->large[k + 1];
+    st->nlarge--;
+  }
+}
+
+static inline void cuemm__heap_account_cached(cuemm__heap *h, uint32_t r, int sign)
+{
+  cuemm__hblock *b = &h->b[r];
   cuemm__hstream *st = &h->st[b->hs];
-  if (b->size >= CUEMM__HEAP_LARGE)
-    st->large_cached = sign > 0 ? st->large_cached + 1 : st->large_cached - 1;
+  if (b->size >= CUEMM__HEAP_LARGE) {
+    /* Whoever caches one past the list's room evicts the oldest first
+     * (stream.c's heap_evict_large).  The per-thread default stream keeps
+     * all its blocks: its list holds the first ones, and nothing reads it. */
+    if (sign < 0)
+      cuemm__heap_large_drop(st, r);
+    else if (st->nlarge < CUEMM__HEAP_LARGE_KEEP_MAX)
+      st->large[st->nlarge++] = r;
+  }
   if (sign > 0) {
     st->cached_count++;
     h->cached_bytes += b->size;
@@ -284,7 +307,7 @@ static inline void cuemm__heap_unbin(cuemm__heap *h, uint32_t r)
   else
     bn->tail = b->prev;
   cuemm__heap_unlist(h, r);
-  cuemm__heap_account_cached(h, b, -1);
+  cuemm__heap_account_cached(h, r, -1);
   b->prev = b->next = CUEMM__HEAP_NIL;
 }
 
@@ -299,12 +322,10 @@ static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs
   else
     bn->tail = CUEMM__HEAP_NIL;
   cuemm__heap_unlist(h, r);
-  cuemm__heap_account_cached(h, b, -1);
+  cuemm__heap_account_cached(h, r, -1);
   b->state = CUEMM__HB_LIVE;
   b->hs = hs;
   b->req = req;
-  if (b->size >= CUEMM__HEAP_LARGE)
-    h->st[hs].last_large = b->size;
   h->live_bytes += req;
   h->live_count++;
   h->allocs++;
@@ -334,9 +355,7 @@ static inline void cuemm__heap_link(cuemm__heap *h, uint32_t r, uint32_t bin)
   else
     h->oldest = r;
   h->newest = r;
-  cuemm__heap_account_cached(h, b, 1);
-  if (b->size >= CUEMM__HEAP_LARGE)
-    h->st[b->hs].large_rec = r;
+  cuemm__heap_account_cached(h, r, 1);
 }
 
 /* Makes LIVE block r CACHED on stream hs (numbered as that stream's next

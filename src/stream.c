@@ -22,12 +22,14 @@
  * A thread that exits leaves its heap to the manager; the next new thread
  * adopts it.
  *
- * A thread's cache keeps small blocks, and of a larger size only one per
- * stream (heap_admits): a block whose size recurs stays on the fast path,
- * and the others go back to the pool at their free, where blocks freed on
+ * A thread's cache keeps small blocks, and of a larger size the few each
+ * stream freed last (heap_admits): a block whose size recurs soon stays on
+ * the fast path, and the others go back to the pool, where blocks freed on
  * one stream merge and serve that stream at once (see "blocks freed on a
  * stream, in the pool" below).  So large blocks coalesce as they would in
- * a pool without streams, and such a free needs no event.
+ * a pool without streams, and such a free needs no event.  A block of a
+ * size the cache keeps enters it when the pool hands it out, LIVE, so that
+ * its free takes the fast path too.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -813,16 +815,49 @@ static inline stream_path path_of(const cuemm_manager *m, const char *fn, CUresu
   return path_checked(m, fn, why);
 }
 
-/* A block from the pool, under the manager's lock: it is the pool's, as
- * cuemm_alloc's are (its owned entry says so), until its free decides
- * whether the thread's cache keeps it. */
-static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, CUdeviceptr *p, size_t size,
-                                                          CUstream stream)
+static void heap_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs);
+
+/* The owner's entry into its heap off the fast path: entered, or locked
+ * when another thread wants it.  Returns whether it entered (leave with
+ * heap_exit). */
+static inline int heap_get(cuemm__heap *h)
+{
+  if (cuemm__heap_enter(h))
+    return 1;
+  cuemm__heap_lock(h);
+  return 0;
+}
+
+static inline void heap_exit(cuemm__heap *h, int entered)
+{
+  if (entered)
+    cuemm__heap_leave(h);
+  else
+    cuemm__heap_unlock(h);
+}
+
+/* A block from the pool, under the manager's lock.  With `h` (the calling
+ * thread's heap), a block of a size the heap keeps goes into it at once,
+ * LIVE, so that its free takes the fast path; a large one first makes room
+ * among the stream's kept large blocks (heap_evict_large), whose oldest
+ * returns to the pool before the pick and may serve it.  Without, or where
+ * host memory for the record ran out, it is the pool's, as cuemm_alloc's
+ * are (its owned entry says so), until its free decides whether a thread's
+ * cache keeps it. */
+static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
+                                                          size_t size, CUstream stream)
 {
   size_t rs = round_block(size);
   uintptr_t ptr;
   uint32_t blk;
+  if (rs > CUEMM__HEAP_LARGE_MAX || (rs >= CUEMM__HEAP_LARGE && !m->cfg.stream_keep_large && !stream_is_own_only(stream)))
+    h = NULL; /* a block no thread's cache keeps */
   cuemm__lock_acquire(&m->lock);
+  if (h && rs >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
+    int in = heap_get(h);
+    heap_evict_large(m, h, cuemm__heap_stream(h, stream));
+    heap_exit(h, in);
+  }
   uint32_t tag = pool_tag(m, stream);
   cuemm_stream_reuse reuse = m->cfg.stream_reuse;
   CUresult r = pool_pick(m, size, tag, stream, reuse == CUEMM_STREAM_REUSE_WAIT, &ptr, &blk) == 0
@@ -841,11 +876,32 @@ static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, CUde
   }
   if (r == CUDA_SUCCESS) {
     /* The block remembers its stream (its descriptor's word): for
-     * cuemm_record_stream and snapshots. */
+     * cuemm_record_stream and snapshots while the pool holds it. */
     m->pool->sa.b[blk].seq = (uint64_t)(uintptr_t)(stream ? stream : CU_STREAM_LEGACY);
-    if (cuemm__owned_add(&m->owned, ptr, size, CUEMM__KIND_POOL, blk) == 0)
-      cuemm__account_alloc(m, size);
-    else {
+    uint32_t rec = CUEMM__HEAP_NIL;
+    int in = 0;
+    if (h) {
+      in = heap_get(h);
+      uint32_t hs = cuemm__heap_stream(h, stream);
+      if (hs == CUEMM__HEAP_NIL)
+        hs = cuemm__heap_add_stream(h, stream);
+      if (hs != CUEMM__HEAP_NIL && (rec = cuemm__heap_insert(h, ptr, rs, blk, hs, size)) != CUEMM__HEAP_NIL)
+        h->allocs++;
+      heap_exit(h, in);
+    }
+    if (rec != CUEMM__HEAP_NIL ? cuemm__owned_add(&m->owned, ptr, rs, CUEMM__KIND_STREAM, h->index) == 0
+                               : cuemm__owned_add(&m->owned, ptr, size, CUEMM__KIND_POOL, blk) == 0) {
+      if (rec == CUEMM__HEAP_NIL)
+        cuemm__account_alloc(m, size);
+      else if (m->st.live_bytes + size > m->st.peak_bytes)
+        m->st.peak_bytes = m->st.live_bytes + size; /* as cuemm__account_alloc, the block counted in its heap */
+    } else {
+      if (rec != CUEMM__HEAP_NIL) {
+        in = heap_get(h);
+        h->allocs--;
+        cuemm__heap_remove(h, rec);
+        heap_exit(h, in);
+      }
       if (tag)
         pool_return_on(m, ptr, rs, blk, stream);
       else
@@ -898,8 +954,6 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   uint32_t bin = cuemm__heap_bin(h, hs, rs);
   uint32_t got = bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL ? cuemm__heap_pop(h, bin, hs, size)
                                                                               : steal(m, h, hs, rs, size);
-  if (rs >= CUEMM__HEAP_LARGE)
-    h->st[hs].last_large = rs;
   if (got != CUEMM__HEAP_NIL) {
     *p = (CUdeviceptr)h->b[got].ptr;
     cuemm__heap_unlock(h);
@@ -908,7 +962,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   }
   cuemm__heap_unlock(h);
 
-  return alloc_from_pool(m, p, size, stream);
+  return alloc_from_pool(m, h, p, size, stream);
 }
 
 static inline __attribute__((always_inline)) CUresult alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size,
@@ -923,7 +977,7 @@ static inline __attribute__((always_inline)) CUresult alloc_async(cuemm_manager 
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: p is NULL");
   cuemm__heap *h = heap_of(m);
   if (size > CUEMM__HEAP_LARGE_MAX && h && size <= cuemm__pool_capacity(m->pool) && !stream_is_own_only(stream))
-    return alloc_from_pool(m, p, size, stream); /* a size no thread's cache keeps */
+    return alloc_from_pool(m, NULL, p, size, stream); /* a size no thread's cache keeps */
   if (__builtin_expect(h && size - 1 < cuemm__pool_capacity(m->pool), 1) && cuemm__heap_enter(h)) {
     uint32_t hs = cuemm__heap_stream(h, stream);
     if (hs != CUEMM__HEAP_NIL) {
@@ -942,10 +996,8 @@ static inline __attribute__((always_inline)) CUresult alloc_async(cuemm_manager 
       }
       if (!others) {
         /* No stream of this heap has a block of this size: the pool's. */
-        if (rs >= CUEMM__HEAP_LARGE)
-          h->st[hs].last_large = rs;
         cuemm__heap_leave(h);
-        return alloc_from_pool(m, p, size, stream);
+        return alloc_from_pool(m, h, p, size, stream);
       }
     }
     cuemm__heap_leave(h);
@@ -1033,54 +1085,47 @@ static void entry_to_heap(cuemm_manager *m, cuemm__owned_entry *e, const cuemm__
 
 /* Whether h keeps a block of `size` bytes freed on `stream` rather than
  * the pool taking it at once.  Small blocks stay while the cache has room.
- * A large one stays only when it is the stream's latest large allocation
- * and none of its size is kept already: a buffer the program allocates
- * and frees in turn (a workspace, a temporary) then stays on the fast
- * path, while the blocks of a training step, freed long after, merge in
- * the pool, where they serve any size.  Kept large blocks are few, since
- * each one splits the free space around it (a serving trace held 1.21x
- * its live bytes with blocks up to 1 MiB kept by size, 1.05x with none).
- * The per-thread default stream's blocks always stay (the pool cannot
- * record on that stream).  Heap locked. */
+ * Of large ones (up to CUEMM__HEAP_LARGE_MAX), each stream keeps the
+ * cuemm_config.stream_keep_large it freed last, the oldest going back to the pool
+ * as a newer one comes (heap_evict_large): the activations of a layer come
+ * back in the next layer at the same sizes, while blocks freed long before
+ * merge in the pool, where they serve any size.  Kept large blocks are
+ * few, since each one splits the free space around it (a serving trace
+ * held 1.21x its live bytes with every block up to 1 MiB kept by size,
+ * 1.05x with none; the pool takes kept blocks back before it grows).  The
+ * per-thread default stream's blocks always stay (the pool cannot record
+ * on that stream).  Heap locked. */
 static int heap_admits(cuemm__heap *h, CUstream stream, size_t size)
 {
   if (stream_is_own_only(stream))
     return 1;
   if (h->cached_bytes + size > h->trim_mark)
     return 0;
-  if (size < CUEMM__HEAP_LARGE)
-    return 1;
-  if (size > CUEMM__HEAP_LARGE_MAX)
-    return 0;
-  uint32_t hs = cuemm__heap_stream(h, stream);
-  if (hs == CUEMM__HEAP_NIL || h->st[hs].last_large != size)
-    return 0;
-  uint32_t bin = cuemm__heap_bin(h, hs, size);
-  return bin == CUEMM__HEAP_NIL || h->bins[bin].head == CUEMM__HEAP_NIL;
+  return size < CUEMM__HEAP_LARGE || (size <= CUEMM__HEAP_LARGE_MAX && h->m->cfg.stream_keep_large);
 }
 
 /* Whether a LIVE block of h of `size` bytes, freed on `stream` (hs in h,
- * or NIL), is a large block the heap should not keep: larger than it keeps
- * at all (a block that came to it through cuemm_record_stream), or a second
- * one for that stream.  It goes to the pool instead.  Heap entered or
- * locked. */
+ * or NIL), cannot go into the cache on the fast path: larger than a heap
+ * keeps at all (a block that came to it through cuemm_record_stream, which
+ * goes to the pool), or a large one while the stream keeps as many as it
+ * may (the slow path evicts the oldest first).  Heap entered or locked. */
 static inline int heap_surplus(const cuemm__heap *h, size_t size, uint32_t hs, CUstream stream)
 {
   if (size < CUEMM__HEAP_LARGE || stream_is_own_only(stream))
     return 0;
   if (size > CUEMM__HEAP_LARGE_MAX)
     return 1;
-  return hs != CUEMM__HEAP_NIL && h->st[hs].large_cached != 0;
+  return hs != CUEMM__HEAP_NIL && h->st[hs].nlarge >= h->m->cfg.stream_keep_large;
 }
 
-/* Gives the pool the large block h keeps for stream hs, if any: a newer
- * one takes its place (heap_surplus keeps them one per stream).  Both
+/* Gives the pool the oldest large block h keeps for stream hs when the
+ * stream keeps as many as it may, to make room for a newer one.  Both
  * locks held. */
 static void heap_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs)
 {
-  if (hs == CUEMM__HEAP_NIL || !h->st[hs].large_cached)
+  if (hs == CUEMM__HEAP_NIL || !h->st[hs].nlarge || h->st[hs].nlarge < m->cfg.stream_keep_large)
     return;
-  uint32_t r = h->st[hs].large_rec;
+  uint32_t r = h->st[hs].large[0];
   cuemm__hblock *b = &h->b[r];
   uintptr_t ptr = b->ptr;
   size_t size = b->size;
@@ -1236,6 +1281,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
     cuemm__heap_leave(h);
   else
     cuemm__heap_unlock(h);
+  pool_trim_tagged(m); /* a block evicted for this one counts toward the release threshold */
   cuemm__lock_release(&m->lock);
   if (freed)
     *freed = req;
@@ -1275,6 +1321,42 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
   cuemm__error(CUDA_SUCCESS, "%s", keep);
 }
 
+/* The fast path's free of a large block of the thread's own heap when its
+ * stream keeps as many as it may: the oldest goes back to the pool, and
+ * this one takes its place, under the manager's lock (which the pool
+ * needs, and which comes before the heap's).  Anything unexpected found
+ * once the locks are held (the block freed meanwhile by another thread)
+ * goes the general way. */
+static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp,
+                                                        CUstream stream, size_t *freed)
+{
+  cuemm__lock_acquire(&m->lock);
+  int in = heap_get(h);
+  uint32_t r = cuemm__heap_find(h, (uintptr_t)dp), hs = cuemm__heap_stream(h, stream);
+  if (r == CUEMM__HEAP_NIL || h->b[r].state != CUEMM__HB_LIVE || h->b[r].uses || hs == CUEMM__HEAP_NIL) {
+    heap_exit(h, in);
+    cuemm__lock_release(&m->lock);
+    return free_async_slow(m, h, dp, stream, freed, 0);
+  }
+  size_t req = h->b[r].req;
+  heap_evict_large(m, h, hs);
+  if (cuemm__heap_cache(h, r, hs) != 0) {
+    heap_exit(h, in);
+    cuemm__lock_release(&m->lock);
+    return free_async_slow(m, h, dp, stream, freed, 0);
+  }
+  int over = h->cached_bytes > h->trim_mark;
+  cuemm__nvtx_dead(m->pool, (uintptr_t)dp);
+  heap_exit(h, in);
+  pool_trim_tagged(m); /* the evicted block counts toward the release threshold */
+  cuemm__lock_release(&m->lock);
+  if (freed)
+    *freed = req;
+  if (__builtin_expect(over, 0))
+    trim_heap(m, h);
+  return CUDA_SUCCESS;
+}
+
 /* `freed`, when not NULL (the event log's call), gets the size the freed
  * block was asked for; with NULL the compiler drops the stores. */
 static inline __attribute__((always_inline)) CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream,
@@ -1299,6 +1381,11 @@ static inline __attribute__((always_inline)) CUresult free_async(cuemm_manager *
         if (__builtin_expect(over, 0))
           trim_heap(m, h);
         return CUDA_SUCCESS;
+      }
+      if (hs != CUEMM__HEAP_NIL && h->b[r].size <= CUEMM__HEAP_LARGE_MAX && m->cfg.stream_keep_large &&
+          heap_surplus(h, h->b[r].size, hs, stream)) {
+        cuemm__heap_leave(h);
+        return free_evicting(m, h, dp, stream, freed);
       }
     }
     cuemm__heap_leave(h);

@@ -12,7 +12,8 @@
 static const char *pool_vars[] = { "CUEMM_POOL", "CUEMM_POOL_RESERVE", "CUEMM_POOL_CHUNK",
                                    "CUEMM_POOL_RELEASE_THRESHOLD", "CUEMM_POOL_LIMIT", "CUEMM_POOL_IPC",
                                    "CUEMM_POOL_LIMIT_HARD", "CUEMM_POOL_PIECE", "CUEMM_POOL_RELEASE_DELAY",
-                                   "CUEMM_STREAM_REUSE", "CUEMM_NVTX", "CUEMM_POOL_SLAB" };
+                                   "CUEMM_STREAM_REUSE", "CUEMM_NVTX", "CUEMM_POOL_SLAB",
+                                   "CUEMM_STREAM_KEEP_LARGE" };
 
 static void clear_env(void)
 {
@@ -151,6 +152,24 @@ static void pool_knobs(void)
   is(c.stream_reuse, CUEMM_STREAM_REUSE_INTERNAL, "and set");
   unsetenv("CUEMM_STREAM_REUSE");
   clear_env();
+  cuemm_config_init(&c);
+  is(c.stream_keep_large, 16, "a thread keeps 16 large blocks per stream by default");
+  setenv("CUEMM_STREAM_KEEP_LARGE", "0", 1);
+  is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_STREAM_KEEP_LARGE=0 accepted");
+  is(c.stream_keep_large, 0, "and set");
+  setenv("CUEMM_STREAM_KEEP_LARGE", "32", 1);
+  is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_STREAM_KEEP_LARGE=32 accepted");
+  is(c.stream_keep_large, 32, "and set");
+  invalid("CUEMM_STREAM_KEEP_LARGE", "33");
+  like(cuemm_last_error(), "CUEMM_STREAM_KEEP_LARGE=\"33\" is invalid: expected a whole number of blocks from 0 to 32",
+       "the keep count's message gives the range");
+  invalid("CUEMM_STREAM_KEEP_LARGE", "-1");
+  invalid("CUEMM_STREAM_KEEP_LARGE", "8 blocks");
+  clear_env();
+  cuemm_config_init(&c);
+  c.stream_keep_large = 33;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.stream_keep_large = 33 refused");
+  like(cuemm_last_error(), "cuemm_config.stream_keep_large", "naming the field");
   cuemm_config_init(&c);
   c.stream_reuse = (cuemm_stream_reuse)7;
   is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.stream_reuse = 7 refused");

@@ -188,6 +188,11 @@ static void one_run(cuemm_stream_reuse reuse, int queue)
   c.pool_chunk = 8 * MIB;
   c.pool_release_threshold = 64 * MIB;
   c.stream_reuse = reuse;
+  /* Internal mode keeps one large block per stream, so that the pool fills
+   * and streams must wait on each other's events; the others keep the
+   * default number, whose evictions then run on every thread. */
+  if (reuse == CUEMM_STREAM_REUSE_INTERNAL)
+    c.stream_keep_large = 1;
   CHECK_CU(cuemm_create(&mgr, ctx, &c));
   if (sim_present && sim.set_queue_mode)
     sim.set_queue_mode(queue);

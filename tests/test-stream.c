@@ -23,6 +23,7 @@ static cuemm_manager *pool_manager(cuemm_stream_reuse reuse)
   c.pool_reserve = 256 * MIB;
   c.pool_chunk = 32 * MIB;
   c.stream_reuse = reuse;
+  c.stream_keep_large = 1; /* the tests of the pool's part count on one kept large block */
   cuemm_manager *m = NULL;
   CHECK_CU(cuemm_create(&m, ctx, &c));
   return m;
@@ -517,6 +518,72 @@ static void test_reclaim(void)
   CHECK_CU(cuStreamDestroy(s2));
 }
 
+/* CUEMM_STREAM_KEEP_LARGE: a stream keeps the large blocks it freed last,
+ * as many as it says; a newer one sends the oldest back to the pool, at
+ * its free or where a request goes to the pool; 0 keeps none. */
+static void test_keep_large(void)
+{
+  cuemm_config c = test_config(10, 0.2);
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_reserve = 64 * MIB;
+  c.pool_chunk = 8 * MIB;
+  c.stream_keep_large = 3;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr v[5], p, q;
+  for (int i = 0; i < 5; i++) {
+    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
+    CHECK_CU(cuMemsetD8Async(v[i], (unsigned char)(0x30 + i), MIB, s));
+  }
+  ok(v[1] == v[0] + MIB && v[4] == v[0] + 4 * MIB, "five 1 MiB blocks side by side");
+  for (int i = 0; i < 5; i++)
+    CHECK_CU(cuemm_free_async(m, v[i], s));
+  cuemm_stats st = test_stats(m);
+  is(st.stream_cached_bytes, 3 * MIB, "the stream keeps the three it freed last");
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.used_bytes, 3 * MIB, "the pool has the two oldest back");
+  is(ps.free_blocks, 2, "merged: one free block of the two, and the chunk's untouched 3 MiB");
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &p, MIB, s));
+  is(p, v[4], "a request of that size on the stream gets the newest kept block");
+  is(driver_work(), 0, "with no driver call");
+  CHECK_CU(cuemm_alloc_async(m, &q, 2 * MIB, s));
+  is(q, v[0], "a size it keeps none of comes from the pool: the two oldest, merged");
+  CHECK_CU(cuemm_free_async(m, q, s));
+  CHECK_CU(cuemm_free_async(m, p, s));
+  st = test_stats(m);
+  is(st.stream_cached_bytes, 4 * MIB, "two more freed: the oldest kept block (1 MiB) went back to make room");
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.used_bytes, 4 * MIB, "and the pool has it");
+  CUdeviceptr r;
+  CHECK_CU(cuemm_alloc_async(m, &r, 3 * MIB, s));
+  st = test_stats(m);
+  is(st.stream_cached_bytes, 2 * MIB + MIB, "a request that goes to the pool with three kept sends the oldest back first");
+  is(r, v[0] + 5 * MIB, "the best fit serves it: the chunk's untouched 3 MiB, not the two evicted blocks (2 MiB)");
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.mapped_bytes, 8 * MIB, "without growing");
+  CHECK_CU(cuemm_free_async(m, r, s));
+  CHECK_CU(cuemm_destroy(m));
+
+  c.stream_keep_large = 0;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  for (int i = 0; i < 5; i++)
+    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
+  for (int i = 0; i < 5; i++)
+    CHECK_CU(cuemm_free_async(m, v[i], s));
+  CHECK_CU(cuemm_alloc_async(m, &p, 256, s));
+  CHECK_CU(cuemm_free_async(m, p, s));
+  st = test_stats(m);
+  is(st.stream_cached_bytes, 256, "CUEMM_STREAM_KEEP_LARGE=0: the large blocks all went back, a small one stays");
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.free_blocks, 1, "the large ones merged whole with the rest");
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 /* The release threshold covers the caches: a thread caching more than it
  * gives idle blocks back, and the pool releases what is wholly free. */
 static void test_threshold(void)
@@ -527,6 +594,7 @@ static void test_threshold(void)
   c.pool_chunk = 2 * MIB;
   c.pool_release_threshold = 4 * MIB;
   c.pool_release_delay_ms = 0;
+  c.stream_keep_large = 1;
   cuemm_manager *m = NULL;
   CHECK_CU(cuemm_create(&m, ctx, &c));
   CUstream s;
@@ -735,6 +803,7 @@ int main(void)
   test_threads();
   test_reclaim();
   test_threshold();
+  test_keep_large();
   test_release_and_reset();
   test_exit_per_thread();
   test_range_and_ipc();
