@@ -282,6 +282,27 @@ const char *cuemm__heap_check(const cuemm__heap *h)
   }
   if (inbins != cached)
     return "cached blocks and bin members differ";
+  for (uint32_t k = 0; k < h->nst; k++) {
+    const cuemm__hstream *st = &h->st[k];
+    size_t large = 0;
+    for (uint32_t r = 1; r < h->nb; r++)
+      large += h->b[r].state == CUEMM__HB_CACHED && h->b[r].hs == k && h->b[r].size >= CUEMM__HEAP_LARGE;
+    /* Fewer listed than cached only past the list's room (a stream that
+     * evicts nothing: the per-thread default stream). */
+    if (st->nlarge > CUEMM__HEAP_LARGE_KEEP_MAX || st->nlarge > large)
+      return "a stream's list of large cached blocks has too many";
+    for (uint32_t i = 0; i < st->nlarge; i++) {
+      const cuemm__hblock *b = &h->b[st->large[i]];
+      if (st->large[i] == 0 || st->large[i] >= h->nb || b->state != CUEMM__HB_CACHED || b->hs != k ||
+          b->size < CUEMM__HEAP_LARGE)
+        return "a stream's list of large cached blocks names another block";
+      for (uint32_t j = 0; j < i; j++)
+        if (st->large[j] == st->large[i])
+          return "a stream's list of large cached blocks names one twice";
+      if (i && h->b[st->large[i - 1]].seq >= b->seq)
+        return "a stream's list of large cached blocks is not oldest first";
+    }
+  }
   size_t listed = 0;
   for (uint32_t r = h->oldest, prev = CUEMM__HEAP_NIL; r != CUEMM__HEAP_NIL; prev = r, r = h->b[r].newer) {
     if (h->b[r].state != CUEMM__HB_CACHED || h->b[r].older != prev || ++listed > cached)

@@ -34,7 +34,9 @@ typedef struct shadow {
 } shadow;
 
 static uintptr_t ptr_of(int k) { return (uintptr_t)0x7f0000000000u + (uintptr_t)(k + 1) * 4096; }
-static size_t size_of(int k) { return (size_t)(1 + k % SIZES) * 256; }
+/* Every third block large: the streams' lists of large cached blocks
+ * follow them too. */
+static size_t size_of(int k) { return (size_t)(1 + k % SIZES) * 256 + (k % 3 == 0 ? CUEMM__HEAP_LARGE : 0); }
 
 int main(void)
 {
