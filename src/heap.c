@@ -292,14 +292,14 @@ const char *cuemm__heap_check(const cuemm__heap *h)
     if (st->nlarge > CUEMM__HEAP_LARGE_KEEP_MAX || st->nlarge > large)
       return "a stream's list of large cached blocks has too many";
     for (uint32_t i = 0; i < st->nlarge; i++) {
-      const cuemm__hblock *b = &h->b[st->large[i]];
-      if (st->large[i] == 0 || st->large[i] >= h->nb || b->state != CUEMM__HB_CACHED || b->hs != k ||
-          b->size < CUEMM__HEAP_LARGE)
+      uint32_t r = st->large[(st->large0 + i) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)];
+      const cuemm__hblock *b = &h->b[r];
+      if (r == 0 || r >= h->nb || b->state != CUEMM__HB_CACHED || b->hs != k || b->size < CUEMM__HEAP_LARGE)
         return "a stream's list of large cached blocks names another block";
       for (uint32_t j = 0; j < i; j++)
-        if (st->large[j] == st->large[i])
+        if (st->large[(st->large0 + j) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)] == r)
           return "a stream's list of large cached blocks names one twice";
-      if (i && h->b[st->large[i - 1]].seq >= b->seq)
+      if (i && h->b[st->large[(st->large0 + i - 1) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)]].seq >= b->seq)
         return "a stream's list of large cached blocks is not oldest first";
     }
   }

@@ -50,7 +50,8 @@
 #define CUEMM__HEAP_LARGE ((size_t)256 << 10)
 #define CUEMM__HEAP_LARGE_MAX ((size_t)16 << 20)
 /* The most large blocks a heap keeps per stream (cuemm_config's
- * stream_keep_large, at most this; see stream.c's heap_admits). */
+ * stream_keep_large, at most this; see stream.c's heap_admits).  A power
+ * of two: their list is a ring. */
 #define CUEMM__HEAP_LARGE_KEEP_MAX 32u
 /* Events a stream keeps recorded and not yet seen complete. */
 #define CUEMM__HEAP_BATCHES 8
@@ -95,8 +96,10 @@ typedef struct cuemm__hstream {
   cuemm__hbatch batch[CUEMM__HEAP_BATCHES];  /* recorded, oldest first */
   unsigned nbatch;
   size_t cached_count;
-  uint32_t large[CUEMM__HEAP_LARGE_KEEP_MAX];  /* its cached blocks of CUEMM__HEAP_LARGE bytes or more, oldest first */
-  uint32_t nlarge;
+  /* its cached blocks of CUEMM__HEAP_LARGE bytes or more, oldest first: a
+   * ring of nlarge from large0 (cuemm__heap_large_at) */
+  uint32_t large[CUEMM__HEAP_LARGE_KEEP_MAX];
+  uint32_t large0, nlarge;
   uint32_t steal_bin;   /* the bin (of another stream) its latest steal came from: looked at first */
   uint8_t retired;      /* no further same-stream reuse; blocks wait for `done` or a flush */
 } cuemm__hstream;
@@ -256,17 +259,30 @@ static inline void cuemm__heap_unlist(cuemm__heap *h, uint32_t r)
  * stream `hs` with `req` bytes asked for. */
 static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t req);
 
-/* Record r leaves its stream's list of large cached blocks. */
+/* The i-th oldest of a stream's large cached blocks. */
+static inline uint32_t *cuemm__heap_large_at(cuemm__hstream *st, uint32_t i)
+{
+  return &st->large[(st->large0 + i) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)];
+}
+
+/* Record r leaves its stream's list of large cached blocks: the oldest
+ * (evicted) at no cost, others (a request took it: mostly a recent one)
+ * found from the newest end. */
 static inline void cuemm__heap_large_drop(cuemm__hstream *st, uint32_t r)
 {
-  uint32_t k = st->nlarge;
-  while (k-- && st->large[k] != r)
-    ;
-  if (k < st->nlarge) {
-    for (; k + 1 < st->nlarge; k++)
-      st->large[k] = st->large[k + 1];
+  if (st->nlarge && *cuemm__heap_large_at(st, 0) == r) {
+    st->large0 = (st->large0 + 1) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1);
     st->nlarge--;
+    return;
   }
+  uint32_t k = st->nlarge;
+  while (k-- > 1 && *cuemm__heap_large_at(st, k) != r)
+    ;
+  if (k == 0 || k >= st->nlarge)
+    return; /* not listed: past the list's room */
+  for (; k + 1 < st->nlarge; k++)
+    *cuemm__heap_large_at(st, k) = *cuemm__heap_large_at(st, k + 1);
+  st->nlarge--;
 }
 
 static inline void cuemm__heap_account_cached(cuemm__heap *h, uint32_t r, int sign)
@@ -280,7 +296,7 @@ static inline void cuemm__heap_account_cached(cuemm__heap *h, uint32_t r, int si
     if (sign < 0)
       cuemm__heap_large_drop(st, r);
     else if (st->nlarge < CUEMM__HEAP_LARGE_KEEP_MAX)
-      st->large[st->nlarge++] = r;
+      *cuemm__heap_large_at(st, st->nlarge++) = r;
   }
   if (sign > 0) {
     st->cached_count++;

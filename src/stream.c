@@ -1125,7 +1125,7 @@ static void heap_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs)
 {
   if (hs == CUEMM__HEAP_NIL || !h->st[hs].nlarge || h->st[hs].nlarge < m->cfg.stream_keep_large)
     return;
-  uint32_t r = h->st[hs].large[0];
+  uint32_t r = *cuemm__heap_large_at(&h->st[hs], 0);
   cuemm__hblock *b = &h->b[r];
   uintptr_t ptr = b->ptr;
   size_t size = b->size;

@@ -546,7 +546,8 @@ static void test_keep_large(void)
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.used_bytes, 3 * MIB, "the pool has the two oldest back");
   is(ps.free_blocks, 2, "merged: one free block of the two, and the chunk's untouched 3 MiB");
-  sim.calls_reset();
+  if (sim_present)
+    sim.calls_reset();
   CHECK_CU(cuemm_alloc_async(m, &p, MIB, s));
   is(p, v[4], "a request of that size on the stream gets the newest kept block");
   is(driver_work(), 0, "with no driver call");
