@@ -267,8 +267,10 @@ typedef struct cuemm_config {
   cuemm_stream_reuse stream_reuse;
   /* How many blocks of 256 KiB to 16 MiB freed on a stream a thread keeps
    * for that stream's next requests of the same sizes
-   * (CUEMM_STREAM_KEEP_LARGE, 0 to 32): the newest freed stay, and the
-   * oldest goes back to the pool as a newer one comes.  Kept blocks serve
+   * (CUEMM_STREAM_KEEP_LARGE, 0 to 32): the newest freed stay.  Once the
+   * stream keeps as many as it may, a block freed of a size among its last
+   * four requests that none of them served takes the oldest one's place
+   * (which goes back to the pool); any other goes back itself.  Kept blocks serve
    * on the fast path with no lock (a layer's activations come back at the
    * same sizes in the next layer); the pool's blocks merge and serve any
    * size.  The pool takes idle kept blocks back before it grows.  0: such

@@ -53,6 +53,10 @@
  * stream_keep_large, at most this; see stream.c's heap_admits).  A power
  * of two: their list is a ring. */
 #define CUEMM__HEAP_LARGE_KEEP_MAX 32u
+/* Sizes of a stream's latest large requests its kept blocks could not
+ * serve: a freed block of such a size is worth keeping in place of an
+ * older one (stream.c's free_evicting). */
+#define CUEMM__HEAP_WANTED 4u
 /* Events a stream keeps recorded and not yet seen complete. */
 #define CUEMM__HEAP_BATCHES 8
 
@@ -100,6 +104,8 @@ typedef struct cuemm__hstream {
    * ring of nlarge from large0 (cuemm__heap_large_at) */
   uint32_t large[CUEMM__HEAP_LARGE_KEEP_MAX];
   uint32_t large0, nlarge;
+  size_t wanted[CUEMM__HEAP_WANTED];  /* the sizes of its latest large requests the cache could not serve */
+  uint32_t nwanted;     /* requests recorded there so far (the next goes to nwanted % CUEMM__HEAP_WANTED) */
   uint32_t steal_bin;   /* the bin (of another stream) its latest steal came from: looked at first */
   uint8_t retired;      /* no further same-stream reuse; blocks wait for `done` or a flush */
 } cuemm__hstream;

@@ -885,8 +885,11 @@ static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, cuem
       uint32_t hs = cuemm__heap_stream(h, stream);
       if (hs == CUEMM__HEAP_NIL)
         hs = cuemm__heap_add_stream(h, stream);
-      if (hs != CUEMM__HEAP_NIL && (rec = cuemm__heap_insert(h, ptr, rs, blk, hs, size)) != CUEMM__HEAP_NIL)
+      if (hs != CUEMM__HEAP_NIL && (rec = cuemm__heap_insert(h, ptr, rs, blk, hs, size)) != CUEMM__HEAP_NIL) {
         h->allocs++;
+        if (rs >= CUEMM__HEAP_LARGE)
+          h->st[hs].wanted[h->st[hs].nwanted++ % CUEMM__HEAP_WANTED] = rs;
+      }
       heap_exit(h, in);
     }
     if (rec != CUEMM__HEAP_NIL ? cuemm__owned_add(&m->owned, ptr, rs, CUEMM__KIND_STREAM, h->index) == 0
@@ -1086,10 +1089,11 @@ static void entry_to_heap(cuemm_manager *m, cuemm__owned_entry *e, const cuemm__
 /* Whether h keeps a block of `size` bytes freed on `stream` rather than
  * the pool taking it at once.  Small blocks stay while the cache has room.
  * Of large ones (up to CUEMM__HEAP_LARGE_MAX), each stream keeps the
- * cuemm_config.stream_keep_large it freed last, the oldest going back to the pool
- * as a newer one comes (heap_evict_large): the activations of a layer come
- * back in the next layer at the same sizes, while blocks freed long before
- * merge in the pool, where they serve any size.  Kept large blocks are
+ * cuemm_config.stream_keep_large it freed last, the oldest going back to
+ * the pool as a newer one of a size in demand comes (free_evicting): the
+ * activations of a layer come back in the next layer at the same sizes,
+ * while blocks freed long before merge in the pool, where they serve any
+ * size.  Kept large blocks are
  * few, since each one splits the free space around it (a serving trace
  * held 1.21x its live bytes with every block up to 1 MiB kept by size,
  * 1.05x with none; the pool takes kept blocks back before it grows).  The
@@ -1116,6 +1120,16 @@ static inline int heap_surplus(const cuemm__heap *h, size_t size, uint32_t hs, C
   if (size > CUEMM__HEAP_LARGE_MAX)
     return 1;
   return hs != CUEMM__HEAP_NIL && h->st[hs].nlarge >= h->m->cfg.stream_keep_large;
+}
+
+/* Whether a block of `size` bytes is one stream st lately asked for and
+ * found none kept. */
+static inline int heap_wanted(const cuemm__hstream *st, size_t size)
+{
+  for (unsigned i = 0; i < CUEMM__HEAP_WANTED; i++)
+    if (st->wanted[i] == size)
+      return 1;
+  return 0;
 }
 
 /* Gives the pool the oldest large block h keeps for stream hs when the
@@ -1224,8 +1238,14 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       cuemm__heap_lock(h);
     admit = heap_admits(h, stream, size);
     if (admit && size >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
-      heap_evict_large(m, h, cuemm__heap_stream(h, stream));
-      e = cuemm__owned_find(&m->owned, p); /* removals may move entries */
+      /* As free_evicting: in place of the oldest kept, or not at all. */
+      uint32_t hs = cuemm__heap_stream(h, stream);
+      if (hs != CUEMM__HEAP_NIL && h->st[hs].nlarge >= m->cfg.stream_keep_large && !heap_wanted(&h->st[hs], size))
+        admit = 0;
+      else {
+        heap_evict_large(m, h, hs);
+        e = cuemm__owned_find(&m->owned, p); /* removals may move entries */
+      }
     }
     if (entered)
       cuemm__heap_leave(h);
@@ -1322,9 +1342,13 @@ static __attribute__((noinline)) void trim_heap(cuemm_manager *m, cuemm__heap *h
 }
 
 /* The fast path's free of a large block of the thread's own heap when its
- * stream keeps as many as it may: the oldest goes back to the pool, and
- * this one takes its place, under the manager's lock (which the pool
- * needs, and which comes before the heap's).  Anything unexpected found
+ * stream keeps as many as it may, under the manager's lock (which the pool
+ * needs, and which comes before the heap's).  A block of a size the stream
+ * lately asked for and found none kept takes the place of the oldest kept
+ * one, which goes back to the pool; any other goes back itself (while its
+ * descriptor and neighbours are still in the processor's cache, where the
+ * oldest kept block's are not: in a training step's backward pass, every
+ * free would otherwise return a cold block).  Anything unexpected found
  * once the locks are held (the block freed meanwhile by another thread)
  * goes the general way. */
 static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp,
@@ -1339,6 +1363,24 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
     return free_async_slow(m, h, dp, stream, freed, 0);
   }
   size_t req = h->b[r].req;
+  if (!heap_wanted(&h->st[hs], h->b[r].size)) {
+    uintptr_t ptr = h->b[r].ptr;
+    size_t size = h->b[r].size;
+    uint32_t blk = h->b[r].blk;
+    h->frees++;
+    cuemm__heap_remove(h, r);
+    heap_exit(h, in);
+    cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
+    if (e)
+      cuemm__owned_remove(&m->owned, e);
+    cuemm__nvtx_dead(m->pool, ptr);
+    pool_return_on(m, ptr, size, blk, stream);
+    pool_trim_tagged(m);
+    cuemm__lock_release(&m->lock);
+    if (freed)
+      *freed = req;
+    return CUDA_SUCCESS;
+  }
   heap_evict_large(m, h, hs);
   if (cuemm__heap_cache(h, r, hs) != 0) {
     heap_exit(h, in);

@@ -567,6 +567,27 @@ static void test_keep_large(void)
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.mapped_bytes, 8 * MIB, "without growing");
   CHECK_CU(cuemm_free_async(m, r, s));
+  /* Kept now: p (1 MiB), q (2 MiB), r (3 MiB).  A request the kept blocks
+   * cannot serve makes room first (q goes back); four more sizes are asked
+   * for after x's. */
+  CUdeviceptr x, y[4];
+  CHECK_CU(cuemm_alloc_async(m, &x, MIB / 4, s));
+  for (int i = 0; i < 4; i++)
+    CHECK_CU(cuemm_alloc_async(m, &y[i], (size_t)(5 + i) * MIB / 16, s));
+  CHECK_CU(cuemm_free_async(m, y[0], s));
+  is(test_stats(m).stream_cached_bytes, MIB + 3 * MIB + 5 * MIB / 16, "kept: p, r and y[0] (q went back for x)");
+  CHECK_CU(cuemm_free_async(m, x, s));
+  st = test_stats(m);
+  is(st.stream_cached_bytes, MIB + 3 * MIB + 5 * MIB / 16,
+     "with as many kept as it may, a block of a size not lately asked for goes back itself");
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.used_bytes, st.stream_cached_bytes + (6 + 7 + 8) * MIB / 16, "the pool has it (used: the kept blocks and "
+     "y[1..3])");
+  CHECK_CU(cuemm_free_async(m, y[1], s));
+  is(test_stats(m).stream_cached_bytes, 3 * MIB + (5 + 6) * MIB / 16,
+     "one of a size lately asked for takes the oldest kept block's place (p went back)");
+  for (int i = 2; i < 4; i++)
+    CHECK_CU(cuemm_free_async(m, y[i], s));
   CHECK_CU(cuemm_destroy(m));
 
   c.stream_keep_large = 0;
