@@ -593,9 +593,10 @@ CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer);
  * and size: an alloc that finds a block freed on the same stream, and a
  * free, touch only that cache (no driver call, no lock shared with other
  * threads).  The cache keeps blocks below 256 KiB, and of blocks up to
- * 16 MiB one per stream: the block of the stream's latest such allocation,
- * which replaces the one kept before (a buffer allocated and freed in
- * turn).
+ * 16 MiB the ones each stream freed last (cuemm_config.stream_keep_large,
+ * 16 by default; a layer's activations come back at the same sizes in the
+ * next layer); a block the pool hands out of a size the cache keeps
+ * enters it at once, so that its free takes the fast path.
  * Other frees give the block back to the pool at once, under the manager's
  * lock, even while work queued on the stream may still use it: the pool
  * marks it with the stream, merges it with free space beside it, and serves
