@@ -817,6 +817,21 @@ static inline stream_path path_of(const cuemm_manager *m, const char *fn, CUresu
 
 static void heap_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs);
 
+/* Record r of h (LIVE, or out of its bin) leaves the heap and its owned
+ * entry goes: the block returns to the pool as freed on `stream`.  Both
+ * locks held (or h entered by its owner, with the manager's lock). */
+static void heap_to_pool(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream stream)
+{
+  uintptr_t ptr = h->b[r].ptr;
+  size_t size = h->b[r].size;
+  uint32_t blk = h->b[r].blk;
+  cuemm__heap_remove(h, r);
+  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
+  if (e)
+    cuemm__owned_remove(&m->owned, e);
+  pool_return_on(m, ptr, size, blk, stream);
+}
+
 /* The owner's entry into its heap off the fast path: entered, or locked
  * when another thread wants it.  Returns whether it entered (leave with
  * heap_exit). */
@@ -1140,16 +1155,8 @@ static void heap_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs)
   if (hs == CUEMM__HEAP_NIL || !h->st[hs].nlarge || h->st[hs].nlarge < m->cfg.stream_keep_large)
     return;
   uint32_t r = *cuemm__heap_large_at(&h->st[hs], 0);
-  cuemm__hblock *b = &h->b[r];
-  uintptr_t ptr = b->ptr;
-  size_t size = b->size;
-  uint32_t blk = b->blk;
   cuemm__heap_unbin(h, r);
-  cuemm__heap_remove(h, r);
-  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
-  if (e)
-    cuemm__owned_remove(&m->owned, e);
-  pool_return_on(m, ptr, size, blk, h->st[hs].s);
+  heap_to_pool(m, h, r, h->st[hs].s);
 }
 
 /* `looked`: the caller found no record of dp in h, its own heap (a finding
@@ -1364,17 +1371,10 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
   }
   size_t req = h->b[r].req;
   if (!heap_wanted(&h->st[hs], h->b[r].size)) {
-    uintptr_t ptr = h->b[r].ptr;
-    size_t size = h->b[r].size;
-    uint32_t blk = h->b[r].blk;
     h->frees++;
-    cuemm__heap_remove(h, r);
+    cuemm__nvtx_dead(m->pool, (uintptr_t)dp);
+    heap_to_pool(m, h, r, stream);
     heap_exit(h, in);
-    cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
-    if (e)
-      cuemm__owned_remove(&m->owned, e);
-    cuemm__nvtx_dead(m->pool, ptr);
-    pool_return_on(m, ptr, size, blk, stream);
     pool_trim_tagged(m);
     cuemm__lock_release(&m->lock);
     if (freed)
