@@ -865,7 +865,8 @@ static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, cuem
   size_t rs = round_block(size);
   uintptr_t ptr;
   uint32_t blk;
-  if (rs > CUEMM__HEAP_LARGE_MAX || (rs >= CUEMM__HEAP_LARGE && !m->cfg.stream_keep_large && !stream_is_own_only(stream)))
+  int kept = rs < CUEMM__HEAP_LARGE || stream_is_own_only(stream) || m->cfg.stream_keep_large;
+  if (rs > CUEMM__HEAP_LARGE_MAX || !kept)
     h = NULL; /* a block no thread's cache keeps */
   cuemm__lock_acquire(&m->lock);
   if (h && rs >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
@@ -1108,12 +1109,11 @@ static void entry_to_heap(cuemm_manager *m, cuemm__owned_entry *e, const cuemm__
  * the pool as a newer one of a size in demand comes (free_evicting): the
  * activations of a layer come back in the next layer at the same sizes,
  * while blocks freed long before merge in the pool, where they serve any
- * size.  Kept large blocks are
- * few, since each one splits the free space around it (a serving trace
- * held 1.21x its live bytes with every block up to 1 MiB kept by size,
- * 1.05x with none; the pool takes kept blocks back before it grows).  The
- * per-thread default stream's blocks always stay (the pool cannot record
- * on that stream).  Heap locked. */
+ * size.  Kept large blocks are few, since each one splits the free space
+ * around it (a serving trace held 1.21x its live bytes with every block up
+ * to 1 MiB kept by size, 1.05x with none; the pool takes kept blocks back
+ * before it grows).  The per-thread default stream's blocks always stay
+ * (the pool cannot record on that stream).  Heap locked. */
 static int heap_admits(cuemm__heap *h, CUstream stream, size_t size)
 {
   if (stream_is_own_only(stream))

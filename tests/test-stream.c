@@ -562,7 +562,8 @@ static void test_keep_large(void)
   CUdeviceptr r;
   CHECK_CU(cuemm_alloc_async(m, &r, 3 * MIB, s));
   st = test_stats(m);
-  is(st.stream_cached_bytes, 2 * MIB + MIB, "a request that goes to the pool with three kept sends the oldest back first");
+  is(st.stream_cached_bytes, 2 * MIB + MIB,
+     "a request that goes to the pool with three kept sends the oldest back first");
   is(r, v[0] + 5 * MIB, "the best fit serves it: the chunk's untouched 3 MiB, not the two evicted blocks (2 MiB)");
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.mapped_bytes, 8 * MIB, "without growing");
