@@ -1137,12 +1137,16 @@ static inline int heap_surplus(const cuemm__heap *h, size_t size, uint32_t hs, C
   return hs != CUEMM__HEAP_NIL && h->st[hs].nlarge >= h->m->cfg.stream_keep_large;
 }
 
-/* Whether a block of `size` bytes is one stream st lately asked for and
- * found none kept. */
-static inline int heap_wanted(const cuemm__hstream *st, size_t size)
+/* Whether stream hs of h (NIL: one it has not met) keeps a large block of
+ * `size` bytes freed on it: while it keeps fewer than it may, or in place
+ * of the oldest kept when the size is among its latest requests that no
+ * kept block served (free_evicting says why). */
+static inline int heap_takes_large(const cuemm_manager *m, const cuemm__heap *h, uint32_t hs, size_t size)
 {
+  if (hs == CUEMM__HEAP_NIL || h->st[hs].nlarge < m->cfg.stream_keep_large)
+    return 1;
   for (unsigned i = 0; i < CUEMM__HEAP_WANTED; i++)
-    if (st->wanted[i] == size)
+    if (h->st[hs].wanted[i] == size)
       return 1;
   return 0;
 }
@@ -1240,24 +1244,20 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
    * when another thread wants the heap. */
   int entered = 0, admit = 0;
   if (size <= CUEMM__HEAP_LARGE_MAX || stream_is_own_only(stream)) { /* else no heap keeps it */
-    entered = o != h && cuemm__heap_enter(h);
-    if (o != h && !entered)
-      cuemm__heap_lock(h);
+    if (o != h)
+      entered = heap_get(h);
     admit = heap_admits(h, stream, size);
     if (admit && size >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
-      /* As free_evicting: in place of the oldest kept, or not at all. */
       uint32_t hs = cuemm__heap_stream(h, stream);
-      if (hs != CUEMM__HEAP_NIL && h->st[hs].nlarge >= m->cfg.stream_keep_large && !heap_wanted(&h->st[hs], size))
+      if (!heap_takes_large(m, h, hs, size))
         admit = 0;
       else {
         heap_evict_large(m, h, hs);
         e = cuemm__owned_find(&m->owned, p); /* removals may move entries */
       }
     }
-    if (entered)
-      cuemm__heap_leave(h);
-    else if (o != h)
-      cuemm__heap_unlock(h);
+    if (o != h)
+      heap_exit(h, entered);
   }
   if (!admit) {
     /* To the pool, as freed on `stream`: the allocation and its free are
@@ -1284,9 +1284,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
     cuemm__heap_unlock(o);
   }
   entry_to_heap(m, e, h, size, o == NULL);
-  entered = cuemm__heap_enter(h);
-  if (!entered)
-    cuemm__heap_lock(h);
+  entered = heap_get(h);
   uint32_t hs = cuemm__heap_stream(h, stream);
   if (hs == CUEMM__HEAP_NIL)
     hs = cuemm__heap_add_stream(h, stream);
@@ -1304,10 +1302,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       cuemm__pool_give(m->pool, blk); /* cannot happen in practice; never leak */
   } else
     h->allocs++;
-  if (entered)
-    cuemm__heap_leave(h);
-  else
-    cuemm__heap_unlock(h);
+  heap_exit(h, entered);
   pool_trim_tagged(m); /* a block evicted for this one counts toward the release threshold */
   cuemm__lock_release(&m->lock);
   if (freed)
@@ -1370,7 +1365,7 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
     return free_async_slow(m, h, dp, stream, freed, 0);
   }
   size_t req = h->b[r].req;
-  if (!heap_wanted(&h->st[hs], h->b[r].size)) {
+  if (!heap_takes_large(m, h, hs, h->b[r].size)) {
     h->frees++;
     cuemm__nvtx_dead(m->pool, (uintptr_t)dp);
     heap_to_pool(m, h, r, stream);
