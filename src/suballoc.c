@@ -387,15 +387,18 @@ static inline uint32_t best_in(const cuemm__sa *s, uint32_t i, size_t size)
  * above, lowest address among equals; their bins are short, and a good
  * fit's choice of whatever block heads a larger bin splits large free
  * blocks for requests a smaller one would serve (a serving trace with
- * requests of 300 MB held 1.8x its live bytes so). */
-static uint32_t find_free(const cuemm__sa *s, const cuemm__sa_bins *bs, size_t size)
+ * requests of 300 MB held 1.8x its live bytes so).  A large request looks
+ * at no bin above `top` (CUEMM__SA_NBINS - 1: all of them), so that a
+ * caller that only wants a block under some size is often answered by the
+ * bitmap alone. */
+static uint32_t find_free(const cuemm__sa *s, const cuemm__sa_bins *bs, size_t size, unsigned top)
 {
   if (size >= CUEMM__SA_BEST_FIT) {
     uint32_t i = best_in(s, bs->heads[bin_of(size)], size);
     if (i != NIL)
       return i;
     unsigned k = first_nonempty(bs, bin_of(size) + 1);
-    return k < CUEMM__SA_NBINS ? best_in(s, bs->heads[k], size) : NIL;
+    return k <= top ? best_in(s, bs->heads[k], size) : NIL;
   }
   unsigned own = bin_of(size);
   uint32_t i = bs->heads[own];
@@ -428,7 +431,7 @@ static uint32_t cut(cuemm__sa *s, uint32_t i, size_t size)
 /* Takes an idle FREE block of at least `size` bytes from the bins, or NIL. */
 static uint32_t take_free(cuemm__sa *s, size_t size)
 {
-  uint32_t i = find_free(s, &s->idle, size);
+  uint32_t i = find_free(s, &s->idle, size, CUEMM__SA_NBINS - 1);
   return i == NIL ? NIL : cut(s, i, size);
 }
 
@@ -537,27 +540,15 @@ uint32_t cuemm__sa_fit_below(const cuemm__sa *s, size_t size, uint32_t tag, size
   const cuemm__sa_bins *bs = tag ? (tag <= s->ntags ? s->tagged[tag - 1] : NULL) : &s->idle;
   if (!bs || bs->bytes < size || limit <= size)
     return NIL;
-  uint32_t i;
-  if (size >= CUEMM__SA_BEST_FIT) {
-    /* find_free's choice, where the bitmap says no bin that could hold a
-     * block under the limit has one before any list is walked. */
-    unsigned own = bin_of(size), top = bin_of(limit - 1);
-    if ((i = best_in(s, bs->heads[own], size)) == NIL) {
-      unsigned k = first_nonempty(bs, own + 1);
-      i = k <= top ? best_in(s, bs->heads[k], size) : NIL;
-    }
-  } else
-    i = find_free(s, bs, size);
+  uint32_t i = find_free(s, bs, size, bin_of(limit - 1));
   return i != NIL && s->b[i].size < limit ? i : NIL;
 }
 
+/* The pool's path asks this at every request: the limit's tests stay out. */
 uint32_t cuemm__sa_fit(const cuemm__sa *s, size_t size, uint32_t tag)
 {
-  if (!tag)
-    return s->idle.bytes >= size ? find_free(s, &s->idle, size) : NIL;
-  if (tag > s->ntags || !s->tagged[tag - 1] || s->tagged[tag - 1]->bytes < size)
-    return NIL;
-  return find_free(s, s->tagged[tag - 1], size);
+  const cuemm__sa_bins *bs = tag ? (tag <= s->ntags ? s->tagged[tag - 1] : NULL) : &s->idle;
+  return bs && bs->bytes >= size ? find_free(s, bs, size, CUEMM__SA_NBINS - 1) : NIL;
 }
 
 void cuemm__sa_take(cuemm__sa *s, uint32_t i, size_t size)
