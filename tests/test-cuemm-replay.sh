@@ -235,6 +235,12 @@ out=$("$replay" --reps 3 --backends cuemm-async "$src/bench/traces/two-streams.c
 printf '%s\n' "$out" | sed 's/^/# /'
 check "--reps 3: each timed pass's figure, in order, under the backend's line (exit $rc)" \
   test $rc -eq 0 -a "$(printf '%s\n' "$out" | grep -A1 '^cuemm-async ' | grep -c -E '^#   timed passes, ns/event:( [0-9]+\.[0-9]){3}$')" = 1
+check "--reps 3: each pass's CPU time too, no more than the pass took by the wall clock" \
+  test "$(printf '%s\n' "$out" | grep -A2 '^cuemm-async ' | awk '
+    /^#   timed passes, ns\/event:/ { for (i = 5; i <= NF; i++) w[i - 4] = $i; nw = NF - 4 }
+    /^#   the same passes. CPU time of the replaying thread, ns\/event:/ {
+      n = 0; for (i = 12; i <= NF; i++) { n++; if ($i <= 0 || $i > w[n] * 1.01 + 1) bad = 1 } }
+    END { print (n == 3 && nw == 3 && !bad) ? "ok" : "bad" }')" = ok
 check "--reps 3: and each pass's driver work, not counted since creation: the passes before grew the pool" \
   has "^#   the same passes' driver work: pool growths 0 0 0; releases 0 0 0; stream events [0-9]* [0-9]* [0-9]*; reclaims [0-9]* [0-9]* [0-9]*$"
 out=$("$replay" --quick --backends cuemm-async "$src/bench/traces/two-streams.csv" 2>&1)

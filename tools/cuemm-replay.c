@@ -55,10 +55,13 @@
  *   --manager N            the manager of a cuemm log to replay
  *   --reps R               timed passes, 1 to 64 (default 5); --quick: 1;
  *                          the median is the figure, and with more than one
- *                          a comment line lists each pass's, in order, and
- *                          for cuemm backends another the driver work each
- *                          made (pool growths, releases, stream events,
- *                          reclaims of thread caches)
+ *                          a comment line lists each pass's, in order,
+ *                          another the same passes on the replaying
+ *                          thread's CPU clock (a pass slow on the wall
+ *                          clock alone lost its time to the host), and for
+ *                          cuemm backends another the driver work each made
+ *                          (pool growths, releases, stream events, reclaims
+ *                          of thread caches)
  *   --snapshot FILE        the first cuemm backend's cuemm_snapshot_take,
  *                          written by cuemm_snapshot_write_json into FILE
  *                          after the event where live bytes reach the log's
@@ -219,6 +222,17 @@ static double now_ns(void)
 {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+/* The calling thread's own time on a processor: beside the wall clock,
+ * it tells a pass the host slowed (the thread kept off the processor, by
+ * the hypervisor or other processes) from one that did more work. */
+static double cpu_ns(void)
+{
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return 0;
   return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
@@ -1199,13 +1213,13 @@ typedef struct position {
  * writes the snapshot file after the event where live bytes reach the
  * trace's peak. */
 static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, const CUstream *streams,
-                          const position *pos, size_t *oom, size_t *held, int snapshot)
+                          const position *pos, size_t *oom, size_t *held, int snapshot, double *cpu)
 {
   size_t peak = 0, ooms = 0;
   int sample = held && b->held_sample;
   if (snapshot && t->n == 0)
     snapshot_write(t, b, 0);
-  double t0 = now_ns();
+  double t0 = now_ns(), c0 = cpu_ns(); /* the CPU interval inside the wall clock's */
   for (size_t i = 0; i < t->n; i++) {
     const event *e = &t->ev[i];
     if (!e->is_free) {
@@ -1236,7 +1250,9 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
                     pos->backend_no, pos->backends, pos->pass, i + 1, t->n, (i + 1) * 100 / t->n);
   }
   CHECK(b->finish());
-  double ns = now_ns() - t0;
+  double c1 = cpu_ns(), ns = now_ns() - t0;
+  if (cpu)
+    *cpu = c1 - c0;
   if (held)
     *held = peak;
   *oom = ooms;
@@ -1275,21 +1291,21 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
   if (b->held_begin)
     b->held_begin();
   snprintf(pos.pass, sizeof pos.pass, "the pass measuring bytes held");
-  replay_pass(t, b, slot, streams, &pos, &oom, &held, snapshot);
+  replay_pass(t, b, slot, streams, &pos, &oom, &held, snapshot, NULL);
   res.held_known = b->held_sample != NULL;
   if (b->held_peak)
     res.held_known = b->held_peak(&held);
   res.held = held;
   res.oom = oom;
   snprintf(pos.pass, sizeof pos.pass, "the warm-up pass");
-  replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0);
-  double v[64];
+  replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0, NULL);
+  double v[64], cpu[64];
   uint64_t cnt[65][COUNTERS]; /* before each timed pass, and after the last */
   for (int r = 0; r < reps; r++) {
     snprintf(pos.pass, sizeof pos.pass, "timed pass %d of %d", r + 1, reps);
     if (b->is_cuemm)
       cuemm_counters(cnt[r]);
-    v[r] = replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0);
+    v[r] = replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0, &cpu[r]);
     if (oom > res.oom)
       res.oom = oom;
   }
@@ -1320,6 +1336,13 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
     printf("#   timed passes, ns/event:");
     for (int r = 0; r < reps; r++)
       printf(" %.1f", each[r] / (double)t->n);
+    printf("\n");
+    /* The same passes on the thread's CPU clock: a pass slow on the wall
+     * clock but not on this one lost its time to the host, not to the
+     * backend (the driver's own threads are not counted here). */
+    printf("#   the same passes' CPU time of the replaying thread, ns/event:");
+    for (int r = 0; r < reps; r++)
+      printf(" %.1f", cpu[r] / (double)t->n);
     printf("\n");
     if (b->is_cuemm) {
       /* The driver calls a pass made, by kind: a slow pass that made some
@@ -1405,7 +1428,8 @@ static const char help_text[] =
     "  --manager N            replay manager N's rows of a cuemm log (default: the\n"
     "                         first manager in replay order)\n"
     "  --reps R               timed passes per backend, 1 to 64 (default 5): the\n"
-    "                         median, and each pass's on a line of its own\n"
+    "                         median, and each pass's on a line of its own, by\n"
+    "                         the wall clock and by the thread's CPU clock\n"
     "  --quick                one timed pass (--reps 1)\n"
     "  --snapshot FILE        write the first cuemm backend's snapshot\n"
     "                         (cuemm_snapshot_take, as JSON) into FILE at the event\n"
