@@ -20,7 +20,7 @@ void cuemm__owned_fini(cuemm__owned *t)
 int cuemm__owned_grow(cuemm__owned *t)
 {
   size_t cap = t->cap ? t->cap : 64;
-  while ((t->used + 1) * 2 > cap)
+  while ((t->used + 1) * 4 > cap)
     cap *= 2;
   cuemm__owned_entry *slots = calloc(cap, sizeof *slots);
   if (!slots)

@@ -10,8 +10,8 @@
 #include "owned.h"
 #include "tap.h"
 
-#define KEYS 160   /* distinct keys: 256-byte aligned addresses */
-#define MAXLIVE 44 /* under 3/4 of 64 slots: the table never grows */
+#define KEYS 100   /* distinct keys: 256-byte aligned addresses */
+#define MAXLIVE 31 /* under half of 64 slots: the table never grows */
 
 static uint64_t rng = 0x2545F4914F6CDD1Du;
 static uint64_t next_rand(void)
