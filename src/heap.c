@@ -82,6 +82,7 @@ void cuemm__heap_fini(cuemm__heap *h)
   h->map = NULL;
   h->bins = NULL;
   h->st = NULL;
+  cuemm__heap_forget_last(h);
 }
 
 uint32_t cuemm__heap_add_stream(cuemm__heap *h, CUstream s)
@@ -98,6 +99,7 @@ uint32_t cuemm__heap_add_stream(cuemm__heap *h, CUstream s)
   }
   memset(&h->st[h->nst], 0, sizeof h->st[h->nst]);
   h->st[h->nst].s = s;
+  h->last_s = s;
   return h->last = h->nst++;
 }
 

@@ -142,7 +142,8 @@ typedef struct cuemm__heap {
   cuemm__hbin *bins;
   size_t bincap, binused;
   cuemm__hstream *st;
-  uint32_t nst, capst, last;   /* `last`: the stream of the previous call */
+  uint32_t nst, capst, last;   /* `last`: the stream of the previous call, whose key is last_s */
+  CUstream last_s;      /* NULL when `last` names none (no stream's key is NULL) */
 
   cuemm__huse *uses;
   uint32_t nuses, capuses;
@@ -215,17 +216,28 @@ static inline uint32_t cuemm__heap_find(const cuemm__heap *h, uintptr_t p)
   }
 }
 
-/* The stream index of `s`, or NIL when the heap has not met it. */
+/* The stream index of `s`, or NIL when the heap has not met it.  Every
+ * fast path asks: the previous call's answer is checked against its key
+ * alone, without reaching into the stream table. */
 static inline uint32_t cuemm__heap_stream(cuemm__heap *h, CUstream s)
 {
   if (!s)
     s = CU_STREAM_LEGACY;
-  if (h->last < h->nst && h->st[h->last].s == s)
+  if (__builtin_expect(h->last_s == s, 1))
     return h->last;
   for (uint32_t i = 0; i < h->nst; i++)
-    if (h->st[i].s == s)
+    if (h->st[i].s == s) {
+      h->last_s = s;
       return h->last = i;
+    }
   return CUEMM__HEAP_NIL;
+}
+
+/* After a stream's key changed (retired, or its place reused). */
+static inline void cuemm__heap_forget_last(cuemm__heap *h)
+{
+  h->last = CUEMM__HEAP_NIL;
+  h->last_s = NULL;
 }
 
 static inline uint64_t cuemm__heap_binkey(uint32_t hs, size_t size)

@@ -109,7 +109,7 @@ static void thread_exit(void *unused)
         h->st[k].s = retired_key();
         h->st[k].retired = 1;
       }
-    h->last = CUEMM__HEAP_NIL;
+    cuemm__heap_forget_last(h);
     atomic_store(&h->orphan, 1);
     cuemm__heap_unlock(h);
   }
@@ -365,6 +365,7 @@ static __attribute__((noinline)) uint32_t pool_stream_add(cuemm_manager *m, CUst
     if (ps->st[j].retired && !ps->st[j].nbatch && !cuemm__sa_tag_bytes(&m->pool->sa, j + 1)) {
       memset(&ps->st[j], 0, sizeof ps->st[j]);
       ps->st[j].s = stream ? stream : CU_STREAM_LEGACY;
+      cuemm__heap_forget_last(ps);
       return j;
     }
   return cuemm__heap_add_stream(ps, stream);
@@ -1606,7 +1607,7 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
         a->retired = 1;
       }
     }
-    h->last = CUEMM__HEAP_NIL;
+    cuemm__heap_forget_last(h);
     cuemm__heap_unlock(h);
   }
   /* The pool's blocks freed on it: one last event, then the same new key;
@@ -1622,7 +1623,7 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
     if (r == CUDA_SUCCESS) {
       a->s = retired_key();
       a->retired = 1;
-      ps->last = CUEMM__HEAP_NIL;
+      cuemm__heap_forget_last(ps);
     }
   }
   r = cuemm__ctx_leave(m, &g, r);
