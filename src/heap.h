@@ -275,7 +275,8 @@ static inline void cuemm__heap_unlist(cuemm__heap *h, uint32_t r)
 
 /* Takes the newest block of a bin (it must not be empty): it becomes LIVE on
  * stream `hs` with `req` bytes asked for. */
-static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t req);
+static inline __attribute__((always_inline)) uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs,
+                                                                       size_t req);
 
 /* The i-th oldest of a stream's large cached blocks. */
 static inline uint32_t *cuemm__heap_large_at(cuemm__hstream *st, uint32_t i)
@@ -345,7 +346,8 @@ static inline void cuemm__heap_unbin(cuemm__heap *h, uint32_t r)
   b->prev = b->next = CUEMM__HEAP_NIL;
 }
 
-static inline uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t req)
+static inline __attribute__((always_inline)) uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs,
+                                                                       size_t req)
 {
   cuemm__hbin *bn = &h->bins[bin];
   uint32_t r = bn->head;
@@ -393,9 +395,11 @@ static inline void cuemm__heap_link(cuemm__heap *h, uint32_t r, uint32_t bin)
 }
 
 /* Makes LIVE block r CACHED on stream hs (numbered as that stream's next
- * free), at the head of its bin.  Returns 0, or -1 when host memory for a
- * new bin ran out (nothing changed). */
-static inline __attribute__((always_inline)) int cuemm__heap_cache(cuemm__heap *h, uint32_t r, uint32_t hs)
+ * free), at the head of its bin.  Returns 0; or -1, changing nothing, when
+ * the bin does not exist and `make` is 0, or host memory for a new bin ran
+ * out.  With `make` 0 it makes no call (the callers' inline fast path). */
+static inline __attribute__((always_inline)) int cuemm__heap_cache_in(cuemm__heap *h, uint32_t r, uint32_t hs,
+                                                                       int make)
 {
   cuemm__hblock *b = &h->b[r];
   /* A block freed on the stream it came from goes back to the bin it was
@@ -405,7 +409,7 @@ static inline __attribute__((always_inline)) int cuemm__heap_cache(cuemm__heap *
   if (bin >= h->bincap || h->bins[bin].key != cuemm__heap_binkey(hs, b->size))
     bin = cuemm__heap_bin(h, hs, b->size);
   if (bin == CUEMM__HEAP_NIL)
-    return cuemm__heap_cache_newbin(h, r, hs);
+    return make ? cuemm__heap_cache_newbin(h, r, hs) : -1;
   h->live_bytes -= b->req;
   h->live_count--;
   h->frees++;
@@ -414,6 +418,11 @@ static inline __attribute__((always_inline)) int cuemm__heap_cache(cuemm__heap *
   b->seq = ++h->st[hs].freed;
   cuemm__heap_link(h, r, bin);
   return 0;
+}
+
+static inline __attribute__((always_inline)) int cuemm__heap_cache(cuemm__heap *h, uint32_t r, uint32_t hs)
+{
+  return cuemm__heap_cache_in(h, r, hs, 1);
 }
 
 /* Adds a stream; returns its index or NIL when host memory ran out. */

@@ -62,6 +62,7 @@ struct cuemm_manager {
   uint32_t nheaps, capheaps;
   uint64_t stream_reclaims;
   uint8_t stream_ready;       /* the stream calls take the pool's path (set once at creation, stream.c) */
+  uint8_t stream_inline;      /* stream_ready and no event log: their inline hit paths may serve (stream.c) */
   struct cuemm__managed *managed;  /* managed.c: CUEMM_MEMORY=managed|system, else NULL */
   cuemm__log *log;            /* the event log (log.c), NULL: none; set at creation, read without the lock */
   size_t driver_bytes;        /* cuMemAlloc memory held (live or pending); written atomically, for the log */

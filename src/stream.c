@@ -806,6 +806,7 @@ static __attribute__((noinline)) stream_path path_checked(const cuemm_manager *m
 static CUresult stream_attach(cuemm_manager *m)
 {
   m->stream_ready = m->pool && m->drv->EventRecord && m->drv->EventQuery && m->drv->StreamWaitEvent;
+  m->stream_inline = m->stream_ready && !m->log;
   return CUDA_SUCCESS;
 }
 
@@ -985,6 +986,60 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   return alloc_from_pool(m, h, p, size, stream);
 }
 
+/* The newest block of stream hs's bin for `size`, LIVE now, or NIL when
+ * the bin is empty or absent.  Heap entered by its owner. */
+static inline __attribute__((always_inline)) uint32_t heap_hit(cuemm__heap *h, uint32_t hs, size_t size)
+{
+  uint32_t bin = cuemm__heap_bin(h, hs, round_block(size));
+  return bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL ? cuemm__heap_pop(h, bin, hs, size)
+                                                                        : CUEMM__HEAP_NIL;
+}
+
+/* Hands record r, taken on the owner's fast path, to the program. */
+static inline __attribute__((always_inline)) CUresult heap_served(cuemm_manager *m, cuemm__heap *h, uint32_t r,
+                                                                 CUdeviceptr *p, size_t size)
+{
+  *p = (CUdeviceptr)h->b[r].ptr;
+  cuemm__heap_leave(h);
+  cuemm__nvtx_live(m->pool, (uintptr_t)*p, size);
+  return CUDA_SUCCESS;
+}
+
+/* The owner's way past a hit: blocks of this size other streams of the
+ * heap freed, else the pool.  Heap entered, stream hs met; leaves it. */
+static __attribute__((noinline)) CUresult alloc_async_miss(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
+                                                           size_t size, CUstream stream, uint32_t hs)
+{
+  size_t rs = round_block(size);
+  int others = 0;
+  uint32_t r = steal_hint(h, hs, rs, size);
+  if (r == CUEMM__HEAP_NIL)
+    r = steal_idle(h, hs, rs, size, &others);
+  if (r != CUEMM__HEAP_NIL)
+    return heap_served(m, h, r, p, size);
+  cuemm__heap_leave(h);
+  if (!others && size <= cuemm__pool_capacity(m->pool))
+    return alloc_from_pool(m, h, p, size, stream); /* no stream of this heap has a block of this size */
+  return alloc_async_slow(m, h, p, size, stream);
+}
+
+/* The calling thread's own heap h serves a request of at most the pool's
+ * capacity: a hit inline, anything else by a call. */
+static inline __attribute__((always_inline)) CUresult alloc_async_owner(cuemm_manager *m, cuemm__heap *h,
+                                                                       CUdeviceptr *p, size_t size, CUstream stream)
+{
+  if (__builtin_expect(!cuemm__heap_enter(h), 0))
+    return alloc_async_slow(m, h, p, size, stream);
+  uint32_t hs = cuemm__heap_stream(h, stream), r;
+  if (__builtin_expect(hs == CUEMM__HEAP_NIL, 0)) {
+    cuemm__heap_leave(h);
+    return alloc_async_slow(m, h, p, size, stream);
+  }
+  if ((r = heap_hit(h, hs, size)) != CUEMM__HEAP_NIL)
+    return heap_served(m, h, r, p, size);
+  return alloc_async_miss(m, h, p, size, stream, hs);
+}
+
 static inline __attribute__((always_inline)) CUresult alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size,
                                                                  CUstream stream)
 {
@@ -998,30 +1053,8 @@ static inline __attribute__((always_inline)) CUresult alloc_async(cuemm_manager 
   cuemm__heap *h = heap_of(m);
   if (size > CUEMM__HEAP_LARGE_MAX && h && size <= cuemm__pool_capacity(m->pool) && !stream_is_own_only(stream))
     return alloc_from_pool(m, NULL, p, size, stream); /* a size no thread's cache keeps */
-  if (__builtin_expect(h && size - 1 < cuemm__pool_capacity(m->pool), 1) && cuemm__heap_enter(h)) {
-    uint32_t hs = cuemm__heap_stream(h, stream);
-    if (hs != CUEMM__HEAP_NIL) {
-      size_t rs = round_block(size);
-      uint32_t bin = cuemm__heap_bin(h, hs, rs), r;
-      int others = 0;
-      if (bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL)
-        r = cuemm__heap_pop(h, bin, hs, size);
-      else if ((r = steal_hint(h, hs, rs, size)) == CUEMM__HEAP_NIL)
-        r = steal_idle(h, hs, rs, size, &others);
-      if (r != CUEMM__HEAP_NIL) {
-        *p = (CUdeviceptr)h->b[r].ptr;
-        cuemm__heap_leave(h);
-        cuemm__nvtx_live(m->pool, (uintptr_t)*p, size);
-        return CUDA_SUCCESS;
-      }
-      if (!others) {
-        /* No stream of this heap has a block of this size: the pool's. */
-        cuemm__heap_leave(h);
-        return alloc_from_pool(m, h, p, size, stream);
-      }
-    }
-    cuemm__heap_leave(h);
-  }
+  if (__builtin_expect(h && size - 1 < cuemm__pool_capacity(m->pool), 1))
+    return alloc_async_owner(m, h, p, size, stream);
   return alloc_async_slow(m, h, p, size, stream);
 }
 
@@ -1395,8 +1428,61 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
   return CUDA_SUCCESS;
 }
 
+/* Leaves the heap after the owner's fast path cached the block at dp. */
+static inline __attribute__((always_inline)) CUresult heap_kept(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp)
+{
+  int over = h->cached_bytes > h->trim_mark;
+  cuemm__nvtx_dead(m->pool, (uintptr_t)dp); /* before another thread may take the block */
+  cuemm__heap_leave(h);
+  if (__builtin_expect(over, 0))
+    trim_heap(m, h);
+  return CUDA_SUCCESS;
+}
+
 /* `freed`, when not NULL (the event log's call), gets the size the freed
  * block was asked for; with NULL the compiler drops the stores. */
+/* The owner's way past a hit: record r (NIL: dp is not in h) freed on
+ * `stream` goes into a bin made for it, or in place of the oldest kept
+ * block (free_evicting), or the general way.  Heap entered; leaves it. */
+static __attribute__((noinline)) CUresult free_async_rest(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp,
+                                                          CUstream stream, size_t *freed, uint32_t r)
+{
+  if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE && !h->b[r].uses) {
+    uint32_t hs = cuemm__heap_stream(h, stream);
+    if (freed)
+      *freed = h->b[r].req;
+    if (hs != CUEMM__HEAP_NIL && !heap_surplus(h, h->b[r].size, hs, stream) && cuemm__heap_cache(h, r, hs) == 0)
+      return heap_kept(m, h, dp);
+    if (hs != CUEMM__HEAP_NIL && h->b[r].size <= CUEMM__HEAP_LARGE_MAX && m->cfg.stream_keep_large &&
+        heap_surplus(h, h->b[r].size, hs, stream)) {
+      cuemm__heap_leave(h);
+      return free_evicting(m, h, dp, stream, freed);
+    }
+  }
+  cuemm__heap_leave(h);
+  return free_async_slow(m, h, dp, stream, freed, r == CUEMM__HEAP_NIL);
+}
+
+/* The calling thread's own heap h: a block it holds, freed into an
+ * existing bin, inline; anything else by a call. */
+static inline __attribute__((always_inline)) CUresult free_async_owner(cuemm_manager *m, cuemm__heap *h,
+                                                                      CUdeviceptr dp, CUstream stream, size_t *freed)
+{
+  if (__builtin_expect(!cuemm__heap_enter(h), 0))
+    return free_async_slow(m, h, dp, stream, freed, 0);
+  uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
+  if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE && !h->b[r].uses) {
+    uint32_t hs = cuemm__heap_stream(h, stream);
+    if (hs != CUEMM__HEAP_NIL && !heap_surplus(h, h->b[r].size, hs, stream) &&
+        cuemm__heap_cache_in(h, r, hs, 0) == 0) {
+      if (freed)
+        *freed = h->b[r].req;
+      return heap_kept(m, h, dp);
+    }
+  }
+  return free_async_rest(m, h, dp, stream, freed, r);
+}
+
 static inline __attribute__((always_inline)) CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream,
                                                                 size_t *freed)
 {
@@ -1406,29 +1492,8 @@ static inline __attribute__((always_inline)) CUresult free_async(cuemm_manager *
     return way == PATH_REFUSED ? why
                                : deferred_instead(cuemm__free_device(m, dp, freed), "cuemm_free_async", stream);
   cuemm__heap *h = heap_of(m);
-  if (__builtin_expect(h != NULL, 1) && cuemm__heap_enter(h)) {
-    uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
-    if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE && !h->b[r].uses) {
-      uint32_t hs = cuemm__heap_stream(h, stream);
-      if (freed)
-        *freed = h->b[r].req;
-      if (hs != CUEMM__HEAP_NIL && !heap_surplus(h, h->b[r].size, hs, stream) && cuemm__heap_cache(h, r, hs) == 0) {
-        int over = h->cached_bytes > h->trim_mark;
-        cuemm__nvtx_dead(m->pool, (uintptr_t)dp); /* before another thread may take the block */
-        cuemm__heap_leave(h);
-        if (__builtin_expect(over, 0))
-          trim_heap(m, h);
-        return CUDA_SUCCESS;
-      }
-      if (hs != CUEMM__HEAP_NIL && h->b[r].size <= CUEMM__HEAP_LARGE_MAX && m->cfg.stream_keep_large &&
-          heap_surplus(h, h->b[r].size, hs, stream)) {
-        cuemm__heap_leave(h);
-        return free_evicting(m, h, dp, stream, freed);
-      }
-    }
-    cuemm__heap_leave(h);
-    return free_async_slow(m, h, dp, stream, freed, r == CUEMM__HEAP_NIL);
-  }
+  if (__builtin_expect(h != NULL, 1))
+    return free_async_owner(m, h, dp, stream, freed);
   return free_async_slow(m, h, dp, stream, freed, 0);
 }
 
@@ -1458,18 +1523,37 @@ static __attribute__((noinline)) CUresult free_async_logged(cuemm_manager *m, CU
   return r;
 }
 
-CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
+static __attribute__((noinline)) CUresult alloc_async_any(cuemm_manager *m, CUdeviceptr *p, size_t size,
+                                                          CUstream stream)
 {
   if (__builtin_expect(m && m->log, 0))
     return alloc_async_logged(m, p, size, stream);
   return alloc_async(m, p, size, stream);
 }
 
-CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
+static __attribute__((noinline)) CUresult free_async_any(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
   if (__builtin_expect(m && m->log, 0))
     return free_async_logged(m, dp, stream);
   return free_async(m, dp, stream, NULL);
+}
+
+/* The two entry points go straight to the calling thread's heap when it
+ * has one for m and no event log is kept: the checks the whole way makes
+ * first (the manager, its path, the thread's slot) fold into a few loads. */
+CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
+{
+  if (__builtin_expect(m && m->stream_inline && p && size - 1 < CUEMM__HEAP_LARGE_MAX && tls[0].m == m &&
+                       tls[0].serial == m->serial && tls[0].h, 1))
+    return alloc_async_owner(m, tls[0].h, p, size, stream);
+  return alloc_async_any(m, p, size, stream);
+}
+
+CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
+{
+  if (__builtin_expect(m && m->stream_inline && tls[0].m == m && tls[0].serial == m->serial && tls[0].h, 1))
+    return free_async_owner(m, tls[0].h, dp, stream, NULL);
+  return free_async_any(m, dp, stream);
 }
 
 /* Adds to h's uses that `stream` used record rec.  Heap locked. */
