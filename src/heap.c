@@ -10,9 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char cuemm__heap_no_stream;
+
 void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index)
 {
   memset(h, 0, sizeof *h);
+  cuemm__heap_forget_last(h); /* zero would name the first stream */
   atomic_init(&h->busy, 0);
   atomic_init(&h->want, 0);
   cuemm__lock_init(&h->mutex);
@@ -99,7 +102,7 @@ uint32_t cuemm__heap_add_stream(cuemm__heap *h, CUstream s)
   }
   memset(&h->st[h->nst], 0, sizeof h->st[h->nst]);
   h->st[h->nst].s = s;
-  h->last_s = s;
+  h->last_s = s; /* the legacy stream's own handle: a later NULL looks it up once */
   return h->last = h->nst++;
 }
 

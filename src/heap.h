@@ -142,8 +142,8 @@ typedef struct cuemm__heap {
   cuemm__hbin *bins;
   size_t bincap, binused;
   cuemm__hstream *st;
-  uint32_t nst, capst, last;   /* `last`: the stream of the previous call, whose key is last_s */
-  CUstream last_s;      /* NULL when `last` names none (no stream's key is NULL) */
+  uint32_t nst, capst, last;   /* `last`: the stream of the previous call, named last_s by it */
+  CUstream last_s;      /* as the caller passed it (NULL too); CUEMM__HEAP_NO_STREAM: `last` names none */
 
   cuemm__huse *uses;
   uint32_t nuses, capuses;
@@ -216,17 +216,21 @@ static inline uint32_t cuemm__heap_find(const cuemm__heap *h, uintptr_t p)
   }
 }
 
+/* A handle no stream has: the address of an object of this library. */
+extern const char cuemm__heap_no_stream;
+#define CUEMM__HEAP_NO_STREAM ((CUstream)(uintptr_t)&cuemm__heap_no_stream)
+
 /* The stream index of `s`, or NIL when the heap has not met it.  Every
- * fast path asks: the previous call's answer is checked against its key
- * alone, without reaching into the stream table. */
+ * fast path asks: the previous call's answer is checked against the handle
+ * it was asked with alone (NULL, the legacy stream, as well), without
+ * reaching into the stream table. */
 static inline uint32_t cuemm__heap_stream(cuemm__heap *h, CUstream s)
 {
-  if (!s)
-    s = CU_STREAM_LEGACY;
   if (__builtin_expect(h->last_s == s, 1))
     return h->last;
+  CUstream key = s ? s : CU_STREAM_LEGACY;
   for (uint32_t i = 0; i < h->nst; i++)
-    if (h->st[i].s == s) {
+    if (h->st[i].s == key) {
       h->last_s = s;
       return h->last = i;
     }
@@ -237,7 +241,7 @@ static inline uint32_t cuemm__heap_stream(cuemm__heap *h, CUstream s)
 static inline void cuemm__heap_forget_last(cuemm__heap *h)
 {
   h->last = CUEMM__HEAP_NIL;
-  h->last_s = NULL;
+  h->last_s = CUEMM__HEAP_NO_STREAM;
 }
 
 static inline uint64_t cuemm__heap_binkey(uint32_t hs, size_t size)
