@@ -238,6 +238,20 @@ void cuemm__heap_remove(cuemm__heap *h, uint32_t r)
   h->spare = r;
 }
 
+void cuemm__heap_large_compact(cuemm__heap *h, cuemm__hstream *st)
+{
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < st->nspan; i++) {
+    uint32_t r = *cuemm__heap_large_at(st, i);
+    if (r == CUEMM__HEAP_NIL)
+      continue;
+    uint32_t *slot = cuemm__heap_large_at(st, n++);
+    *slot = r;
+    h->b[r].lpos = (uint8_t)(slot - st->large);
+  }
+  st->nspan = n;
+}
+
 const char *cuemm__heap_check(const cuemm__heap *h)
 {
   size_t live = 0, livebytes = 0, cached = 0, cachedbytes = 0, mapped = 0;
@@ -296,19 +310,35 @@ const char *cuemm__heap_check(const cuemm__heap *h)
       large += h->b[r].state == CUEMM__HB_CACHED && h->b[r].hs == k && h->b[r].size >= CUEMM__HEAP_LARGE;
     /* Fewer listed than cached only past the list's room (a stream that
      * evicts nothing: the per-thread default stream). */
-    if (st->nlarge > CUEMM__HEAP_LARGE_KEEP_MAX || st->nlarge > large)
+    if (st->nlarge > CUEMM__HEAP_LARGE_KEEP_MAX || st->nlarge > large || st->nspan > CUEMM__HEAP_LARGE_KEEP_MAX ||
+        st->nspan < st->nlarge)
       return "a stream's list of large cached blocks has too many";
-    for (uint32_t i = 0; i < st->nlarge; i++) {
-      uint32_t r = st->large[(st->large0 + i) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)];
+    if (st->nspan && (st->large[st->large0 & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)] == CUEMM__HEAP_NIL ||
+                      st->large[(st->large0 + st->nspan - 1) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)] == CUEMM__HEAP_NIL))
+      return "a stream's list of large cached blocks starts or ends with a hole";
+    uint32_t listed = 0, prev = CUEMM__HEAP_NIL;
+    for (uint32_t i = 0; i < st->nspan; i++) {
+      uint32_t pos = (st->large0 + i) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1), r = st->large[pos];
+      if (r == CUEMM__HEAP_NIL)
+        continue;
       const cuemm__hblock *b = &h->b[r];
       if (r == 0 || r >= h->nb || b->state != CUEMM__HB_CACHED || b->hs != k || b->size < CUEMM__HEAP_LARGE)
         return "a stream's list of large cached blocks names another block";
-      for (uint32_t j = 0; j < i; j++)
-        if (st->large[(st->large0 + j) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)] == r)
-          return "a stream's list of large cached blocks names one twice";
-      if (i && h->b[st->large[(st->large0 + i - 1) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)]].seq >= b->seq)
+      if (b->lpos != pos)
+        return "a large cached block does not know its slot";
+      if (prev != CUEMM__HEAP_NIL && h->b[prev].seq >= b->seq)
         return "a stream's list of large cached blocks is not oldest first";
+      prev = r;
+      listed++;
     }
+    if (listed != st->nlarge)
+      return "a stream's list of large cached blocks holds another count";
+  }
+  for (uint32_t r = 1; r < h->nb; r++) {
+    const cuemm__hblock *b = &h->b[r];
+    if (b->state == CUEMM__HB_CACHED && b->size >= CUEMM__HEAP_LARGE && b->lpos != CUEMM__HEAP_UNLISTED &&
+        (b->hs >= h->nst || b->lpos >= CUEMM__HEAP_LARGE_KEEP_MAX || h->st[b->hs].large[b->lpos] != r))
+      return "a large cached block names a slot that holds another";
   }
   size_t listed = 0;
   for (uint32_t r = h->oldest, prev = CUEMM__HEAP_NIL; r != CUEMM__HEAP_NIL; prev = r, r = h->b[r].newer) {

@@ -78,6 +78,7 @@ typedef struct cuemm__hblock {
   uint32_t older, newer;  /* CACHED: the heap's list of cached blocks in the order they were freed */
   uint8_t state;
   uint8_t uses;         /* LIVE: streams named by cuemm_record_stream wait in the heap's `uses` */
+  uint8_t lpos;         /* CACHED and large: its slot in its stream's `large`, or CUEMM__HEAP_UNLISTED */
 } cuemm__hblock;
 
 /* A stream besides its own that used a live block (cuemm_record_stream). */
@@ -101,9 +102,11 @@ typedef struct cuemm__hstream {
   unsigned nbatch;
   size_t cached_count;
   /* its cached blocks of CUEMM__HEAP_LARGE bytes or more, oldest first: a
-   * ring of nlarge from large0 (cuemm__heap_large_at) */
+   * ring of nspan slots from large0 (cuemm__heap_large_at), nlarge of them
+   * holding one, the others (NIL) left by blocks taken out of the middle;
+   * the first and the last slot always hold one */
   uint32_t large[CUEMM__HEAP_LARGE_KEEP_MAX];
-  uint32_t large0, nlarge;
+  uint32_t large0, nlarge, nspan;
   size_t wanted[CUEMM__HEAP_WANTED];  /* the sizes of its latest large requests the cache could not serve */
   uint32_t nwanted;     /* requests recorded there so far (the next goes to nwanted % CUEMM__HEAP_WANTED) */
   uint32_t steal_bin;   /* the bin (of another stream) its latest steal came from: looked at first */
@@ -282,31 +285,36 @@ static inline void cuemm__heap_unlist(cuemm__heap *h, uint32_t r)
 static inline __attribute__((always_inline)) uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs,
                                                                        size_t req);
 
-/* The i-th oldest of a stream's large cached blocks. */
+#define CUEMM__HEAP_UNLISTED 0xffu
+
+/* The slot i places after the oldest of a stream's large cached blocks
+ * (i = 0: the oldest itself, never a hole). */
 static inline uint32_t *cuemm__heap_large_at(cuemm__hstream *st, uint32_t i)
 {
   return &st->large[(st->large0 + i) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)];
 }
 
-/* Record r leaves its stream's list of large cached blocks: the oldest
- * (evicted) at no cost, others (a request took it: mostly a recent one)
- * found from the newest end. */
-static inline void cuemm__heap_large_drop(cuemm__hstream *st, uint32_t r)
+/* Record b (r) leaves its stream's list of large cached blocks.  Its slot
+ * is known, so a block taken from the middle (a request took it: mostly a
+ * recent one) leaves a hole and nothing is searched or moved; holes at
+ * either end go at once, so the oldest is always in the first slot. */
+static inline void cuemm__heap_large_drop(cuemm__hstream *st, cuemm__hblock *b)
 {
-  if (st->nlarge && *cuemm__heap_large_at(st, 0) == r) {
-    st->large0 = (st->large0 + 1) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1);
-    st->nlarge--;
-    return;
-  }
-  uint32_t k = st->nlarge;
-  while (k-- > 1 && *cuemm__heap_large_at(st, k) != r)
-    ;
-  if (k == 0 || k >= st->nlarge)
-    return; /* not listed: past the list's room */
-  for (; k + 1 < st->nlarge; k++)
-    *cuemm__heap_large_at(st, k) = *cuemm__heap_large_at(st, k + 1);
+  if (b->lpos == CUEMM__HEAP_UNLISTED)
+    return; /* past the list's room */
+  st->large[b->lpos] = CUEMM__HEAP_NIL;
+  b->lpos = CUEMM__HEAP_UNLISTED;
   st->nlarge--;
+  while (st->nspan && *cuemm__heap_large_at(st, st->nspan - 1) == CUEMM__HEAP_NIL)
+    st->nspan--;
+  while (st->nspan && *cuemm__heap_large_at(st, 0) == CUEMM__HEAP_NIL) {
+    st->large0 = (st->large0 + 1) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1);
+    st->nspan--;
+  }
 }
+
+/* Squeezes the holes out of a stream's full ring (heap.c). */
+void cuemm__heap_large_compact(struct cuemm__heap *h, cuemm__hstream *st);
 
 static inline void cuemm__heap_account_cached(cuemm__heap *h, uint32_t r, int sign)
 {
@@ -317,9 +325,16 @@ static inline void cuemm__heap_account_cached(cuemm__heap *h, uint32_t r, int si
      * (stream.c's heap_evict_large).  The per-thread default stream keeps
      * all its blocks: its list holds the first ones, and nothing reads it. */
     if (sign < 0)
-      cuemm__heap_large_drop(st, r);
-    else if (st->nlarge < CUEMM__HEAP_LARGE_KEEP_MAX)
-      *cuemm__heap_large_at(st, st->nlarge++) = r;
+      cuemm__heap_large_drop(st, b);
+    else if (st->nlarge < CUEMM__HEAP_LARGE_KEEP_MAX) {
+      if (__builtin_expect(st->nspan == CUEMM__HEAP_LARGE_KEEP_MAX, 0))
+        cuemm__heap_large_compact(h, st);
+      uint32_t *slot = cuemm__heap_large_at(st, st->nspan++);
+      *slot = r;
+      b->lpos = (uint8_t)(slot - st->large);
+      st->nlarge++;
+    } else
+      b->lpos = CUEMM__HEAP_UNLISTED;
   }
   if (sign > 0) {
     st->cached_count++;
