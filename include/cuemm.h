@@ -276,7 +276,9 @@ typedef struct cuemm_config {
    * size.  The pool takes idle kept blocks back before it grows.  0: such
    * blocks always go back to the pool at their free.  Blocks under
    * 256 KiB are kept whatever this says (up to the cache's bytes), larger
-   * ones never.  Default 16. */
+   * ones never.  Default 24 (against 16: 4% fewer instructions per event
+   * on a GPT-2 training trace and on a serving one, the footprint within
+   * 1.07x; 32 made the training trace grow and release in its passes). */
   size_t stream_keep_large;
 
   /* What cuemm_alloc hands out (see "Managed and system memory" below).
@@ -594,7 +596,7 @@ CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer);
  * free, touch only that cache (no driver call, no lock shared with other
  * threads).  The cache keeps blocks below 256 KiB, and of blocks up to
  * 16 MiB the ones each stream freed last (cuemm_config.stream_keep_large,
- * 16 by default; a layer's activations come back at the same sizes in the
+ * 24 by default; a layer's activations come back at the same sizes in the
  * next layer); a block the pool hands out of a size the cache keeps
  * enters it at once, so that its free takes the fast path.
  * Other frees give the block back to the pool at once, under the manager's

@@ -86,7 +86,7 @@ static const knob knobs[] = {
     CUEMM_STREAM_REUSE_INTERNAL, 0, "\"event\", \"wait\" or \"internal\"" },
   /* At most heap.h's CUEMM__HEAP_LARGE_KEEP_MAX. */
   { "CUEMM_STREAM_KEEP_LARGE", "stream_keep_large", KNOB_COUNT,
-    offsetof(cuemm_config, stream_keep_large), 16, 0, 32, 0,
+    offsetof(cuemm_config, stream_keep_large), 24, 0, 32, 0,
     "a whole number of blocks from 0 to 32" },
   { "CUEMM_MEMORY", "memory", KNOB_MEMORY,
     offsetof(cuemm_config, memory), CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_SYSTEM, 0,

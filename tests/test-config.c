@@ -153,7 +153,7 @@ static void pool_knobs(void)
   unsetenv("CUEMM_STREAM_REUSE");
   clear_env();
   cuemm_config_init(&c);
-  is(c.stream_keep_large, 16, "a thread keeps 16 large blocks per stream by default");
+  is(c.stream_keep_large, 24, "a thread keeps 24 large blocks per stream by default");
   setenv("CUEMM_STREAM_KEEP_LARGE", "0", 1);
   is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_STREAM_KEEP_LARGE=0 accepted");
   is(c.stream_keep_large, 0, "and set");
