@@ -1023,8 +1023,10 @@ static __attribute__((noinline)) CUresult alloc_async_miss(cuemm_manager *m, cue
   return alloc_async_slow(m, h, p, size, stream);
 }
 
-/* The calling thread's own heap h serves a request of at most the pool's
- * capacity: a hit inline, anything else by a call. */
+/* The calling thread's own heap h serves a request of 1 byte up to the
+ * pool's capacity or CUEMM__HEAP_LARGE_MAX: a hit inline, anything else
+ * by a call (alloc_async_miss sends a request past the capacity the slow
+ * way, to cuMemAlloc). */
 static inline __attribute__((always_inline)) CUresult alloc_async_owner(cuemm_manager *m, cuemm__heap *h,
                                                                        CUdeviceptr *p, size_t size, CUstream stream)
 {
@@ -1439,8 +1441,6 @@ static inline __attribute__((always_inline)) CUresult heap_kept(cuemm_manager *m
   return CUDA_SUCCESS;
 }
 
-/* `freed`, when not NULL (the event log's call), gets the size the freed
- * block was asked for; with NULL the compiler drops the stores. */
 /* The owner's way past a hit: record r (NIL: dp is not in h) freed on
  * `stream` goes into a bin made for it, or in place of the oldest kept
  * block (free_evicting), or the general way.  Heap entered; leaves it. */
@@ -1483,6 +1483,8 @@ static inline __attribute__((always_inline)) CUresult free_async_owner(cuemm_man
   return free_async_rest(m, h, dp, stream, freed, r);
 }
 
+/* `freed`, when not NULL (the event log's call), gets the size the freed
+ * block was asked for; with NULL the compiler drops the stores. */
 static inline __attribute__((always_inline)) CUresult free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream,
                                                                 size_t *freed)
 {

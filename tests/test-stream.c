@@ -426,6 +426,27 @@ static void test_mixing(void)
   else
     skip(1, SIM_REASON);
   CHECK_CU(cuemm_destroy(m));
+
+  /* A size a thread's cache keeps, past a pool's soft limit, from a thread
+   * whose cache knows the stream (the entry point's inline way): cuMemAlloc. */
+  c = test_config(10, 0.2);
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_reserve = 256 * MIB;
+  c.pool_chunk = 2 * MIB;
+  c.pool_limit = 8 * MIB;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CUdeviceptr known, mid;
+  CHECK_CU(cuemm_alloc_async(m, &known, 4096, s));
+  CHECK_CU(cuemm_free_async(m, known, s));
+  if (sim_present)
+    sim.calls_reset();
+  is(cuemm_alloc_async(m, &mid, 12 * MIB, s), CUDA_SUCCESS, "12 MiB past a soft limit of 8 MiB: served");
+  if (sim_present)
+    is(calls("cuMemAlloc"), 1, "by cuMemAlloc");
+  else
+    skip(1, SIM_REASON);
+  is(cuemm_free_async(m, mid, s), CUDA_SUCCESS, "and freed on the stream");
+  CHECK_CU(cuemm_destroy(m));
   CHECK_CU(cuStreamDestroy(s));
 }
 
