@@ -21,7 +21,13 @@
  * given back: on an H100 a cuMemCreate of 256 MiB right after the release
  * of one took 9 us, against 60 to 110 us otherwise, and a table of minimums
  * chose 256 MiB pieces for an 8 GiB growth that 1 GiB pieces made three
- * times faster.
+ * times faster.  So a growth that starts within CUEMM__PIECE_QUIET_NS of
+ * a release of pool memory on the device, by any manager of the process,
+ * is made but not timed: on an H200 one 8 GiB piece timed on recycled
+ * memory (97 to 157 us, fresh 1.6 ms) won the choice, and later 8 GiB
+ * growths in one piece took 1.79x the time of cuMemAlloc where 4 GiB
+ * pieces took 0.73x.  The process cannot see the driver's own recycling
+ * (a cuMemFree of the program's), so the median still matters.
  * Nothing is timed that the pool would not do anyway; a one-time
  * calibration would instead charge its first large growth with creating
  * and releasing memory it does not keep, and would be as noisy as one
@@ -44,9 +50,10 @@
  * 1 GiB as the floor, 1.3x to 1.6x; with 4 GiB, 0.73x to 0.97x.
  * Exploration is
  * bounded hill climbing: while a neighbour of the winner (twice or half its
- * size) that fits the growth has been timed on fewer than
- * CUEMM__PIECE_EXPLORE pieces, that neighbour is used instead, so each
- * class is tried at most once (one growth) over the life of the process,
+ * size) that fits the growth has been made of fewer than
+ * CUEMM__PIECE_EXPLORE pieces, timed or not, that neighbour is used
+ * instead, so each class is tried at most once (one growth) over the life
+ * of the process,
  * and only next to the best one so far, where the optimum may lie.  A
  * growth up to CUEMM__PIECE_SPLIT is always one piece: there every
  * creation costs about the same fixed time, and splitting could only add
@@ -84,7 +91,10 @@ static int cmp_double(const void *a, const void *b)
 void cuemm__piece_record(cuemm__piece_table *t, size_t bytes, double ns, uint32_t count)
 {
   int k = cuemm__piece_class(bytes);
-  if (k < 0 || count == 0 || !(ns > 0))
+  if (k < 0 || count == 0)
+    return;
+  t->made[k] = t->made[k] > UINT32_MAX - count ? UINT32_MAX : t->made[k] + count;
+  if (!(ns > 0))
     return;
   t->recent[k][t->next[k]] = ns / (double)bytes;
   t->next[k] = (t->next[k] + 1) % CUEMM__PIECE_RECENT;
@@ -108,7 +118,7 @@ static int candidate(size_t unit, size_t bytes, size_t min_piece, size_t piece)
 static int explore(const cuemm__piece_table *t, size_t unit, size_t bytes, size_t min_piece, size_t piece)
 {
   int k = cuemm__piece_class(piece);
-  return candidate(unit, bytes, min_piece, piece) && k >= 0 && t->samples[k] < CUEMM__PIECE_EXPLORE;
+  return candidate(unit, bytes, min_piece, piece) && k >= 0 && t->made[k] < CUEMM__PIECE_EXPLORE;
 }
 
 size_t cuemm__piece_choose(const cuemm__piece_table *t, size_t unit, size_t bytes, size_t min_piece)
@@ -175,6 +185,25 @@ void cuemm__piece_note(int dev, size_t bytes, double ns, uint32_t count)
   cuemm__lock_acquire(&piece_lock);
   cuemm__piece_record(&tables[dev], bytes, ns, count);
   cuemm__lock_release(&piece_lock);
+}
+
+void cuemm__piece_released(int dev, double now)
+{
+  if (dev < 0 || dev >= PIECE_MAX_DEVICES)
+    return;
+  cuemm__lock_acquire(&piece_lock);
+  tables[dev].released_ns = now;
+  cuemm__lock_release(&piece_lock);
+}
+
+int cuemm__piece_fresh(int dev, double now)
+{
+  if (dev < 0 || dev >= PIECE_MAX_DEVICES)
+    return 1;
+  cuemm__lock_acquire(&piece_lock);
+  double at = tables[dev].released_ns;
+  cuemm__lock_release(&piece_lock);
+  return at == 0 || now - at >= CUEMM__PIECE_QUIET_NS;
 }
 
 void cuemm__piece_snapshot(int dev, cuemm__piece_table *out)

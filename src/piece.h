@@ -26,22 +26,30 @@
 /* Growths each class remembers the cost of. */
 #define CUEMM__PIECE_RECENT 7
 
+/* A growth this soon (ns) after the process released pool memory on the
+ * device is made but not timed: the driver may hand back the memory just
+ * released, many times faster than fresh memory (piece.c). */
+#define CUEMM__PIECE_QUIET_NS 1e9
+
 /* What was measured on one device: for each class, the cost per byte of
  * its recent growths (each growth's median cuMemCreate + cuMemMap of one
- * piece, in ns per byte), their median (0: never timed), and how many
- * pieces were timed. */
+ * piece, in ns per byte), their median (0: never timed), how many pieces
+ * were timed and how many were made (timed or not: exploration counts
+ * these); and when pool memory was last released. */
 typedef struct cuemm__piece_table {
   double ns_per_byte[CUEMM__PIECE_CLASSES];
   uint32_t samples[CUEMM__PIECE_CLASSES];
+  uint32_t made[CUEMM__PIECE_CLASSES];
   double recent[CUEMM__PIECE_CLASSES][CUEMM__PIECE_RECENT];
   uint32_t nrecent[CUEMM__PIECE_CLASSES], next[CUEMM__PIECE_CLASSES];
+  double released_ns;   /* CLOCK_MONOTONIC of the latest release; 0: none */
 } cuemm__piece_table;
 
 /* The class of a piece of `bytes` (>= 2 MiB), or -1 when beyond the table. */
 int cuemm__piece_class(size_t bytes);
 
 /* Notes a growth of `count` pieces of `bytes` each that took `ns` each
- * (their median). */
+ * (their median); with `ns` 0, pieces made but not timed. */
 void cuemm__piece_record(cuemm__piece_table *t, size_t bytes, double ns, uint32_t count);
 
 /* The piece size for a growth of `bytes` (a multiple of `unit`), a pure
@@ -58,6 +66,14 @@ size_t cuemm__piece_pick(int dev, size_t unit, size_t bytes, size_t min_piece);
 /* cuemm__piece_record on the process-wide table of `dev`, under its lock;
  * devices beyond CUEMM__POOL_MAX_DEVICES are not recorded. */
 void cuemm__piece_note(int dev, size_t bytes, double ns, uint32_t count);
+
+/* Pool memory of `dev` was released at `now` (CLOCK_MONOTONIC, ns). */
+void cuemm__piece_released(int dev, double now);
+
+/* Whether a growth of `dev` starting at `now` gets fresh memory, as far
+ * as the process knows: nothing released on the device within
+ * CUEMM__PIECE_QUIET_NS before.  Its pieces are timed only then. */
+int cuemm__piece_fresh(int dev, double now);
 
 /* A copy of the process-wide table of `dev` (zeros when none). */
 void cuemm__piece_snapshot(int dev, cuemm__piece_table *out);

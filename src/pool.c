@@ -303,6 +303,7 @@ static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
   size_t pu = piece / p->unit, count = (n + pu - 1) / pu;
   if (count > (UINT32_MAX - 2) / 2 || cuemm__sa_reserve(&p->sa, (uint32_t)(2 * count + 2)) != 0)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for the pool's bookkeeping");
+  int fresh = cuemm__piece_fresh((int)p->dev, now_ns()); /* else its pieces are made, not timed */
   /* The growth's median piece (of the first PIECE_TIMES whole pieces). */
   enum { PIECE_TIMES = 32 };
   double times[PIECE_TIMES];
@@ -340,7 +341,7 @@ static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
   /* Only sizes of unit << j are recorded: the rest of a growth, an odd
    * size, would make its class look cheaper than its candidates are. */
   if (timed && (pu & (pu - 1)) == 0 && !p->slab)
-    cuemm__piece_note((int)p->dev, piece, median, timed);
+    cuemm__piece_note((int)p->dev, piece, fresh ? median : 0, timed);
   p->last_piece = piece;
   *pieces = count;
   return CUDA_SUCCESS;
@@ -430,6 +431,7 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
       return cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) releasing pool memory",
                                  (unsigned long long)at, bytes);
     h->has_handle = 0;
+    cuemm__piece_released((int)p->dev, now_ns());
   }
   cuemm__nvtx_chunk_unmapping(p, head);
   CUresult r = p->slab ? CUDA_SUCCESS : d->MemUnmap(at, bytes);
@@ -714,6 +716,8 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
     else if (h->has_handle && (r = d->MemRelease(h->handle)) != CUDA_SUCCESS)
       cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) destroying the pool",
                           (unsigned long long)unit_addr(p, u), bytes);
+    else if (h->has_handle)
+      cuemm__piece_released((int)p->dev, now_ns());
     if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
       first = r;
       snprintf(msg, sizeof msg, "%s", cuemm_last_error());

@@ -134,6 +134,17 @@ static void choose(void)
   cuemm__piece_record(&t, 8 * GiB, 1000e3, 1); /* now better per byte (the median of two: the lower) */
   is(cuemm__piece_choose(&t, 32 * MiB, 12 * GiB, 0), 8 * GiB, "a better 8 GiB wins");
 
+  /* Pieces made but not timed (a growth right after a release) count as
+   * tried: the neighbour is not tried again, and is no candidate. */
+  memset(&t, 0, sizeof t);
+  cuemm__piece_record(&t, 4 * GiB, 800e3, 1);
+  is(cuemm__piece_choose(&t, 32 * MiB, 12 * GiB, 0), 8 * GiB, "the untried 8 GiB is tried");
+  cuemm__piece_record(&t, 8 * GiB, 0, 1);
+  ok(t.made[12] == 1 && t.samples[12] == 0 && t.ns_per_byte[12] == 0, "made once, not timed (made %u, timed %u)",
+     t.made[12], t.samples[12]);
+  is(cuemm__piece_choose(&t, 32 * MiB, 12 * GiB, 0), 4 * GiB, "not tried again: the timed 4 GiB");
+  is(t.made[11], 1, "the 4 GiB growth counted as made too");
+
   /* A unit that is not a power of two: pieces are unit << j. */
   memset(&t, 0, sizeof t);
   size_t p = cuemm__piece_choose(&t, 6 * MiB, 6 * GiB, 0);
@@ -170,6 +181,15 @@ static void process_wide(void)
   cuemm__piece_snapshot(64, &t);
   is(t.samples[5], 0, "devices beyond the table are not recorded");
   is(cuemm__piece_pick(64, 32 * MiB, 8 * GiB, 0), 4 * GiB, "and get the guess");
+
+  /* A release makes the device's next growths, for a while, untimed. */
+  ok(cuemm__piece_fresh(5, 1e12), "device 5, nothing released: a growth is fresh");
+  cuemm__piece_released(5, 1e12);
+  ok(!cuemm__piece_fresh(5, 1e12 + CUEMM__PIECE_QUIET_NS / 2), "half the quiet time after a release: not fresh");
+  ok(cuemm__piece_fresh(5, 1e12 + CUEMM__PIECE_QUIET_NS), "the whole quiet time after: fresh again");
+  ok(cuemm__piece_fresh(4, 1e12 + 1), "another device's release is its own");
+  cuemm__piece_released(64, 1e12);
+  ok(cuemm__piece_fresh(64, 1e12 + 1), "devices beyond the table: always fresh (nothing is recorded for them)");
 }
 
 int main(void)

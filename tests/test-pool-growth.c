@@ -95,7 +95,8 @@ static void automatic(void)
   is(s.piece_bytes, 512 * MiB, "the next: the guess's piece again (nothing below the guess is tried), 512 MiB");
   is(s.chunks, 2, "two chunks, 512 + 88 MiB");
   check_calls(2, 2, 1, "second growth");
-  ok(s.piece_samples[8] == 2 && s.piece_samples[7] == 0, "the 512 MiB piece timed twice, no 256 MiB piece made");
+  ok(s.piece_samples[8] == 1 && s.piece_samples[7] == 0, "the trim released memory just before: the 512 MiB piece "
+     "made but not timed again (the driver may hand back what was released), no 256 MiB piece made");
   CHECK_CU(cuMemsetD32(p + 511 * MiB, 0x5a5a5a5a, 2 * MiB / 4));
   uint32_t w[2];
   CHECK_CU(cuMemcpyDtoH(w, p + 512 * MiB - 4, 8));
