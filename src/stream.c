@@ -146,10 +146,17 @@ static size_t cache_cap(const cuemm_manager *m)
   return m->pool->threshold < cap ? m->pool->threshold : cap;
 }
 
+/* Whether the calling thread's first slot is m's (its heap may still be
+ * NULL). */
+static inline int heap_slot_first(const cuemm_manager *m)
+{
+  return tls[0].m == m && tls[0].serial == m->serial;
+}
+
 /* The calling thread's heap for m, or NULL when it has none yet. */
 static inline cuemm__heap *heap_of(const cuemm_manager *m)
 {
-  if (__builtin_expect(tls[0].m == m && tls[0].serial == m->serial, 1))
+  if (__builtin_expect(heap_slot_first(m), 1))
     return tls[0].h;
   return heap_of_slow(m);
 }
@@ -871,6 +878,9 @@ static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, cuem
   if (rs > CUEMM__HEAP_LARGE_MAX || !kept)
     h = NULL; /* a block no thread's cache keeps */
   cuemm__lock_acquire(&m->lock);
+  /* The heap is entered twice, around the pick and not across it: where
+   * the pool must grow, it first takes idle blocks back from every
+   * thread's heap (stream_reclaim), this one's too. */
   if (h && rs >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
     int in = heap_get(h);
     heap_evict_large(m, h, cuemm__heap_stream(h, stream));
@@ -1545,15 +1555,15 @@ static __attribute__((noinline)) CUresult free_async_any(cuemm_manager *m, CUdev
  * first (the manager, its path, the thread's slot) fold into a few loads. */
 CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
 {
-  if (__builtin_expect(m && m->stream_inline && p && size - 1 < CUEMM__HEAP_LARGE_MAX && tls[0].m == m &&
-                       tls[0].serial == m->serial && tls[0].h, 1))
+  if (__builtin_expect(m && m->stream_inline && p && size - 1 < CUEMM__HEAP_LARGE_MAX && heap_slot_first(m) &&
+                       tls[0].h, 1))
     return alloc_async_owner(m, tls[0].h, p, size, stream);
   return alloc_async_any(m, p, size, stream);
 }
 
 CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
-  if (__builtin_expect(m && m->stream_inline && tls[0].m == m && tls[0].serial == m->serial && tls[0].h, 1))
+  if (__builtin_expect(m && m->stream_inline && heap_slot_first(m) && tls[0].h, 1))
     return free_async_owner(m, tls[0].h, dp, stream, NULL);
   return free_async_any(m, dp, stream);
 }

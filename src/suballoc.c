@@ -537,7 +537,7 @@ void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i)
 
 uint32_t cuemm__sa_fit_below(const cuemm__sa *s, size_t size, uint32_t tag, size_t limit)
 {
-  const cuemm__sa_bins *bs = tag ? (tag <= s->ntags ? s->tagged[tag - 1] : NULL) : &s->idle;
+  const cuemm__sa_bins *bs = cuemm__sa_bins_of(s, tag);
   if (!bs || bs->bytes < size || limit <= size)
     return NIL;
   uint32_t i = find_free(s, bs, size, bin_of(limit - 1));
@@ -547,7 +547,7 @@ uint32_t cuemm__sa_fit_below(const cuemm__sa *s, size_t size, uint32_t tag, size
 /* The pool's path asks this at every request: the limit's tests stay out. */
 uint32_t cuemm__sa_fit(const cuemm__sa *s, size_t size, uint32_t tag)
 {
-  const cuemm__sa_bins *bs = tag ? (tag <= s->ntags ? s->tagged[tag - 1] : NULL) : &s->idle;
+  const cuemm__sa_bins *bs = cuemm__sa_bins_of(s, tag);
   return bs && bs->bytes >= size ? find_free(s, bs, size, CUEMM__SA_NBINS - 1) : NIL;
 }
 

@@ -267,10 +267,17 @@ void cuemm__sa_take(cuemm__sa *s, uint32_t i, size_t size);
  * neighbours.  Returns the bytes made idle.  O(blocks of the tag). */
 size_t cuemm__sa_untag(cuemm__sa *s, uint32_t tag, uint64_t done);
 
+/* The bins of `tag` (0: the idle ones), or NULL when it never had any. */
+static inline const cuemm__sa_bins *cuemm__sa_bins_of(const cuemm__sa *s, uint32_t tag)
+{
+  return !tag ? &s->idle : tag <= s->ntags ? s->tagged[tag - 1] : NULL;
+}
+
 /* The FREE bytes of `tag`. */
 static inline size_t cuemm__sa_tag_bytes(const cuemm__sa *s, uint32_t tag)
 {
-  return tag && tag <= s->ntags && s->tagged[tag - 1] ? s->tagged[tag - 1]->bytes : 0;
+  const cuemm__sa_bins *bs = tag ? cuemm__sa_bins_of(s, tag) : NULL;
+  return bs ? bs->bytes : 0;
 }
 
 /* Calls fn(arg, block) for every idle FREE block (not CACHED nor tagged) of
