@@ -10,7 +10,9 @@
  *    sides take turns in blocks of samples.
  * 2. Growth: a fresh pool growing by N bytes (one request of N) against one
  *    cuMemAlloc of N bytes, N = 64 MiB .. 8 GiB, with the piece size the
- *    pool chose (large growths are made of pieces, piece.c); the cost of
+ *    pool chose (large growths are made of pieces, piece.c), 5 ms between
+ *    rounds and then 200 ms, beside the time of writing N bytes (fresh
+ *    memory is zeroed before the driver hands it out); the cost of
  *    growing 1 GiB one unit at a time for several units
  *    (CUEMM_POOL_CHUNK), which is the measurement that sets the default
  *    chunk; and cuMemCreate of one piece by size, 2 MiB .. 8 GiB, beside
@@ -209,13 +211,18 @@ static void flush_cost(int quick)
   printf("CPU malloc+free pair, 256 B               %8.1f ns\n", cpu);
 }
 
-/* Gives the driver a moment after a large free: it may still be scrubbing
- * or unmapping what was just released, work that neither side should be
+/* Gives the driver `ms` after a large free: it may still be scrubbing or
+ * unmapping what was just released, work that neither side should be
  * charged for. */
+static void settle_ms(long ms)
+{
+  struct timespec ts = { ms / 1000, ms % 1000 * 1000 * 1000 };
+  nanosleep(&ts, NULL);
+}
+
 static void settle(void)
 {
-  struct timespec ts = { 0, 5 * 1000 * 1000 };
-  nanosleep(&ts, NULL);
+  settle_ms(5);
 }
 
 /* "64M", "1G": a power-of-two size, short. */
@@ -276,12 +283,32 @@ static void piece_table(int quick)
          size_name(best, bn, sizeof bn), best_cost);
 }
 
-static void growth(int quick)
+/* Writing n bytes of memory mapped beforehand (cuMemsetD8, synchronized):
+ * median us.  Memory the driver hands out fresh it has zeroed first, at
+ * about this speed, so this is the floor under cuMemAlloc and growth alike. */
+static double fill_us(size_t n, int runs)
 {
-  printf("\n## growth by N bytes: one request of N on a fresh pool vs one cuMemAlloc of N; median us "
-         "(the pool's pieces: the size chosen in the last run, and how many)\n");
-  printf("%12s %12s %12s %8s %10s %8s %12s\n", "N", "cuMemAlloc", "pool grow", "ratio", "piece", "pieces",
-         "pool max");
+  CUdeviceptr p;
+  CHECK(cuMemAlloc(&p, n));
+  CHECK(cuMemsetD8(p, 0, n)); /* first touch */
+  CHECK(cuCtxSynchronize());
+  double t[16];
+  for (int r = 0; r < runs; r++) {
+    double t0 = now_ns();
+    CHECK(cuMemsetD8(p, (unsigned char)r, n));
+    CHECK(cuCtxSynchronize());
+    t[r] = (now_ns() - t0) / 1e3;
+  }
+  CHECK(cuMemFree(p));
+  return median(t, runs);
+}
+
+/* One table of growth by N against cuMemAlloc of N, `pause` ms between
+ * rounds. */
+static void growth_table(int quick, long pause)
+{
+  printf("%12s %12s %12s %8s %10s %8s %12s %12s %8s\n", "N", "cuMemAlloc", "pool grow", "ratio", "piece", "pieces",
+         "pool max", "write N", "GB/s");
   int runs = quick ? 3 : 11;
   size_t top = quick ? 256 * MiB : 8192 * MiB;
   for (size_t n = 64 * MiB; n <= top; n *= 2) {
@@ -313,17 +340,38 @@ static void growth(int quick)
             g[r] = t;
         }
         CHECK(cuCtxSynchronize());
-        settle();
+        settle_ms(pause);
       }
     }
     double gmax = 0;
     for (int r = 0; r < runs; r++)
       gmax = g[r] > gmax ? g[r] : gmax;
-    double ma = median(a, runs), mg = median(g, runs);
+    double ma = median(a, runs), mg = median(g, runs), fill = fill_us(n, runs);
+    settle_ms(pause);
     char pn[32];
-    printf("%12zu %12.1f %12.1f %7.2fx %10s %8zu %12.1f\n", n, ma, mg, mg / ma, size_name(piece, pn, sizeof pn),
-           pieces, gmax);
+    printf("%12zu %12.1f %12.1f %7.2fx %10s %8zu %12.1f %12.1f %8.0f\n", n, ma, mg, mg / ma,
+           size_name(piece, pn, sizeof pn), pieces, gmax, fill, (double)n / (mg * 1e3));
   }
+}
+
+static void growth(int quick)
+{
+  /* Right after a release the driver may hand back, unzeroed and at a
+   * fraction of the cost, memory the process just gave it, or make the
+   * request wait while it scrubs: which side of a pair gets which is the
+   * driver's to decide, so the first table measures the driver as much as
+   * the pool.  The second leaves it time to settle: both sides then get
+   * fresh memory, the case of a program that grows rarely. */
+  printf("\n## growth by N bytes: one request of N on a fresh pool vs one cuMemAlloc of N; median us "
+         "(the pool's pieces: the size chosen in the last run, and how many; writing N bytes with cuMemsetD8, "
+         "and the pool's growth in GB/s); 5 ms between rounds\n");
+  growth_table(quick, 5);
+  if (!quick) {
+    printf("\n## the same, 200 ms between rounds\n");
+    growth_table(quick, 200);
+  }
+  int runs = quick ? 3 : 11;
+  size_t top = quick ? 256 * MiB : 8192 * MiB;
 
   /* What one growth step is made of, done by hand with the same calls: the
    * driver's share of the pool's figure. */
