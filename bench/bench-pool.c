@@ -356,12 +356,12 @@ static void growth_table(int quick, long pause)
 
 static void growth(int quick)
 {
-  /* Right after a release the driver may hand back, unzeroed and at a
-   * fraction of the cost, memory the process just gave it, or make the
-   * request wait while it scrubs: which side of a pair gets which is the
-   * driver's to decide, so the first table measures the driver as much as
-   * the pool.  The second leaves it time to settle: both sides then get
-   * fresh memory, the case of a program that grows rarely. */
+  /* Right after a release the driver may hand back, at a fraction of the
+   * cost, memory the process just gave it, or make the request wait:
+   * which side of a pair gets which is the driver's to decide, so the
+   * first table measures the driver as much as the pool.  The second
+   * leaves it time to settle: both sides then get fresh memory, which the
+   * driver zeroes first, the case of a program that grows rarely. */
   printf("\n## growth by N bytes: one request of N on a fresh pool vs one cuMemAlloc of N; median us "
          "(the pool's pieces: the size chosen in the last run, and how many; writing N bytes with cuMemsetD8, "
          "and the pool's growth in GB/s); 5 ms between rounds\n");

@@ -10,10 +10,10 @@
  * so it is measured, not written down.  On an H100 (driver 580) fresh
  * memory cost about the same per byte from 1 GiB to 8 GiB pieces (220 to
  * 400 us for 1 GiB, 1.5 ms for 8 GiB), so fewer, larger pieces did best.
- * Most of that cost is the driver zeroing the memory before it hands it
- * out (on an H200, cuMemCreate of 8 GiB took 2.5 ms fresh, cuMemsetD8 of
- * 8 GiB 1.9 ms), a floor that cuMemAlloc shares and no piece size gets
- * under: the choice can only avoid sizes that cost more than that.
+ * The driver hands memory out zeroed, and writing it is most of what a
+ * fresh cuMemCreate costs (on an H200, 8 GiB took 2.5 ms, cuMemsetD8 of
+ * 8 GiB 1.9 ms): a floor that cuMemAlloc shares and no piece size gets
+ * under, so the choice can only avoid sizes that cost more than that.
  *
  * The measurement is the pool's own work: each piece's cuMemCreate and
  * cuMemMap are timed (clock_gettime) as the pool grows, and for each size
