@@ -197,9 +197,36 @@ static void chunk_mark(cuemm__pool *p, size_t head, size_t n, uint8_t state)
   p->units[head].state = state;
 }
 
+static int keep_orphan(cuemm__pool *p, CUmemGenericAllocationHandle handle)
+{
+  CUmemGenericAllocationHandle *g = realloc(p->orphans, (p->norphans + 1) * sizeof *g);
+  if (!g)
+    return 0;
+  p->orphans = g;
+  p->orphans[p->norphans++] = handle;
+  return 1;
+}
+
+/* Tries again to release the handles kept by rollback; the first failure
+ * is returned, and what failed stays kept. */
+static CUresult release_orphans(cuemm__pool *p)
+{
+  CUresult first = CUDA_SUCCESS;
+  for (size_t i = p->norphans; i-- > 0;) {
+    CUresult r = p->drv->MemRelease(p->orphans[i]);
+    if (r == CUDA_SUCCESS)
+      p->orphans[i] = p->orphans[--p->norphans];
+    else if (first == CUDA_SUCCESS)
+      first = cuemm__driver_error(r, "cuMemRelease of a handle kept from a failed growth of the pool (%zu kept)",
+                                  p->norphans);
+  }
+  return first;
+}
+
 /* Undoes a growth step at unit `head` that reached `state`.  When undoing
  * itself fails, the chunk stays where it is, recorded, out of the
- * sub-allocator's reach, for destruction to try again. */
+ * sub-allocator's reach, for destruction to try again; a handle whose
+ * release fails is kept for the next release to try again. */
 static void rollback(cuemm__pool *p, size_t head, size_t n)
 {
   const cuemm__driver_table *d = p->drv;
@@ -216,8 +243,14 @@ static void rollback(cuemm__pool *p, size_t head, size_t n)
     }
     h->state = CUEMM__CHUNK_CREATED;
   }
-  if (h->has_handle && d->MemRelease(h->handle) != CUDA_SUCCESS)
-    cuemm__error_append("; undoing it, cuMemRelease failed too: %zu bytes are lost to the driver", bytes);
+  if (h->has_handle && d->MemRelease(h->handle) != CUDA_SUCCESS) {
+    if (keep_orphan(p, h->handle))
+      cuemm__error_append("; undoing it, cuMemRelease failed too: the pool keeps the handle (%zu bytes) and "
+                          "releases it at its next release of memory or its destruction", bytes);
+    else
+      cuemm__error_append("; undoing it, cuMemRelease failed too, and with no host memory to keep the handle, %zu "
+                          "bytes are lost to the driver", bytes);
+  }
   h->has_handle = 0;
   h->state = CUEMM__CHUNK_EMPTY;
   h->units = 0;
@@ -499,6 +532,7 @@ CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
    * release from the top.  Releasing one never merges it with another
    * candidate's block in a way that matters: candidates are found by
    * unit, not by block. */
+  CUresult kept = p->norphans ? release_orphans(p) : CUDA_SUCCESS;
   cuemm__sa_coalesce(&p->sa);
   release_scan rs = { p, NULL, 0, 0, 0 };
   cuemm__sa_each_free(&p->sa, p->unit, scan_free_block, &rs);
@@ -524,7 +558,7 @@ CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
   if (released)
     p->releases++;
   p->release_floor = p->sa.free_bytes;
-  return r;
+  return r != CUDA_SUCCESS ? r : kept; /* kept's message stands: nothing after it failed */
 }
 
 size_t cuemm__pool_keep(cuemm__pool *p)
@@ -704,6 +738,13 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
       snprintf(msg, sizeof msg, "%s", cuemm_last_error());
     }
   }
+  if (use_driver && p->norphans) {
+    CUresult r = release_orphans(p);
+    if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
+      first = r;
+      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+    }
+  }
   for (size_t u = 0; use_driver && !p->slab && u < p->nunits; u++) {
     cuemm__pool_unit *h = &p->units[u];
     if (h->head != u || h->state == CUEMM__CHUNK_EMPTY)
@@ -735,6 +776,7 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
     }
   }
   cuemm__sa_fini(&p->sa);
+  free(p->orphans);
   free(p->units);
   free(p);
   if (first != CUDA_SUCCESS)

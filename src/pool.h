@@ -64,6 +64,11 @@ typedef struct cuemm__pool {
   uint64_t epoch_start_ns, delay_ns;
   cuemm__pool_unit *units;
   size_t nunits;
+  /* Handles whose cuMemRelease failed while a failed growth was undone:
+   * released again at the next release of pool memory and at destruction,
+   * so that two failures in a row lose nothing. */
+  CUmemGenericAllocationHandle *orphans;
+  size_t norphans;
   cuemm__sa sa;
   CUmemAccessDesc access[CUEMM__POOL_MAX_DEVICES];
   unsigned naccess;       /* [0] is the owning device */

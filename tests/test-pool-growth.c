@@ -172,7 +172,7 @@ static void pinned(void)
 
 static void rollback(void)
 {
-  enum { CHECKS = 39 };
+  enum { CHECKS = 52 };
   if (!sim_present) {
     skip(CHECKS, SIM_REASON);
     return;
@@ -235,6 +235,32 @@ static void rollback(void)
   CHECK_CU(cuemm_free(m, p));
   CHECK_CU(cuemm_destroy(m));
   is(sim.live_count(), live0, "destroy releases it");
+
+  /* Undoing fails at the release: the handle is kept, and released by the
+   * next release of pool memory, or else by destroy. */
+  for (int by_trim = 1; by_trim >= 0; by_trim--) {
+    m = make(&c);
+    sim.fail("cuMemMap", 2, CUDA_ERROR_UNKNOWN);
+    sim.fail("cuMemRelease", 2, CUDA_ERROR_UNKNOWN);
+    is(cuemm_alloc(m, &p, 600 * MiB), CUDA_ERROR_UNKNOWN, "cuMemMap failing, then one cuMemRelease");
+    like(cuemm_last_error(), "cuMemRelease failed too: the pool keeps the handle (67108864 bytes)",
+         "the message says the handle is kept");
+    sim.live_get(&l);
+    ok(l.vmm_handles == 1 && l.vmm_mappings == 0, "one handle left, unmapped (%zu, %zu)", l.vmm_handles,
+       l.vmm_mappings);
+    s = pstats(m);
+    ok(s.mapped_bytes == 0 && s.chunks == 0, "the pool maps nothing (mapped %zu, chunks %zu)", s.mapped_bytes,
+       s.chunks);
+    if (by_trim) {
+      sim.calls_reset();
+      is(cuemm_pool_trim(m), CUDA_SUCCESS, "a trim");
+      is(sim.calls("cuMemRelease"), 1, "releases the kept handle");
+      sim.live_get(&l);
+      is(l.vmm_handles, 0, "and no handle is left");
+    }
+    CHECK_CU(cuemm_destroy(m));
+    is(sim.live_count(), live0, by_trim ? "nothing left after destroy" : "destroy releases the kept handle");
+  }
 }
 
 /* ---- IPC ----------------------------------------------------------------------- */
