@@ -690,8 +690,10 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr p, CUstream
  * no stream of its own, is remembered likewise: freed with cuemm_free it
  * needs nothing (the flush synchronizes the context), freed with
  * cuemm_free_async its freeing stream waits for `stream`.
+ * A block beyond the pool's capacity (served by cuMemAlloc) needs nothing
+ * either: its free, on any path, is deferred like cuemm_free's.
  * Errors: CUDA_ERROR_INVALID_VALUE for a pointer that is not the start of a
- * live pool block of m; CUDA_ERROR_NOT_SUPPORTED without a pool. */
+ * live device allocation of m; CUDA_ERROR_NOT_SUPPORTED without a pool. */
 CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr p, CUstream stream);
 
 /* Call before destroying `stream`: the blocks freed on it and cached by any

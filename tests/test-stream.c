@@ -399,9 +399,20 @@ static void test_mixing(void)
     is(calls("cuMemAlloc"), 1, "a request past the pool's capacity goes to cuMemAlloc");
   else
     skip(1, SIM_REASON);
+  /* record_stream of it: nothing to record, since its free synchronizes. */
+  if (sim_present)
+    sim.calls_reset();
+  is(cuemm_record_stream(m, big, CU_STREAM_LEGACY), CUDA_SUCCESS, "record_stream of a cuMemAlloc block: accepted");
+  if (sim_present)
+    is(calls("cuEventCreate") + calls("cuEventRecord") + calls("cuStreamWaitEvent"), 0, "with no driver call");
+  else
+    skip(1, SIM_REASON);
+  is(cuemm_record_stream(m, big + 256, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_VALUE, "its interior is refused");
+  like(cuemm_last_error(), "not the start of a live device allocation", "the message says why");
   if (sim_present)
     sim.calls_reset();
   CHECK_CU(cuemm_free_async(m, big, s));
+  is(cuemm_record_stream(m, big, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_VALUE, "once freed, refused");
   if (sim_present)
     is(calls("cuMemFree"), 1, "and its stream free goes the deferred way (300 MiB is past the byte threshold: "
        "flushed at once)");
