@@ -87,6 +87,66 @@ def main(out):
     cfg["garbage"] = bytes([3]) + bytes(range(1, 40))
     write(out, "config", cfg)
 
+    write(out, "ops", ops_seeds())
+
+
+# ops: two configuration bytes, then operations (fuzz-ops.c's op_* read
+# their arguments in this order).  Sizes are indices into its table
+# (4: 4 KiB, 10: 1 MiB, 12: 8 MiB, 13: 12 MiB, 14: past the reservation);
+# streams 0 legacy, 1 per-thread, 2..4 created.
+def cfg(reuse=0, keep=0, pending=1, threshold0=False, delay0=False, limit=False, hard=False):
+    return bytes([reuse + 4 * keep, pending | threshold0 << 2 | delay0 << 3 | limit << 4 | hard << 5])
+
+
+def alloc_async(size, k, tag=0x11): return bytes([0, size, k, tag])
+def alloc(size, tag=0x21): return bytes([3, size, 0, tag])
+def free_async(i, how=1): return bytes([4, i, how])  # how % 4 != 0: on the block's own stream
+def free(i): return bytes([6, i])
+def write_on(i, k, tag=0x31): return bytes([7, i, k, tag])
+def run(k, n=0): return bytes([8, k, n])
+def sync(k): return bytes([9, k])  # k = 5: the whole context
+def check(i): return bytes([10, i])
+def control(sub): return bytes([11, sub])  # trim, flush, defer begin, defer end, pool stats
+def restream(k): return bytes([12, k - 1])
+def bad(how, which): return bytes([13, how, which])
+def fault(entry, nth=1, oom=False): return bytes([14, entry, nth - 1, int(oom)])
+CLEAR = bytes([15])
+
+
+def ops_seeds():
+    import random
+    seeds = {
+        "same-stream": cfg() + alloc_async(4, 2) + free_async(0) + alloc_async(4, 2) + check(0) + free_async(0),
+        # freed on 2 with its write pending; 3 asks for the same size, then 2's work runs
+        "cross-stream-pending": cfg() + alloc_async(10, 2) + free_async(0) + alloc_async(10, 3) + run(2)
+        + alloc_async(10, 3) + check(0) + check(1),
+        "cross-stream-wait": cfg(reuse=1) + alloc_async(10, 2) + free_async(0) + alloc_async(10, 3) + check(0),
+        "internal-full-pool": cfg(reuse=2, keep=1) + alloc_async(13, 2) + alloc_async(13, 3) + free_async(0)
+        + alloc_async(13, 4) + sync(5) + check(0) + check(1),
+        "record-stream": cfg() + alloc_async(4, 2) + write_on(0, 3) + free_async(0) + alloc_async(4, 2) + check(0),
+        "other-stream-free": cfg() + alloc_async(10, 2) + free_async(0, how=4 * 3) + alloc_async(10, 3) + check(0),
+        "mixing": cfg(pending=0) + alloc(5) + free_async(0, how=4 * 2) + alloc_async(5, 2) + free(0)
+        + alloc_async(14, 1) + write_on(0, 2) + free_async(0),
+        "restream": cfg(keep=2) + alloc_async(10, 4) + free_async(0) + restream(4) + alloc_async(10, 4)
+        + restream(1) + check(0),
+        "bad-pointers": cfg() + alloc_async(5, 2) + bad(0, 0) + bad(4, 0) + bad(8, 0) + free_async(0)
+        + bad(1, 0) + bad(5, 0) + bad(2, 7),
+        "defer-trim": cfg(pending=2, threshold0=True, delay0=True) + control(2) + alloc(12) + free(0)
+        + control(0) + control(3) + control(1) + control(4) + alloc_async(12, 2) + free_async(0) + control(0),
+        "limit-hard": cfg(limit=True, hard=True) + alloc_async(13, 2) + alloc(14) + alloc_async(12, 3) + check(0),
+        "limit-soft": cfg(limit=True) + alloc_async(13, 2) + alloc_async(13, 3) + check(1) + free_async(1),
+        "fault-growth": cfg() + fault(1) + alloc_async(12, 2) + CLEAR + fault(9, 1) + fault(10, 1)
+        + alloc_async(12, 2) + CLEAR + alloc_async(12, 2) + control(0),
+        "fault-events": cfg() + alloc_async(4, 2) + write_on(0, 3) + fault(3) + free_async(0) + CLEAR
+        + alloc_async(4, 2) + free_async(0) + fault(4) + fault(5, oom=True) + alloc_async(4, 3) + CLEAR,
+        "fault-wait": cfg(reuse=1) + alloc_async(10, 2) + free_async(0) + fault(6) + alloc_async(10, 3) + CLEAR
+        + check(0),
+    }
+    for n, size in enumerate([300, 1200, 3000, 4000]):
+        r = random.Random(n)
+        seeds["random-%d" % n] = bytes(r.randrange(256) for _ in range(size))
+    return seeds
+
 
 def write(out, target, files):
     d = os.path.join(out, target)
