@@ -172,6 +172,7 @@ static inline uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
   s->free_count--;
   s->free_bytes -= size;
   b->state = CUEMM__SA_USED;
+  b->seq = 0; /* the caller's word starts empty: a cached block keeps its last owner's */
   s->used_bytes += size;
   s->used_count++;
   return i;

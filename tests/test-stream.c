@@ -338,7 +338,7 @@ static void test_internal_mode(void)
 static void test_record_stream(void)
 {
   held t;
-  if (!held_begin(&t, CUEMM_STREAM_REUSE_EVENT, 4))
+  if (!held_begin(&t, CUEMM_STREAM_REUSE_EVENT, 7))
     return;
   cuemm_manager *m = t.m;
   CUstream s1 = t.s1, s2 = t.s2;
@@ -358,6 +358,31 @@ static void test_record_stream(void)
   is(byte_at(q, 100), 0x44, "s1's new write came after s2's old one");
   is(cuemm_record_stream(m, 0xdead0000, s2), CUDA_ERROR_INVALID_VALUE, "record_stream of a foreign pointer refused");
   CHECK_CU(cuemm_free_async(m, q, s1));
+
+  /* A block of s1's freed with cuemm_free goes back to the pool's cache of
+   * its size, and cuemm_alloc takes it from there: it must not come out
+   * still naming s1, or record_stream(s1) would take s1 for its own stream
+   * and a free on s2 would not wait for s1's work. */
+  CUdeviceptr a, b;
+  CHECK_CU(cuemm_alloc_async(m, &a, 512, s1));
+  CHECK_CU(cuemm_free(m, a));
+  CHECK_CU(cuemm_flush(m));
+  CHECK_CU(cuemm_alloc(m, &b, 512));
+  is(b, a, "cuemm_alloc takes the block back from the pool's cache");
+  cuemm_snapshot *snap = NULL;
+  CHECK_CU(cuemm_snapshot_take(m, &snap));
+  int seen = 0;
+  for (size_t i = 0; i < snap->nblocks; i++)
+    if (snap->blocks[i].ptr == b)
+      seen = snap->blocks[i].state == CUEMM_BLOCK_LIVE && !snap->blocks[i].stream_ordered ? 1 : -1;
+  cuemm_snapshot_free(snap);
+  is(seen, 1, "the snapshot shows it live and not stream-ordered");
+  CHECK_CU(cuemm_record_stream(m, b, s1));
+  CHECK_CU(cuMemsetD8Async(b, 0x55, 512, s1)); /* held back */
+  sim.calls_reset();
+  CHECK_CU(cuemm_free_async(m, b, s2));
+  is(calls("cuStreamWaitEvent"), 1, "its free on s2 waits for s1's work");
+  CHECK_CU(cuCtxSynchronize());
   held_end(&t);
 }
 
