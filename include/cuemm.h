@@ -977,7 +977,9 @@ typedef struct cuemm_snapshot_block {
   CUstream stream;          /* the stream of a stream-ordered block (its last one when cached) */
   cuemm_block_state state;
   int chunk;                /* index into chunks; -1 for memory outside the pool (cuMemAlloc, managed) */
-  int stream_ordered;       /* 1: allocated with cuemm_alloc_async */
+  int stream_ordered;       /* 1: a pool block on the stream-ordered path: from cuemm_alloc_async, or from
+                             * cuemm_alloc and named since with cuemm_record_stream (stream is then the
+                             * stream named); 0 for blocks outside the pool, cuemm_alloc_async's too */
 } cuemm_snapshot_block;
 
 /* A manager's memory at one moment: the pool's chunks, in address order,

@@ -89,7 +89,8 @@ static struct {
   size_t nlive;
   CUdeviceptr freed[FREED];
   unsigned nfreed;
-  int faults; /* driver calls are being made to fail */
+  int faults;  /* driver calls are being made to fail */
+  int faulted; /* and have been, in this input: a chunk may be out of use, mapped */
   int defer;
 } s;
 
@@ -338,6 +339,56 @@ static void op_check(void)
     check_data(&s.live[bi % s.nlive]);
 }
 
+/* What the manager reports of itself agrees with the model: a snapshot
+ * lists every live block once, as it was handed out, and the pool's blocks
+ * tile its mapped memory; the address range of a block's interior is the
+ * block. */
+static void inspect(void)
+{
+  cuemm_snapshot *snap = NULL;
+  FUZZ_ASSERT(cuemm_snapshot_take(s.m, &snap) == CUDA_SUCCESS, "cuemm_snapshot_take: %s", cuemm_last_error());
+  size_t live = 0, pool_bytes = 0;
+  for (size_t j = 0; j < snap->nblocks; j++) {
+    const cuemm_snapshot_block *x = &snap->blocks[j];
+    if (x->chunk >= 0) {
+      pool_bytes += x->size;
+      FUZZ_ASSERT((size_t)x->chunk < snap->nchunks, "block 0x%llx names chunk %d of %zu", (unsigned long long)x->ptr,
+                  x->chunk, snap->nchunks);
+      if (j > 0 && snap->blocks[j - 1].chunk >= 0)
+        FUZZ_ASSERT(snap->blocks[j - 1].ptr + snap->blocks[j - 1].size <= x->ptr,
+                    "the pool's blocks at 0x%llx and 0x%llx are out of order or overlap",
+                    (unsigned long long)snap->blocks[j - 1].ptr, (unsigned long long)x->ptr);
+    }
+    if (x->state != CUEMM_BLOCK_LIVE)
+      continue;
+    live++;
+    size_t i = 0;
+    while (i < s.nlive && s.live[i].p != x->ptr)
+      i++;
+    FUZZ_ASSERT(i < s.nlive, "the snapshot lists 0x%llx live, which the program freed or never had",
+                (unsigned long long)x->ptr);
+    int ordered = x->chunk >= 0 && (s.live[i].async || s.live[i].used);
+    FUZZ_ASSERT(x->requested == s.live[i].size && x->size >= s.live[i].size && x->stream_ordered == ordered,
+                "live block 0x%llx: requested %zu (asked %zu), spans %zu, stream-ordered %d (%d)",
+                (unsigned long long)x->ptr, x->requested, s.live[i].size, x->size, x->stream_ordered, ordered);
+  }
+  FUZZ_ASSERT(live == s.nlive, "the snapshot lists %zu live blocks, the program holds %zu", live, s.nlive);
+  if (!s.faulted)
+    FUZZ_ASSERT(pool_bytes == snap->pool.mapped_bytes, "the pool's blocks span %zu bytes, it maps %zu", pool_bytes,
+                snap->pool.mapped_bytes);
+  FUZZ_ASSERT(snap->pool.mapped_bytes <= RESERVE, "the pool maps %zu bytes of a %zu-byte reservation",
+              snap->pool.mapped_bytes, (size_t)RESERVE);
+  cuemm_snapshot_free(snap);
+  if (s.nlive) {
+    const blk *b = &s.live[in.i % s.nlive];
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    FUZZ_ASSERT(cuemm_mem_get_address_range(s.m, &base, &size, b->p + b->size / 2) == CUDA_SUCCESS &&
+                base == b->p && size == b->size, "the address range of 0x%llx + %zu is 0x%llx, %zu bytes",
+                (unsigned long long)b->p, b->size / 2, (unsigned long long)base, size);
+  }
+}
+
 static void op_control(void)
 {
   switch (next() % 5) {
@@ -359,13 +410,9 @@ static void op_control(void)
     if (s.defer)
       s.defer--;
     break;
-  default: {
-    cuemm_pool_stats ps;
-    FUZZ_ASSERT(cuemm_pool_get_stats(s.m, &ps) == CUDA_SUCCESS, "cuemm_pool_get_stats");
-    FUZZ_ASSERT(ps.mapped_bytes <= RESERVE, "the pool maps %zu bytes of a %zu-byte reservation", ps.mapped_bytes,
-                (size_t)RESERVE);
+  default:
+    inspect();
     break;
-  }
   }
 }
 
@@ -439,6 +486,7 @@ static void op_fault(void)
   CUresult result = how & 1 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
   const char *entry = entries[e % (sizeof entries / sizeof entries[0])];
   FUZZ_ASSERT(sim.fail(entry, nth, result) == 0, "simcuda_fail");
+  s.faulted = 1;
   if (tracing)
     fprintf(stderr, "fuzz-ops: call %u of %s from now fails with %d\n", nth, entry, (int)result);
   s.faults = 1;
