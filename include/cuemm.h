@@ -973,7 +973,8 @@ typedef struct cuemm_snapshot_chunk {
 typedef struct cuemm_snapshot_block {
   CUdeviceptr ptr;
   size_t size;              /* the bytes the block spans (rounded) */
-  size_t requested;         /* what the program asked for (0 for free memory) */
+  size_t requested;         /* what the program asked for (0 for free memory, and for a chunk that a
+                             * failed growth could not unmap: live, out of use until destruction) */
   CUstream stream;          /* the stream of a stream-ordered block (its last one when cached) */
   cuemm_block_state state;
   int chunk;                /* index into chunks; -1 for memory outside the pool (cuMemAlloc, managed) */
