@@ -449,7 +449,8 @@ CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p);
 
 /* *base and *size = the start and size of the allocation of m that holds
  * device pointer p (its start, or any byte inside it): a cuMemAlloc
- * allocation or a pool block, with the size cuemm_alloc was asked for.
+ * allocation, a pool block, or a block of managed or system memory
+ * (cuemm_config.memory), with the size cuemm_alloc was asked for.
  * Either out pointer may be NULL.  m NULL: the manager of the calling
  * thread's current context (cuemm_get, which may create it).  The answer
  * comes from the manager's own records, without a driver call.

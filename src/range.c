@@ -41,8 +41,8 @@ static const cuemm__pending_entry *pending_containing(const cuemm__pending *q, u
   return NULL;
 }
 
-/* Why p is not a live device allocation of m, as the message's tail.
- * Lock held. */
+/* Why p is not a live allocation of m that cuemm_alloc handed out, as the
+ * message's tail.  Lock held. */
 static CUresult not_found(cuemm_manager *m, uintptr_t p, const cuemm__owned_entry *e)
 {
   const char *fn = "cuemm_mem_get_address_range";
@@ -50,7 +50,7 @@ static CUresult not_found(cuemm_manager *m, uintptr_t p, const cuemm__owned_entr
     return cuemm__error(CUDA_ERROR_NOT_FOUND, "%s: 0x%" PRIxPTR " is pinned host memory of this manager "
                         "(%s at 0x%" PRIxPTR ", %zu bytes), not device memory", fn, p,
                         e->kind == CUEMM__KIND_HOST ? "cuemm_host_alloc" : "cuemm_host_pin", e->key, e->size);
-  if (e)
+  if (e) /* pending */
     return cuemm__error(CUDA_ERROR_NOT_FOUND, "%s: 0x%" PRIxPTR " lies in an allocation of this manager "
                         "(0x%" PRIxPTR ", %zu bytes) that was freed already and waits in the pending queue", fn,
                         p, e->key, e->size);
@@ -87,8 +87,7 @@ CUEMM_EXTERN CUresult cuemm_mem_get_address_range(cuemm_manager *m, CUdeviceptr 
     cuemm__lock_release(&m->lock);
     return r;
   }
-  if (!e || e->pending ||
-      (e->kind != CUEMM__KIND_DEVICE && e->kind != CUEMM__KIND_POOL && e->kind != CUEMM__KIND_STREAM)) {
+  if (!e || e->pending || e->kind == CUEMM__KIND_HOST || e->kind == CUEMM__KIND_PINNED) {
     CUresult r = not_found(m, a, e);
     cuemm__lock_release(&m->lock);
     return r;

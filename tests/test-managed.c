@@ -77,6 +77,11 @@ static void basics(void)
   else
     skip(1, SIM_REASON);
   is(test_stats(m).live_count, 11, "eleven live allocations");
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  is(cuemm_mem_get_address_range(m, &base, &size, p[3] + 100), CUDA_SUCCESS, "the address range of a block's "
+     "interior");
+  ok(base == p[3] && size == 4096, "is the block (0x%llx, %zu bytes)", (unsigned long long)base, size);
 
   /* The host writes, the driver reads; the driver writes, the host reads. */
   unsigned char *h = (unsigned char *)(uintptr_t)p[1];
@@ -97,6 +102,8 @@ static void basics(void)
   for (int i = 0; i < 10; i++)
     CHECK_CU(cuemm_free(m, p[i]));
   is(test_stats(m).pending_count, 10, "ten managed frees pending");
+  is(cuemm_mem_get_address_range(m, &base, &size, p[3] + 100), CUDA_ERROR_NOT_FOUND, "a pending block has no range");
+  like(cuemm_last_error(), "freed already and waits in the pending queue", "and the message says why");
   is(mstats(m).used_bytes, 1024 + 10 * 4096, "pending blocks still count as used");
   CHECK_CU(cuemm_free(m, p[10]));
   cuemm_stats st = test_stats(m);
@@ -539,7 +546,7 @@ static void system_memory(void)
     skip(6, SIM_REASON);
     if (!info.pageable) {
       is(cuemm_create(&m, NULL, &c), CUDA_ERROR_NOT_SUPPORTED, "this device cannot use pageable memory: refused");
-      skip(14, "the device cannot access pageable memory");
+      skip(15, "the device cannot access pageable memory");
       return;
     }
   }
@@ -549,6 +556,10 @@ static void system_memory(void)
     CHECK_CU(cuemm_alloc(m, &p[i], 1000 + (size_t)i));
     ok(p[i] % 256 == 0, "system block %d aligned", i);
   }
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ok(cuemm_mem_get_address_range(m, &base, &size, p[4] + 999) == CUDA_SUCCESS && base == p[4] && size == 1004,
+     "the address range of a system block's last byte is the block");
   cuemm_managed_stats s = mstats(m);
   is(s.memory, CUEMM_MEMORY_SYSTEM, "a system-memory manager");
   is(s.system_count, 11, "eleven host allocations");
