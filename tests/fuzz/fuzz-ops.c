@@ -3,7 +3,9 @@
  * mode, where work queued on a stream runs only when the sequence says so.
  *
  * Input: two bytes of configuration (reuse rule, blocks kept per stream,
- * flush threshold, release threshold, a pool limit, hard or not), then
+ * flush threshold, release threshold, a pool limit, hard or not; or no
+ * pool, where the stream calls are refused and frees are deferred; or
+ * managed memory, where the stream calls are the deferred ones), then
  * operations, one byte each plus their arguments: cuemm_alloc_async and
  * cuemm_alloc of sizes from 1 byte to past the pool's reservation;
  * cuemm_free_async on the block's stream or, after that stream's work is
@@ -81,8 +83,11 @@ static unsigned next(void)
   return in.i < in.n ? in.d[in.i++] : 0;
 }
 
+enum { MODE_POOL, MODE_NONE, MODE_MANAGED };
+
 static struct {
   cuemm_manager *m;
+  int mode;
   CUstream made[NSTREAMS]; /* the created ones, at 2..4 */
   CUstream probe;          /* never given work: cuemm_alloc's blocks are checked against it */
   blk live[MAXLIVE];
@@ -128,6 +133,14 @@ static void check_ok(CUresult r, const char *what)
     fprintf(stderr, "fuzz-ops: %s: %d (%s)\n", what, (int)r, cuemm_last_error());
   FUZZ_ASSERT(r == CUDA_SUCCESS || s.faults, "%s: %d (%s)", what, (int)r, cuemm_last_error());
   FUZZ_ASSERT(r == CUDA_SUCCESS || cuemm_last_error()[0], "%s failed (%d) with no message", what, (int)r);
+}
+
+/* A stream call on a manager without a pool: refused, saying so. */
+static void check_refused(CUresult r, const char *what)
+{
+  FUZZ_ASSERT(r == CUDA_ERROR_NOT_SUPPORTED, "%s without a pool: %d (%s)", what, (int)r, cuemm_last_error());
+  FUZZ_ASSERT(strstr(cuemm_last_error(), what) != NULL, "the message does not name %s: %s", what,
+              cuemm_last_error());
 }
 
 static size_t live_count(void)
@@ -224,6 +237,10 @@ static void op_alloc(int async)
     return;
   CUdeviceptr p = 0;
   CUresult r = async ? cuemm_alloc_async(s.m, &p, size, stream_of(k)) : cuemm_alloc(s.m, &p, size);
+  if (async && s.mode == MODE_NONE) {
+    check_refused(r, "cuemm_alloc_async");
+    return;
+  }
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     FUZZ_ASSERT(cuemm_last_error()[0], "out of memory with no message");
     return;
@@ -231,6 +248,9 @@ static void op_alloc(int async)
   check_ok(r, async ? "cuemm_alloc_async" : "cuemm_alloc");
   if (r != CUDA_SUCCESS)
     return;
+  /* Managed memory's cuemm_alloc_async is cuemm_alloc: the block is idle. */
+  if (s.mode == MODE_MANAGED)
+    async = 0;
   add_live(p, size, async, async ? k : -1, async ? stream_of(k) : s.probe);
   blk *b = &s.live[s.nlive - 1];
   if (async) {
@@ -260,6 +280,10 @@ static void op_free_async(void)
     check_data(b);
   size_t before = live_count();
   CUresult r = cuemm_free_async(s.m, b->p, stream_of(f));
+  if (s.mode == MODE_NONE) {
+    check_refused(r, "cuemm_free_async");
+    return;
+  }
   check_ok(r, "cuemm_free_async");
   if (r == CUDA_SUCCESS || !still_live(b))
     remove_live(i);
@@ -289,7 +313,12 @@ static void op_write(void)
   if (!s.nlive)
     return;
   blk *b = &s.live[bi % s.nlive];
-  if ((int)k != b->own && !(b->used & 1u << k)) {
+  if (s.mode == MODE_NONE) {
+    check_refused(cuemm_record_stream(s.m, b->p, stream_of((int)k)), "cuemm_record_stream");
+  } else if (s.mode == MODE_MANAGED) {
+    /* Nothing to record: its free, on any path, synchronizes first. */
+    check_ok(cuemm_record_stream(s.m, b->p, stream_of((int)k)), "cuemm_record_stream");
+  } else if ((int)k != b->own && !(b->used & 1u << k)) {
     CUresult r = cuemm_record_stream(s.m, b->p, stream_of((int)k));
     check_ok(r, "cuemm_record_stream");
     if (r != CUDA_SUCCESS)
@@ -388,9 +417,10 @@ static void inspect(void)
     const blk *b = &s.live[in.i % s.nlive];
     CUdeviceptr base = 0;
     size_t size = 0;
-    FUZZ_ASSERT(cuemm_mem_get_address_range(s.m, &base, &size, b->p + b->size / 2) == CUDA_SUCCESS &&
-                base == b->p && size == b->size, "the address range of 0x%llx + %zu is 0x%llx, %zu bytes",
-                (unsigned long long)b->p, b->size / 2, (unsigned long long)base, size);
+    CUresult r = cuemm_mem_get_address_range(s.m, &base, &size, b->p + b->size / 2);
+    FUZZ_ASSERT(r == CUDA_SUCCESS && base == b->p && size == b->size,
+                "the address range of 0x%llx + %zu is 0x%llx, %zu bytes (%d: %s)", (unsigned long long)b->p,
+                b->size / 2, (unsigned long long)base, size, (int)r, r ? cuemm_last_error() : "");
   }
 }
 
@@ -398,7 +428,12 @@ static void op_control(void)
 {
   switch (next() % 5) {
   case 0:
-    check_ok(cuemm_pool_trim(s.m), "cuemm_pool_trim");
+    if (s.mode == MODE_POOL)
+      check_ok(cuemm_pool_trim(s.m), "cuemm_pool_trim");
+    else if (s.mode == MODE_MANAGED)
+      check_ok(cuemm_managed_trim(s.m), "cuemm_managed_trim");
+    else
+      FUZZ_ASSERT(cuemm_pool_trim(s.m) != CUDA_SUCCESS, "cuemm_pool_trim without a pool succeeded");
     break;
   case 1:
     check_ok(cuemm_flush(s.m), "cuemm_flush");
@@ -433,8 +468,11 @@ static void op_restream(void)
   if (!sync_stream(k))
     return;
   CUresult r = cuemm_stream_release(s.m, stream_of(k));
-  check_ok(r, "cuemm_stream_release");
-  if (r != CUDA_SUCCESS)
+  if (s.mode == MODE_NONE)
+    check_refused(r, "cuemm_stream_release");
+  else
+    check_ok(r, "cuemm_stream_release");
+  if (r != CUDA_SUCCESS && s.mode != MODE_NONE)
     return;
   for (size_t i = 0; i < s.nlive; i++) {
     if (s.live[i].writer == k)
@@ -471,8 +509,8 @@ static void op_bad_pointer(void)
   CUresult r = (how >> 2) % 3 == 0   ? cuemm_free(s.m, q)
                : (how >> 2) % 3 == 1 ? cuemm_free_async(s.m, q, stream_of((int)(which % NSTREAMS)))
                                      : cuemm_record_stream(s.m, q, stream_of((int)(which % NSTREAMS)));
-  FUZZ_ASSERT(r == CUDA_ERROR_INVALID_VALUE, "a bad pointer 0x%llx: %d (%s)", (unsigned long long)q, (int)r,
-              cuemm_last_error());
+  CUresult want = s.mode == MODE_NONE && (how >> 2) % 3 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+  FUZZ_ASSERT(r == want, "a bad pointer 0x%llx: %d (%s)", (unsigned long long)q, (int)r, cuemm_last_error());
   FUZZ_ASSERT(strstr(cuemm_last_error(), "cuemm_") != NULL, "the message does not name the call: %s",
               cuemm_last_error());
   FUZZ_ASSERT(cuemm_get_stats(s.m, &z) == CUDA_SUCCESS, "cuemm_get_stats");
@@ -484,7 +522,8 @@ static void op_fault(void)
 {
   static const char *const entries[] = { "cuMemCreate",   "cuMemMap",      "cuMemSetAccess", "cuEventCreate",
                                          "cuEventRecord", "cuEventQuery",  "cuStreamWaitEvent", "cuMemAlloc",
-                                         "cuMemFree",     "cuMemUnmap",    "cuMemRelease" };
+                                         "cuMemFree",     "cuMemUnmap",    "cuMemRelease", "cuCtxSynchronize",
+                                         "cuMemAllocManaged" };
   unsigned e = next(), nth = next() % 4 + 1, how = next();
   if (!sim.fail)
     return;
@@ -521,7 +560,7 @@ static void finish(size_t sim_before)
   }
   FUZZ_ASSERT(live_count() == 0, "the manager counts live blocks after all were freed");
   FUZZ_ASSERT(cuCtxSynchronize() == CUDA_SUCCESS, "cuCtxSynchronize");
-  for (int k = 1; k < NSTREAMS; k++)
+  for (int k = 1; k < NSTREAMS && s.mode != MODE_NONE; k++)
     FUZZ_ASSERT(cuemm_stream_release(s.m, stream_of(k)) == CUDA_SUCCESS, "cuemm_stream_release: %s",
                 cuemm_last_error());
   for (int k = 2; k < NSTREAMS; k++)
@@ -545,7 +584,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   unsigned c0 = next(), c1 = next();
   cuemm_config c;
   FUZZ_ASSERT(cuemm_config_init(&c) == CUDA_SUCCESS, "cuemm_config_init: %s", cuemm_last_error());
-  c.pool = CUEMM_POOL_VMM;
+  s.mode = c1 >> 6 == 2 ? MODE_NONE : c1 >> 6 == 3 ? MODE_MANAGED : MODE_POOL;
+  c.pool = s.mode == MODE_POOL ? CUEMM_POOL_VMM : CUEMM_POOL_NONE;
+  if (s.mode == MODE_MANAGED)
+    c.memory = CUEMM_MEMORY_MANAGED;
   c.pool_reserve = RESERVE;
   c.pool_chunk = 2 * MIB;
   c.stream_reuse = c0 % 3 == 0 ? CUEMM_STREAM_REUSE_EVENT
@@ -563,7 +605,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   FUZZ_ASSERT(cuStreamCreate(&s.probe, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS, "cuStreamCreate");
 
   while (in.i < in.n) {
-    switch (next() % 16) {
+    unsigned op = next() % 16;
+    if (tracing)
+      fprintf(stderr, "fuzz-ops: op %u at byte %zu, %zu live\n", op, in.i - 1, s.nlive);
+    switch (op) {
     case 0: case 1: case 2: op_alloc(1); break;
     case 3: op_alloc(0); break;
     case 4: case 5: op_free_async(); break;

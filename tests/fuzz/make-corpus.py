@@ -94,8 +94,9 @@ def main(out):
 # their arguments in this order).  Sizes are indices into its table
 # (4: 4 KiB, 10: 1 MiB, 12: 8 MiB, 13: 12 MiB, 14: past the reservation);
 # streams 0 legacy, 1 per-thread, 2..4 created.
-def cfg(reuse=0, keep=0, pending=1, threshold0=False, delay0=False, limit=False, hard=False):
-    return bytes([reuse + 4 * keep, pending | threshold0 << 2 | delay0 << 3 | limit << 4 | hard << 5])
+def cfg(reuse=0, keep=0, pending=1, threshold0=False, delay0=False, limit=False, hard=False, mode=0):
+    # mode 0: the pool; 2: no pool; 3: managed memory
+    return bytes([reuse + 4 * keep, pending | threshold0 << 2 | delay0 << 3 | limit << 4 | hard << 5 | mode << 6])
 
 
 def alloc_async(size, k, tag=0x11): return bytes([0, size, k, tag])
@@ -141,6 +142,13 @@ def ops_seeds():
         + alloc_async(4, 2) + free_async(0) + fault(4) + fault(5, oom=True) + alloc_async(4, 3) + CLEAR,
         "fault-wait": cfg(reuse=1) + alloc_async(10, 2) + free_async(0) + fault(6) + alloc_async(10, 3) + CLEAR
         + check(0),
+        # no pool: the stream calls refused; frees deferred past pending work
+        "no-pool": cfg(mode=2, pending=2) + alloc(4) + alloc_async(4, 2) + write_on(0, 2) + free(0) + alloc(4)
+        + free_async(0) + control(2) + free(0) + control(1) + control(3) + control(1) + alloc(14) + restream(3)
+        + bad(4, 0) + bad(8, 0) + bad(0, 0) + control(4) + fault(8) + fault(11) + free(0) + CLEAR + control(1),
+        "managed": cfg(mode=3, pending=1) + alloc_async(10, 2) + write_on(0, 3) + free_async(0) + alloc(5)
+        + write_on(0, 1) + check(0) + control(0) + control(4) + restream(2) + bad(8, 0) + bad(4, 0)
+        + fault(12) + alloc(12) + CLEAR + free(0),
     }
     for n, size in enumerate([300, 1200, 3000, 4000]):
         r = random.Random(n)
