@@ -1638,10 +1638,10 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUst
      * synchronizes), but freed on a stream it must wait for `stream`, so
      * it joins this thread's heap, which keeps the use. */
     r = adopt_used(m, e, stream);
-  else if (e && e->kind == CUEMM__KIND_DEVICE && !e->pending)
-    ; /* beyond the pool (cuMemAlloc): its free, on any path, is deferred and
-       * the flush synchronizes the context, so there is nothing to record */
-  else if (!e || e->kind != CUEMM__KIND_STREAM) {
+  else if (e && e->kind == CUEMM__KIND_DEVICE && !e->pending) {
+    /* Beyond the pool (cuMemAlloc): its free, on any path, is deferred and
+     * the flush synchronizes the context, so there is nothing to record. */
+  } else if (!e || e->kind != CUEMM__KIND_STREAM) {
     r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_record_stream: 0x%" PRIxPTR " is not the start of a live "
                      "device allocation of this manager (allocated elsewhere, an interior pointer, host memory, or "
                      "freed already)", p);
