@@ -1,6 +1,7 @@
-/* fuzz-ops.c: arbitrary sequences of allocation calls on one manager with
- * a pool, on several streams, against a shadow model; on simcuda in queue
- * mode, where work queued on a stream runs only when the sequence says so.
+/* fuzz-ops.c: arbitrary sequences of allocation calls on one manager (with
+ * a pool, without one, or of managed memory) and several streams, against
+ * a shadow model; on simcuda in queue mode, where work queued on a stream
+ * runs only when the sequence says so.
  *
  * Input: two bytes of configuration (reuse rule, blocks kept per stream,
  * flush threshold, release threshold, a pool limit, hard or not; or no
@@ -29,9 +30,11 @@
  *    the new owner is not ordered after, is pending (simcuda_reuse_check;
  *    for cuemm_alloc, any such work);
  *  - every block reads back the last value written to it;
- *  - a bad pointer is refused with CUDA_ERROR_INVALID_VALUE and changes no
- *    count;
- *  - the live count of cuemm_get_stats is the model's after every step;
+ *  - a bad pointer is refused with CUDA_ERROR_INVALID_VALUE (a stream call
+ *    without a pool: CUDA_ERROR_NOT_SUPPORTED) and changes no count;
+ *  - the live count of cuemm_get_stats is the model's after every step; a
+ *    snapshot lists the model's live blocks, and the address range of a
+ *    block's interior is the block;
  *  - at the end, with everything freed, the streams released and the
  *    manager destroyed, simcuda holds nothing more than before.
  */
