@@ -1080,27 +1080,26 @@ static CUresult wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUst
   cuemm__ctx_guard g;
   if ((res = cuemm__ctx_enter(m, &g)) != CUDA_SUCCESS)
     return res;
+  /* A use is dropped once `freeing` waits for it; after a failure the
+   * rest stay, so that the free, tried again, waits for them. */
   for (uint32_t i = 0; i < h->nuses;) {
-    if (h->uses[i].r != r) {
+    if (h->uses[i].r != r || res != CUDA_SUCCESS) {
       i++;
       continue;
     }
-    if (res == CUDA_SUCCESS) {
-      CUevent ev;
-      if ((res = event_get(m, h, &ev, "for cuemm_record_stream")) != CUDA_SUCCESS)
-        continue;
-      if ((res = m->drv->EventRecord(ev, h->uses[i].s)) != CUDA_SUCCESS)
-        cuemm__driver_error(res, "cuEventRecord on stream %p (named by cuemm_record_stream)", (void *)h->uses[i].s);
-      else if ((res = m->drv->StreamWaitEvent(freeing, ev, 0)) != CUDA_SUCCESS)
-        cuemm__driver_error(res, "cuStreamWaitEvent(stream %p, the event of stream %p)", (void *)freeing,
-                            (void *)h->uses[i].s);
-      else
-        h->event_waits++;
-      h->evcache[h->nev++] = ev; /* a wait takes the event's state when it is queued: reusable now */
-      if (res != CUDA_SUCCESS)
-        continue;
-    }
-    h->uses[i] = h->uses[--h->nuses];
+    CUevent ev;
+    if ((res = event_get(m, h, &ev, "for cuemm_record_stream")) != CUDA_SUCCESS)
+      continue;
+    if ((res = m->drv->EventRecord(ev, h->uses[i].s)) != CUDA_SUCCESS)
+      cuemm__driver_error(res, "cuEventRecord on stream %p (named by cuemm_record_stream)", (void *)h->uses[i].s);
+    else if ((res = m->drv->StreamWaitEvent(freeing, ev, 0)) != CUDA_SUCCESS)
+      cuemm__driver_error(res, "cuStreamWaitEvent(stream %p, the event of stream %p)", (void *)freeing,
+                          (void *)h->uses[i].s);
+    else
+      h->event_waits++;
+    h->evcache[h->nev++] = ev; /* a wait takes the event's state when it is queued: reusable now */
+    if (res == CUDA_SUCCESS)
+      h->uses[i] = h->uses[--h->nuses];
   }
   if (res == CUDA_SUCCESS)
     h->b[r].uses = 0;

@@ -338,7 +338,7 @@ static void test_internal_mode(void)
 static void test_record_stream(void)
 {
   held t;
-  if (!held_begin(&t, CUEMM_STREAM_REUSE_EVENT, 7))
+  if (!held_begin(&t, CUEMM_STREAM_REUSE_EVENT, 10))
     return;
   cuemm_manager *m = t.m;
   CUstream s1 = t.s1, s2 = t.s2;
@@ -382,6 +382,19 @@ static void test_record_stream(void)
   sim.calls_reset();
   CHECK_CU(cuemm_free_async(m, b, s2));
   is(calls("cuStreamWaitEvent"), 1, "its free on s2 waits for s1's work");
+  CHECK_CU(cuCtxSynchronize());
+
+  /* A free that fails to wait for a named stream keeps that stream named:
+   * tried again, it waits. */
+  CHECK_CU(cuemm_alloc_async(m, &p, 4096, s1));
+  CHECK_CU(cuemm_record_stream(m, p, s2));
+  CHECK_CU(cuMemsetD8Async(p, 0x66, 4096, s2)); /* held back */
+  sim.calls_reset();
+  sim.fail("cuEventRecord", 1, CUDA_ERROR_UNKNOWN);
+  is(cuemm_free_async(m, p, s1), CUDA_ERROR_UNKNOWN, "a free whose cuEventRecord fails fails");
+  sim.fail_clear();
+  is(cuemm_free_async(m, p, s1), CUDA_SUCCESS, "tried again, it succeeds");
+  is(calls("cuStreamWaitEvent"), 1, "and s1 waits for s2's work then");
   CHECK_CU(cuCtxSynchronize());
   held_end(&t);
 }

@@ -139,7 +139,8 @@ def ops_seeds():
         "fault-growth": cfg() + fault(1) + alloc_async(12, 2) + CLEAR + fault(9, 1) + fault(10, 1)
         + alloc_async(12, 2) + CLEAR + alloc_async(12, 2) + control(0),
         "fault-events": cfg() + alloc_async(4, 2) + write_on(0, 3) + fault(3) + free_async(0) + CLEAR
-        + alloc_async(4, 2) + free_async(0) + fault(4) + fault(5, oom=True) + alloc_async(4, 3) + CLEAR,
+        + alloc_async(4, 2) + free_async(0) + fault(4) + fault(5, oom=True) + alloc_async(4, 3) + alloc_async(4, 2)
+        + CLEAR,
         "fault-wait": cfg(reuse=1) + alloc_async(10, 2) + free_async(0) + fault(6) + alloc_async(10, 3) + CLEAR
         + check(0),
         # no pool: the stream calls refused; frees deferred past pending work
