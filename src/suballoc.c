@@ -435,17 +435,6 @@ static uint32_t take_free(cuemm__sa *s, size_t size)
   return i == NIL ? NIL : cut(s, i, size);
 }
 
-/* The block becomes USED: its counters move. */
-static inline void mark_used(cuemm__sa *s, uint32_t i)
-{
-  s->b[i].state = CUEMM__SA_USED;
-  s->b[i].tag = 0;
-  s->b[i].seq = 0;
-  s->free_bytes -= s->b[i].size;
-  s->used_bytes += s->b[i].size;
-  s->used_count++;
-}
-
 uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size)
 {
   uint32_t i = take_free(s, size);
@@ -458,7 +447,7 @@ uint32_t cuemm__sa_alloc_slow(cuemm__sa *s, size_t size)
     if ((i = take_free(s, size)) == NIL)
       return NIL;
   }
-  mark_used(s, i);
+  cuemm__sa_mark_used(s, i);
   return i;
 }
 
@@ -468,7 +457,7 @@ uint32_t cuemm__sa_alloc_tagged(cuemm__sa *s, size_t size, uint32_t tag)
   if (i == NIL)
     return cuemm__sa_alloc(s, size);
   cut(s, i, size);
-  mark_used(s, i);
+  cuemm__sa_mark_used(s, i);
   return i;
 }
 
@@ -554,7 +543,7 @@ uint32_t cuemm__sa_fit(const cuemm__sa *s, size_t size, uint32_t tag)
 void cuemm__sa_take(cuemm__sa *s, uint32_t i, size_t size)
 {
   cut(s, i, size);
-  mark_used(s, i);
+  cuemm__sa_mark_used(s, i);
 }
 
 int cuemm__sa_fits(const cuemm__sa *s, size_t size, uint32_t tag)

@@ -146,6 +146,21 @@ static inline int cuemm__sa_large_room(const cuemm__sa *s, size_t more)
   return after <= s->large_limit || after <= (s->span - s->hole_bytes) / 4;
 }
 
+/* Block i, FREE or CACHED and out of its lists, is handed out: USED, with
+ * its words cleared (a cached block keeps its last owner's tag and stream
+ * word otherwise), and its bytes move from free to used.  Every way a
+ * block is handed out goes through here. */
+static inline void cuemm__sa_mark_used(cuemm__sa *s, uint32_t i)
+{
+  cuemm__sa_block *b = &s->b[i];
+  b->state = CUEMM__SA_USED;
+  b->tag = 0;
+  b->seq = 0;
+  s->free_bytes -= b->size;
+  s->used_bytes += b->size;
+  s->used_count++;
+}
+
 static inline uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
 {
   uint32_t i, *head;
@@ -170,11 +185,7 @@ static inline uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
   }
   s->cached_bytes -= size;
   s->free_count--;
-  s->free_bytes -= size;
-  b->state = CUEMM__SA_USED;
-  b->seq = 0; /* the caller's word starts empty: a cached block keeps its last owner's */
-  s->used_bytes += size;
-  s->used_count++;
+  cuemm__sa_mark_used(s, i);
   return i;
 }
 
