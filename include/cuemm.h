@@ -20,7 +20,8 @@
  *   - A failed call changes nothing: no memory is lost, no statistic moves
  *     except the failure counters.
  *
- * Environment (read by cuemm_config_init, see the README for the table)
+ * Environment (read by cuemm_config_init; the cuemm(7) manual page has the
+ * whole table, generated from the library's own)
  *   CUEMM_MAX_PENDING_DEALLOCS_COUNT  frees held before a flush (default 10)
  *   CUEMM_MAX_PENDING_DEALLOCS_RATIO  bytes held before a flush, as a
  *                                     fraction of device memory (default 0.2)
@@ -343,21 +344,38 @@ typedef struct cuemm_config {
   int nvtx;
 
   /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when
-   * an environment variable was invalid, with env_error saying which.
-   * cuemm_create refuses a configuration that carries an error, so an invalid
-   * variable cannot pass unnoticed even when the result of cuemm_config_init
-   * is ignored. */
+   * an environment variable was invalid, with env_error saying which (every
+   * invalid one, each in the sentence cuemm_config_init's errors describe,
+   * separated by "; ").  cuemm_create refuses a configuration that carries
+   * an error, so an invalid variable cannot pass unnoticed even when the
+   * result of cuemm_config_init is ignored. */
   CUresult env_status;
-  char env_error[256];
+  char env_error[8192];
+  /* Set by cuemm_config_init: which knobs the environment set (one bit per
+   * variable, in the order of cuemm(7)'s table).  cuemm_create reads it to
+   * tell which settings a manager ignores; programs leave it alone. */
+  uint64_t env_set;
 } cuemm_config;
 
 /* Fills *cfg with the defaults, then applies the CUEMM_* variables of the
- * environment.  A program may change fields afterwards: its values win.
- * An unset or empty variable keeps the default.
+ * environment (the cuemm(7) manual page lists them all, with their
+ * defaults and ranges).  A program may change fields afterwards: its values
+ * win.  An unset or empty variable keeps the default.
  * Errors: CUDA_ERROR_INVALID_VALUE when a variable is not a valid value (not
  * a number, negative, out of range, trailing characters); the message names
- * the variable, its value and what is accepted.  The other fields are still
- * filled. */
+ * the variable, its value and what is accepted:
+ *   CUEMM_POOL="banana" is invalid: expected "none" or "vmm"
+ * and, for a number past the knob's range or too large for its type,
+ *   CUEMM_POOL_LIMIT="300TiB" is too large (at most 256TiB (281474976710656
+ *   bytes)): expected ...
+ * Every invalid variable is reported, not only the first: their sentences
+ * follow one another, separated by "; ", in cuemm_last_error() and in
+ * cfg->env_error.  The other fields are still filled (an invalid variable's
+ * field keeps its default).
+ * A valid variable is applied whatever else is set: whether a manager acts
+ * on it is cuemm_create's to say (a pool knob without a pool, ...).
+ * Thread-safety: reads the environment; safe from any thread as long as no
+ * thread changes the environment meanwhile. */
 CUEMM_EXTERN CUresult cuemm_config_init(cuemm_config *cfg);
 
 /* ------------------------------------------------------------------------ */
@@ -380,7 +398,26 @@ typedef struct cuemm_manager cuemm_manager;
  * no prefetch when managed_prefetch is set), and for CUEMM_MEMORY=system on
  * a device without CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS (the message
  * names the attribute); CUDA_ERROR_INVALID_VALUE for CUEMM_MEMORY=managed
- * with CUEMM_POOL=vmm; driver errors as reported. */
+ * with CUEMM_POOL=vmm; driver errors as reported.
+ * Settings a manager does not act on: a variable of the environment that
+ * cfg took (cuemm_config.env_set) but that this manager ignores is not an
+ * error, since the environment reaches every manager of the process and a
+ * program may give each its own pool and memory kind.  Instead, the first
+ * manager that ignores it prints one line to stderr, once per variable and
+ * process, naming the variable, its value, what it needs and what the
+ * manager has:
+ *   cuemm: CUEMM_POOL_CHUNK is set (cuemm_config.pool_chunk = 3) but
+ *   ignored: it acts only with CUEMM_POOL=vmm or CUEMM_MEMORY=managed, and
+ *   this manager has no pool and device memory
+ * The families: CUEMM_POOL_RESERVE, CUEMM_POOL_RELEASE_DELAY,
+ * CUEMM_POOL_LIMIT, CUEMM_POOL_IPC, CUEMM_POOL_SLAB, CUEMM_POOL_LIMIT_HARD,
+ * CUEMM_POOL_PIECE, CUEMM_STREAM_REUSE, CUEMM_STREAM_KEEP_LARGE and
+ * CUEMM_NVTX act only with a pool (CUEMM_POOL=vmm, or the framework
+ * adapters' pool, or cuemm_config.pool); CUEMM_POOL_CHUNK and
+ * CUEMM_POOL_RELEASE_THRESHOLD with a pool or CUEMM_MEMORY=managed (the
+ * managed segments' size and release); CUEMM_MANAGED_* only with
+ * CUEMM_MEMORY=managed.  The others always act.  Values a program sets in
+ * the struct itself are its own choice and are not reported. */
 CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **m, CUcontext ctx, const cuemm_config *cfg);
 
 /* Destroys a manager: releases every pending free (defer scopes or not),

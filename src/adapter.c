@@ -19,11 +19,13 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 
+#include "config.h"
 #include "error.h"
 #include "manager.h"
 
@@ -67,8 +69,7 @@ static CUresult device_manager_slow(int device, cuemm_manager **out)
     return r;
   }
   /* The frameworks free in stream order: the pool, unless chosen away. */
-  const char *pool = getenv("CUEMM_POOL");
-  if ((!pool || !*pool) && cfg.memory == CUEMM_MEMORY_DEVICE)
+  if (!cuemm__config_env_set(&cfg, offsetof(cuemm_config, pool)) && cfg.memory == CUEMM_MEMORY_DEVICE)
     cfg.pool = CUEMM_POOL_VMM;
   CUdevice dev;
   CUcontext ctx = NULL;
@@ -91,7 +92,7 @@ static CUresult device_manager_slow(int device, cuemm_manager **out)
       cuemm__driver_error(r, "%s: cuCtxPushCurrent(primary context of device %d)", fn, device);
   }
   if (r != CUDA_SUCCESS) {
-    char why[512];
+    char why[sizeof cfg.env_error];
     snprintf(why, sizeof why, "%s", cuemm_last_error());
     d->DevicePrimaryCtxRelease(dev);
     pthread_mutex_unlock(&dev_lock);

@@ -978,6 +978,7 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
     free(m);
     return r;
   }
+  cuemm__config_warn_ignored(&m->cfg, stderr);
   *out = m;
   return CUDA_SUCCESS;
 }

@@ -85,10 +85,15 @@ static void test_bad_environment(void)
   CHECK_CU(cuDeviceGet(&dev, last));
   CHECK_CU(cuDevicePrimaryCtxGetState(dev, &flags, &active0));
   setenv("CUEMM_MAX_PENDING_DEALLOCS_RATIO", "20%", 1);
+  setenv("CUEMM_POOL", "banana", 1);
   cuemm_manager *m = NULL;
   is(cuemm_device_manager(last, &m), CUDA_ERROR_INVALID_VALUE, "an invalid CUEMM_* variable fails the creation");
-  like(cuemm_last_error(), "CUEMM_MAX_PENDING_DEALLOCS_RATIO", "the message names the variable");
+  like(cuemm_last_error(), "CUEMM_MAX_PENDING_DEALLOCS_RATIO=\"20%\" is invalid: expected ",
+       "the message names the variable");
+  like(cuemm_last_error(), "CUEMM_POOL=\"banana\" is invalid: expected \"none\" or \"vmm\"",
+       "and the other invalid one, whole");
   unsetenv("CUEMM_MAX_PENDING_DEALLOCS_RATIO");
+  unsetenv("CUEMM_POOL");
   CHECK_CU(cuDevicePrimaryCtxGetState(dev, &flags, &active));
   is(active, active0, "device %d's primary context is as it was (%s)", last, active0 ? "held" : "released");
   is(astats().devices, 0, "no manager was made");

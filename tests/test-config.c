@@ -1,8 +1,11 @@
 /* test-config.c: defaults, the CUEMM_* environment variables, validation of
  * values a program sets, and what creation does with an invalid one.
  */
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -14,6 +17,9 @@ static const char *pool_vars[] = { "CUEMM_POOL", "CUEMM_POOL_RESERVE", "CUEMM_PO
                                    "CUEMM_POOL_LIMIT_HARD", "CUEMM_POOL_PIECE", "CUEMM_POOL_RELEASE_DELAY",
                                    "CUEMM_STREAM_REUSE", "CUEMM_NVTX", "CUEMM_POOL_SLAB",
                                    "CUEMM_STREAM_KEEP_LARGE" };
+static const char *other_vars[] = { "CUEMM_MEMORY", "CUEMM_MANAGED_PREFETCH", "CUEMM_MANAGED_PREFERRED_LOCATION",
+                                    "CUEMM_MANAGED_ACCESSED_BY", "CUEMM_MANAGED_LIMIT", "CUEMM_STATS",
+                                    "CUEMM_LOG" };
 
 static void clear_env(void)
 {
@@ -21,6 +27,8 @@ static void clear_env(void)
   unsetenv(RATIO);
   for (size_t i = 0; i < sizeof pool_vars / sizeof pool_vars[0]; i++)
     unsetenv(pool_vars[i]);
+  for (size_t i = 0; i < sizeof other_vars / sizeof other_vars[0]; i++)
+    unsetenv(other_vars[i]);
 }
 
 static void invalid(const char *var, const char *value)
@@ -36,6 +44,23 @@ static void invalid(const char *var, const char *value)
   is(cuemm_create(&m, NULL, NULL), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
   ok(m == NULL, "and creates nothing");
   is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a config carrying the error is refused too");
+}
+
+/* A number past the knob's range or its type's: "too large", with the
+ * largest accepted value and, as for any refusal, what is accepted. */
+static void too_large(const char *var, const char *value, const char *most)
+{
+  clear_env();
+  setenv(var, value, 1);
+  cuemm_config c;
+  is(cuemm_config_init(&c), CUDA_ERROR_INVALID_VALUE, "%s=\"%s\" refused", var, value);
+  char want[192];
+  snprintf(want, sizeof want, "%s=\"%s\" is too large (at most %s): expected ", var, value, most);
+  like(cuemm_last_error(), want, "the message says too large, and the largest accepted");
+  ok(strstr(cuemm_last_error(), "is invalid") == NULL, "and not that the form is wrong: %s", cuemm_last_error());
+  cuemm_manager *m = NULL;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a config carrying the error is refused");
+  like(cuemm_last_error(), want, "with the same message");
 }
 
 /* A size knob: the value parsed into the field at `offset`. */
@@ -78,7 +103,11 @@ static void pool_knobs(void)
   invalid("CUEMM_POOL_RESERVE", "-1");
   invalid("CUEMM_POOL_RESERVE", "1.5G");
   invalid("CUEMM_POOL_RESERVE", "4 GiB");
-  invalid("CUEMM_POOL_RESERVE", "300TiB");
+  too_large("CUEMM_POOL_RESERVE", "300TiB", "256TiB (281474976710656 bytes)");
+  too_large("CUEMM_POOL_RESERVE", "99999999999999999999999", "256TiB (281474976710656 bytes)");
+  too_large("CUEMM_POOL_LIMIT", "18446744073709551615K", "256TiB (281474976710656 bytes)");
+  too_large("CUEMM_POOL_CHUNK", "281474976710657", "256TiB (281474976710656 bytes)");
+  invalid("CUEMM_POOL_RESERVE", "99999999999999999999999GB");
   invalid("CUEMM_POOL_CHUNK", "0");
   invalid("CUEMM_POOL_LIMIT", "lots");
   like(cuemm_last_error(), "CUEMM_POOL_LIMIT=\"lots\" is invalid: expected a size in bytes", "message says sizes are expected");
@@ -142,7 +171,7 @@ static void pool_knobs(void)
   invalid("CUEMM_POOL_RELEASE_DELAY", "1s");
   like(cuemm_last_error(), "CUEMM_POOL_RELEASE_DELAY=\"1s\" is invalid: expected a whole number of milliseconds",
        "the delay's message says milliseconds");
-  invalid("CUEMM_POOL_RELEASE_DELAY", "86400001");
+  too_large("CUEMM_POOL_RELEASE_DELAY", "86400001", "86400000");
   invalid("CUEMM_STREAM_REUSE", "Wait");
   like(cuemm_last_error(), "CUEMM_STREAM_REUSE=\"Wait\" is invalid: expected \"event\", \"wait\" or \"internal\"",
        "the reuse rule's message lists all three");
@@ -160,9 +189,9 @@ static void pool_knobs(void)
   setenv("CUEMM_STREAM_KEEP_LARGE", "32", 1);
   is(cuemm_config_init(&c), CUDA_SUCCESS, "CUEMM_STREAM_KEEP_LARGE=32 accepted");
   is(c.stream_keep_large, 32, "and set");
-  invalid("CUEMM_STREAM_KEEP_LARGE", "33");
-  like(cuemm_last_error(), "CUEMM_STREAM_KEEP_LARGE=\"33\" is invalid: expected a whole number of blocks from 0 to 32",
-       "the keep count's message gives the range");
+  too_large("CUEMM_STREAM_KEEP_LARGE", "33", "32");
+  like(cuemm_last_error(), "CUEMM_STREAM_KEEP_LARGE=\"33\" is too large (at most 32): expected a whole number of "
+       "blocks from 0 to 32", "the keep count's message gives the range");
   invalid("CUEMM_STREAM_KEEP_LARGE", "-1");
   invalid("CUEMM_STREAM_KEEP_LARGE", "8 blocks");
   clear_env();
@@ -209,6 +238,164 @@ static void nvtx_knob(void)
   clear_env();
 }
 
+/* Every invalid variable is reported, each with the sentence it has alone. */
+static void all_reported(void)
+{
+  clear_env();
+  setenv("CUEMM_POOL", "banana", 1);
+  setenv("CUEMM_STATS", "7", 1);
+  setenv(COUNT, "99999999999999999999", 1);
+  setenv("CUEMM_POOL_CHUNK", "64MiB", 1); /* valid: applied */
+  cuemm_config c;
+  is(cuemm_config_init(&c), CUDA_ERROR_INVALID_VALUE, "three invalid variables: refused");
+  const char *want[] = { "CUEMM_POOL=\"banana\" is invalid: expected \"none\" or \"vmm\"",
+                         "CUEMM_STATS=\"7\" is invalid: expected 0 or 1",
+                         COUNT "=\"99999999999999999999\" is too large (at most 4294967295): expected a whole number "
+                         "of frees from 0 to 4294967295" };
+  for (size_t i = 0; i < 3; i++) {
+    like(cuemm_last_error(), want[i], "cuemm_last_error has the whole sentence of variable %zu", i);
+    like(c.env_error, want[i], "env_error too");
+  }
+  like(cuemm_last_error(), "\"; CUEMM_STATS=", "one after the other, separated by \"; \"");
+  is(c.pool_chunk, (size_t)64 << 20, "the valid one is applied");
+  is(c.pool, CUEMM_POOL_NONE, "an invalid one keeps its default");
+  cuemm_manager *m = NULL;
+  is(cuemm_create(&m, NULL, NULL), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
+  for (size_t i = 0; i < 3; i++)
+    like(cuemm_last_error(), want[i], "naming every variable (%zu)", i);
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "so does creation from the config");
+  for (size_t i = 0; i < 3; i++)
+    like(cuemm_last_error(), want[i], "naming every variable (%zu)", i);
+
+  /* Every variable at once, each with a long value: nothing is cut. */
+  const char *all[] = { COUNT, RATIO, "CUEMM_POOL", "CUEMM_POOL_RESERVE", "CUEMM_POOL_CHUNK",
+                        "CUEMM_POOL_RELEASE_THRESHOLD", "CUEMM_POOL_RELEASE_DELAY", "CUEMM_POOL_LIMIT",
+                        "CUEMM_POOL_IPC", "CUEMM_POOL_SLAB", "CUEMM_POOL_LIMIT_HARD", "CUEMM_POOL_PIECE",
+                        "CUEMM_STREAM_REUSE", "CUEMM_STREAM_KEEP_LARGE", "CUEMM_MEMORY", "CUEMM_MANAGED_PREFETCH",
+                        "CUEMM_MANAGED_PREFERRED_LOCATION", "CUEMM_MANAGED_ACCESSED_BY", "CUEMM_STATS",
+                        "CUEMM_MANAGED_LIMIT", "CUEMM_NVTX" };
+  const size_t nall = sizeof all / sizeof all[0];
+  for (size_t i = 0; i < nall; i++)
+    setenv(all[i], "999999999999999999999999999999999999999999999999999999999999999999999999", 1);
+  is(cuemm_config_init(&c), CUDA_ERROR_INVALID_VALUE, "all %zu numeric and named knobs invalid: refused", nall);
+  size_t named = 0;
+  for (size_t i = 0; i < nall; i++) {
+    char key[96];
+    snprintf(key, sizeof key, "%s=\"99999", all[i]);
+    named += strstr(cuemm_last_error(), key) != NULL && strstr(c.env_error, key) != NULL;
+  }
+  is(named, nall, "every one is named, in the message and in env_error");
+  const char *tail = "expected a whole number of frees from 0 to 4294967295"; /* the first knob's sentence */
+  like(cuemm_last_error(), tail, "the first sentence is whole");
+  size_t n = strlen(c.env_error);
+  ok(n > 0 && n + 1 < sizeof c.env_error, "with room to spare in env_error (%zu of %zu bytes)", n,
+     sizeof c.env_error);
+  ok(strcmp(c.env_error, cuemm_last_error()) == 0, "and cuemm_last_error is env_error whole");
+  like(c.env_error + n - 12, "0 or 1", "the last knob's sentence ends the text: %s", c.env_error + n - 40);
+  for (size_t i = 0; i < nall; i++)
+    unsetenv(all[i]);
+  clear_env();
+}
+
+/* Reads what fn writes to stderr. */
+static void capture_stderr(void (*fn)(void *), void *arg, char *out, size_t cap)
+{
+  char path[] = "/tmp/test-config-XXXXXX";
+  int fd = mkstemp(path);
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(fd, 2);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  ssize_t n = pread(fd, out, cap - 1, 0);
+  out[n > 0 ? n : 0] = '\0';
+  close(fd);
+  unlink(path);
+}
+
+typedef struct create_args {
+  const cuemm_config *cfg;
+  CUresult r;
+  size_t pool_chunk;
+  int pool;
+} create_args;
+
+static void create_destroy(void *arg)
+{
+  create_args *a = arg;
+  cuemm_manager *m = NULL;
+  a->r = cuemm_create(&m, NULL, a->cfg);
+  if (a->r == CUDA_SUCCESS) {
+    cuemm_pool_stats ps;
+    cuemm_pool_get_stats(m, &ps);
+    a->pool = ps.enabled;
+    a->pool_chunk = ps.chunk_bytes;
+    cuemm_destroy(m);
+  }
+}
+
+/* Settings a manager does not act on: created, and said once on stderr. */
+static void ignored(void)
+{
+  char err[4096];
+  create_args a = { 0 };
+  clear_env();
+  setenv("CUEMM_POOL_CHUNK", "3", 1);
+  setenv("CUEMM_POOL_LIMIT", "1GiB", 1);
+  setenv("CUEMM_MANAGED_LIMIT", "1GiB", 1);
+  setenv(COUNT, "4", 1);
+  capture_stderr(create_destroy, &a, err, sizeof err);
+  is(a.r, CUDA_SUCCESS, "a manager without a pool is created with pool and managed knobs set");
+  is(a.pool, 0, "without a pool");
+  like(err, "cuemm: CUEMM_POOL_CHUNK is set (cuemm_config.pool_chunk = 3) but ignored: it acts only with "
+       "CUEMM_POOL=vmm or CUEMM_MEMORY=managed, and this manager has no pool and device memory\n",
+       "stderr names the chunk, its value, what it needs and what the manager has");
+  like(err, "cuemm: CUEMM_POOL_LIMIT is set (cuemm_config.pool_limit = 1GiB) but ignored: it acts only with "
+       "CUEMM_POOL=vmm, and", "the limit");
+  like(err, "cuemm: CUEMM_MANAGED_LIMIT is set (cuemm_config.managed_limit = 1GiB) but ignored: it acts only with "
+       "CUEMM_MEMORY=managed, and", "the managed limit");
+  ok(strstr(err, COUNT) == NULL, "not the count, which every manager acts on");
+  size_t lines = 0;
+  for (const char *p = err; (p = strchr(p, '\n')) != NULL; p++)
+    lines++;
+  is(lines, 3, "three lines: %s", err);
+
+  capture_stderr(create_destroy, &a, err, sizeof err);
+  is(a.r, CUDA_SUCCESS, "a second such manager");
+  is_str(err, "", "hears nothing more: once per variable and process");
+
+  /* A knob the manager acts on says nothing; one not said before is said. */
+  clear_env();
+  setenv("CUEMM_POOL", "vmm", 1);
+  setenv("CUEMM_POOL_RESERVE", "64MiB", 1);
+  setenv("CUEMM_POOL_CHUNK", "4MiB", 1);
+  capture_stderr(create_destroy, &a, err, sizeof err);
+  ok(a.r == CUDA_SUCCESS && a.pool && a.pool_chunk == (size_t)4 << 20, "with CUEMM_POOL=vmm the chunk applies");
+  is_str(err, "", "and nothing is said");
+  clear_env();
+  setenv("CUEMM_STREAM_KEEP_LARGE", "8", 1);
+  cuemm_config c;
+  cuemm_config_init(&c);
+  c.pool = CUEMM_POOL_VMM; /* the program's choice: its pool takes the knob */
+  a.cfg = &c;
+  capture_stderr(create_destroy, &a, err, sizeof err);
+  ok(a.r == CUDA_SUCCESS && a.pool, "a program-chosen pool");
+  is_str(err, "", "acts on CUEMM_STREAM_KEEP_LARGE: nothing said");
+  c.pool = CUEMM_POOL_NONE;
+  capture_stderr(create_destroy, &a, err, sizeof err);
+  like(err, "cuemm: CUEMM_STREAM_KEEP_LARGE is set (cuemm_config.stream_keep_large = 8) but ignored: it acts only "
+       "with CUEMM_POOL=vmm", "without one, it is said");
+  clear_env();
+  cuemm_config_init(&c);
+  c.pool_reserve = (size_t)1 << 30; /* the program's own value is its choice */
+  capture_stderr(create_destroy, &a, err, sizeof err);
+  ok(a.r == CUDA_SUCCESS, "a program's own pool field without a pool");
+  is_str(err, "", "is not reported");
+  clear_env();
+}
+
 static void valid(const char *var, const char *value, size_t want_count, double want_ratio)
 {
   clear_env();
@@ -243,10 +430,13 @@ int main(void)
   invalid(COUNT, "-1");
   invalid(COUNT, "10x");
   invalid(COUNT, " 10");
-  invalid(COUNT, "4294967296");
+  too_large(COUNT, "4294967296", "4294967295");
+  too_large(COUNT, "99999999999999999999999", "4294967295");
   invalid(COUNT, "1e3");
   invalid(RATIO, "0");
-  invalid(RATIO, "1.5");
+  too_large(RATIO, "1.5", "1");
+  too_large(RATIO, "1e999", "1");
+  like(cuemm_last_error(), "greater than 0 and at most 1", "the ratio's message gives the range");
   invalid(RATIO, "-0.2");
   invalid(RATIO, "0.2x");
   invalid(RATIO, "nan");
@@ -288,6 +478,8 @@ int main(void)
 
   pool_knobs();
   nvtx_knob();
+  all_reported();
+  ignored();
   clear_env();
   test_release_primary(0);
   return tap_done();

@@ -261,6 +261,9 @@ check "a backend named twice is a usage error (exit $rc)" \
 out=$(CUEMM_POOL_CHUNK=3x "$replay" --backends cuemm-async "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
 check "an invalid CUEMM_* variable stops the run with cuemm's message (exit $rc)" \
   test $rc -eq 1 -a -n "$(printf '%s\n' "$out" | grep "^cuemm-replay: the CUEMM_\* environment: .*CUEMM_POOL_CHUNK")"
+out=$(CUEMM_POOL_CHUNK=3x CUEMM_STATS=7 "$replay" --backends cuemm-async "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
+check "two invalid CUEMM_* variables: both are named (exit $rc)" \
+  test $rc -eq 1 -a -n "$(printf '%s\n' "$out" | grep "^cuemm-replay: the CUEMM_\* environment: .*CUEMM_POOL_CHUNK=\"3x\" is invalid: .*; CUEMM_STATS=\"7\" is invalid: expected 0 or 1$")"
 
 # The progress line.  A synthetic log of 40,000 events; --progress-interval 0
 # shows it at every check (every 4096 lines read, every 1024 events
