@@ -575,7 +575,17 @@ typedef struct cuemm_pool_stats {
   uint64_t releases;           /* release passes that released a chunk */
   uint64_t fallback_allocs;    /* requests larger than the pool, given to cuMemAlloc */
   unsigned int peers;          /* devices granted access besides the owner */
-  double fragmentation;        /* 1 - largest_free_block / free_bytes; 0 when nothing is free */
+  /* How cut up the free space is: 1 - (largest free extent / free_bytes),
+   * 0 when nothing is free.  A free extent is a run of adjacent addresses
+   * that are all free: free blocks and cached ones (small blocks kept whole
+   * in the caches of their sizes, which largest_free_block does not merge)
+   * side by side count as one, and so do blocks freed on streams whose
+   * work may still be queued.  So a pool whose free space is one run of
+   * addresses reads 0 however many cached blocks it is split into (a chunk
+   * wholly free, say), and one whose free bytes are in many runs apart
+   * reads close to 1.  Blocks a thread keeps for a stream
+   * (cuemm_stats.stream_cached_bytes) are used here, as in used_bytes. */
+  double fragmentation;
   int limit_hard;              /* pool_limit_hard */
   size_t piece_pinned;         /* pool_piece: 0 when the piece size is chosen by measurement */
   size_t piece_bytes;          /* the piece size of the last growth (0 before the first) */

@@ -703,7 +703,9 @@ void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s)
     s->piece_cost_us[k] = t.ns_per_byte[k] * (double)((size_t)1 << (CUEMM__PIECE_MIN_SHIFT + k)) / 1e3;
     s->piece_samples[k] = t.samples[k];
   }
-  s->fragmentation = s->free_bytes ? 1.0 - (double)s->largest_free_block / (double)s->free_bytes : 0.0;
+  /* Of the free space, not of the blocks it is cut into: cached blocks
+   * side by side are one run of addresses (see cuemm_pool_stats). */
+  s->fragmentation = s->free_bytes ? 1.0 - (double)cuemm__sa_largest_extent(&p->sa) / (double)s->free_bytes : 0.0;
 }
 
 CUresult cuemm__pool_refuse(const cuemm__pool *p, size_t size)

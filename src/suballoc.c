@@ -703,6 +703,18 @@ size_t cuemm__sa_largest_free(const cuemm__sa *s)
   return best;
 }
 
+size_t cuemm__sa_largest_extent(const cuemm__sa *s)
+{
+  size_t best = 0, run = 0;
+  for (uint32_t i = 0; i != NIL; i = s->b[i].next) {
+    uint8_t st = s->b[i].state;
+    run = st == CUEMM__SA_FREE || st == CUEMM__SA_CACHED ? run + s->b[i].size : 0;
+    if (run > best)
+      best = run;
+  }
+  return best;
+}
+
 const char *cuemm__sa_check(const cuemm__sa *s)
 {
   size_t off = 0, fb = 0, ub = 0, hb = 0, fc = 0, uc = 0, hc = 0, cb = 0, cc = 0, lb = 0, lc = 0, tb = 0;

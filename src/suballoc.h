@@ -322,6 +322,11 @@ uint32_t cuemm__sa_find(const cuemm__sa *s, size_t off);
 /* The size of the largest idle FREE or CACHED block (0 if none). */
 size_t cuemm__sa_largest_free(const cuemm__sa *s);
 
+/* The largest run of free addresses: adjacent FREE and CACHED blocks (of
+ * any tag) taken as one, as they would be once the caches were coalesced
+ * and the streams' work done.  A walk in address order: O(blocks). */
+size_t cuemm__sa_largest_extent(const cuemm__sa *s);
+
 /* Checks every invariant (tiling, links, counters, no two adjacent FREE
  * blocks or holes; CACHED blocks may have free neighbours).  Returns NULL, or a description of the first violation. */
 const char *cuemm__sa_check(const cuemm__sa *s);

@@ -772,6 +772,62 @@ static void slab(void)
   like(cuemm_last_error(), "CUEMM_POOL_SLAB=1 and CUEMM_POOL_IPC=1 do not go together", "saying why");
 }
 
+static int near(double got, double want)
+{
+  return got - want < 1e-12 && want - got < 1e-12;
+}
+
+/* cuemm_pool_stats.fragmentation measures the free space, not the blocks
+ * it is cut into: cached blocks side by side are one free extent. */
+static void fragmentation(void)
+{
+  cuemm_config c = pool_config(32 * MiB, 256 * MiB, (size_t)1 << 40, 0, 0); /* every free flushes */
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CUdeviceptr v[64];
+  for (int i = 0; i < 60; i++)
+    CHECK_CU(cuemm_alloc(m, &v[i], 4096));
+  for (int i = 60; i < 64; i++)
+    CHECK_CU(cuemm_alloc(m, &v[i], MiB)); /* large ones */
+  for (int i = 0; i < 64; i++)
+    CHECK_CU(cuemm_free(m, v[i]));
+  cuemm_pool_stats ps = pstats(m);
+  ok(ps.chunks == 1 && ps.used_bytes == 0 && ps.free_bytes == 32 * MiB, "one chunk, wholly free (%zu used)",
+     ps.used_bytes);
+  ok(ps.free_blocks > 2 && ps.largest_free_block < ps.free_bytes,
+     "in %zu blocks, cached unmerged (largest %zu bytes)", ps.free_blocks, ps.largest_free_block);
+  ok(ps.fragmentation == 0.0, "fragmentation 0: the free space is one run of addresses (%g)", ps.fragmentation);
+  FILE *f = tmpfile();
+  CHECK_CU(cuemm_stats_print(m, f));
+  char text[4096] = "";
+  rewind(f);
+  text[fread(text, 1, sizeof text - 1, f)] = '\0';
+  fclose(f);
+  like(text, "fragmentation 0.00;", "and the statistics table says so");
+  CHECK_CU(cuemm_destroy(m));
+
+  /* Free space apart: 4 MiB blocks, every other one freed. */
+  CHECK_CU(cuemm_create(&m, NULL, &c));
+  for (int i = 0; i < 8; i++)
+    CHECK_CU(cuemm_alloc(m, &v[i], 4 * MiB));
+  ps = pstats(m);
+  ok(ps.chunks == 1 && ps.free_bytes == 0, "32 MiB in eight blocks fill one chunk");
+  for (int i = 0; i < 8; i += 2)
+    CHECK_CU(cuemm_free(m, v[i]));
+  ps = pstats(m);
+  ok(ps.free_bytes == 16 * MiB && near(ps.fragmentation, 0.75),
+     "16 MiB free in four runs of 4 MiB: fragmentation 1 - 4/16 = 0.75 (%g)", ps.fragmentation);
+  CHECK_CU(cuemm_free(m, v[1]));
+  ps = pstats(m);
+  ok(ps.free_bytes == 20 * MiB && near(ps.fragmentation, 0.4),
+     "block 1 freed joins blocks 0 and 2 into 12 MiB: 1 - 12/20 = 0.4 (%g)", ps.fragmentation);
+  for (int i = 3; i < 8; i += 2)
+    CHECK_CU(cuemm_free(m, v[i]));
+  ps = pstats(m);
+  ok(ps.free_bytes == 32 * MiB && ps.fragmentation == 0.0, "all freed: 0 (%g)", ps.fragmentation);
+  CHECK_CU(cuemm_destroy(m));
+}
+
 int main(void)
 {
   sim_init();
@@ -789,6 +845,7 @@ int main(void)
   configuration();
   hysteresis();
   slab();
+  fragmentation();
   sim_check_nothing_left(live0);
   test_release_primary(0);
   return tap_done();
