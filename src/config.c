@@ -178,9 +178,9 @@ _Static_assert(NKNOBS <= 64, "cuemm_config.env_set has one bit per knob");
  * where it acts.  Listed here so that the cuemm(7) page names them too. */
 static const cuemm__config_other others[] = {
   { "CUEMM_LIBCUDA", "src/driver.c",
-    "The CUDA driver file to load instead of libcuda.so.1 (through the dynamic loader's search path); there is "
-    "no fallback from one to the other." },
-  { "CUEMM_LIBRARY", "python/cuemm_lib.py, python/cuemm_numba.py",
+    "The CUDA driver to load instead of libcuda.so.1: a path, or a name the dynamic loader searches for; there "
+    "is no fallback from one to the other." },
+  { "CUEMM_LIBRARY", "the Python modules cuemm_lib and cuemm_numba",
     "The libcuemm file the Python modules (the Numba plugin, the PyTorch and CuPy adapters) load instead of the "
     "installed one." },
   { "NVTX_INJECTION64_PATH", "src/nvtx.c",
