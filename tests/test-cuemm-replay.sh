@@ -130,6 +130,27 @@ sed '3s/,5,1,/,five,1,/' "$fx" > "$tmp/seq.csv"
 err "a Seq that is not a number" 1 "cuemm-replay: $tmp/seq.csv:3: Seq is not a decimal number 'five'" "$replay" "$tmp/seq.csv"
 sed '4s/,6,1,/,6,,/' "$fx" > "$tmp/mgr.csv"
 err "an empty Manager" 1 "cuemm-replay: $tmp/mgr.csv:4: Manager is not a manager's number ''" "$replay" "$tmp/mgr.csv"
+# A number past 64 bits (or a manager's 32) is too large, not malformed.
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x10000000000000000,64,0x0\n' > "$tmp/bigp.csv"
+err "a pointer past 64 bits" 1 \
+  "cuemm-replay: $tmp/bigp.csv:2: Pointer is too large (at most 0xffffffffffffffff) '0x10000000000000000'" \
+  "$replay" "$tmp/bigp.csv"
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1000,18446744073709551616,0x0\n' > "$tmp/bigs.csv"
+err "a size past 64 bits" 1 \
+  "cuemm-replay: $tmp/bigs.csv:2: Size is too large (at most 18446744073709551615 bytes) '18446744073709551616'" \
+  "$replay" "$tmp/bigs.csv"
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1000,64,0x00000000000000000007\n' > "$tmp/zeros.csv"
+out=$("$replay" --quick --backends cuMemAlloc "$tmp/zeros.csv" 2>&1); rc=$?
+check "leading zeros do not make a stream too large (exit $rc)" test $rc -eq 0
+sed '3s/,5,1,/,99999999999999999999,1,/' "$fx" > "$tmp/bigseq.csv"
+err "a Seq past 64 bits" 1 \
+  "cuemm-replay: $tmp/bigseq.csv:3: Seq is too large (at most 18446744073709551615) '99999999999999999999'" \
+  "$replay" "$tmp/bigseq.csv"
+sed '4s/,6,1,/,6,4294967296,/' "$fx" > "$tmp/bigmgr.csv"
+err "a Manager past 32 bits" 1 "cuemm-replay: $tmp/bigmgr.csv:4: Manager is too large (at most 4294967295) '4294967296'" \
+  "$replay" "$tmp/bigmgr.csv"
+err "--manager past 32 bits" 2 "cuemm-replay: --manager 4294967296 is too large (at most 4294967295)" \
+  "$replay" --manager 4294967296 "$fx"
 err "an unknown option" 2 "cuemm-replay: unknown option '--fast'" "$replay" --fast "$fx"
 err "--reps 0" 2 "cuemm-replay: --reps takes 1 to 64, not '0'" "$replay" --reps 0 "$fx"
 err "--reps=65" 2 "cuemm-replay: --reps takes 1 to 64, not '65'" "$replay" --reps=65 "$fx"

@@ -505,26 +505,49 @@ static void parse_fail(const trace *t, const char *what, const char *field)
   parse_fail_at(t, t->lines, what, field);
 }
 
-/* Hex with or without 0x: 1 to 16 digits and nothing else. */
+/* What parse_hex and parse_dec found: a number, no number, or a number
+ * past 64 bits (said as such, not as a malformed field). */
+enum { NUMBER = 0, NOT_NUMBER = -1, TOO_LARGE = -2 };
+
+/* Hex with or without 0x: digits and nothing else, at most 64 bits. */
 static int parse_hex(const char *s, uint64_t *v)
 {
   if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
     s += 2;
   size_t n = strlen(s);
-  if (n == 0 || n > 16 || strspn(s, "0123456789abcdefABCDEF") != n)
-    return -1;
+  if (n == 0 || strspn(s, "0123456789abcdefABCDEF") != n)
+    return NOT_NUMBER;
+  while (n > 1 && *s == '0') {
+    s++;
+    n--;
+  }
+  if (n > 16)
+    return TOO_LARGE;
   *v = strtoull(s, NULL, 16);
-  return 0;
+  return NUMBER;
 }
 
 static int parse_dec(const char *s, uint64_t *v)
 {
   size_t n = strlen(s);
-  if (n == 0 || n > 20 || strspn(s, "0123456789") != n)
-    return -1;
+  if (n == 0 || strspn(s, "0123456789") != n)
+    return NOT_NUMBER;
   errno = 0;
   *v = strtoull(s, NULL, 10);
-  return errno ? -1 : 0;
+  return errno == ERANGE ? TOO_LARGE : NUMBER;
+}
+
+/* A field that parse_hex or parse_dec refused: what it is not, or that it
+ * is too large. */
+static void number_fail(const trace *t, int why, const char *name, const char *expected, const char *most,
+                        const char *field)
+{
+  char what[160];
+  if (why == TOO_LARGE)
+    snprintf(what, sizeof what, "%s is too large (at most %s)", name, most);
+  else
+    snprintf(what, sizeof what, "%s is not %s", name, expected);
+  parse_fail(t, what, field);
 }
 
 static uint16_t stream_index(trace *t, uint64_t id, size_t line)
@@ -674,9 +697,10 @@ static row *read_rows(trace *t, const char *path, size_t *nrows)
       r.action = ROW_FAILURE;
     else
       r.action = unknown_action(t, action);
+    int why;
     if (t->has_seq) {
-      if (parse_dec(f[col[COL_SEQ]], &r.seq) != 0)
-        parse_fail(t, "Seq is not a decimal number", f[col[COL_SEQ]]);
+      if ((why = parse_dec(f[col[COL_SEQ]], &r.seq)) != NUMBER)
+        number_fail(t, why, "Seq", "a decimal number", "18446744073709551615", f[col[COL_SEQ]]);
       if (r.seq < max_seq)
         t->seq_out_of_order++;
       else
@@ -684,20 +708,23 @@ static row *read_rows(trace *t, const char *path, size_t *nrows)
     }
     if (t->has_manager) {
       uint64_t id;
-      if (parse_dec(f[col[COL_MANAGER]], &id) != 0 || id > UINT32_MAX)
-        parse_fail(t, "Manager is not a manager's number", f[col[COL_MANAGER]]);
+      if ((why = parse_dec(f[col[COL_MANAGER]], &id)) == NUMBER && id > UINT32_MAX)
+        why = TOO_LARGE;
+      if (why != NUMBER)
+        number_fail(t, why, "Manager", "a manager's number", "4294967295", f[col[COL_MANAGER]]);
       r.manager = (uint32_t)id;
     }
     if (r.action == ROW_ALLOC || r.action == ROW_FREE) {
-      if (parse_hex(f[col[COL_POINTER]], &r.ptr) != 0)
-        parse_fail(t, "Pointer is not hex", f[col[COL_POINTER]]);
-      if (parse_dec(f[col[COL_SIZE]], &r.size) != 0)
-        parse_fail(t, "Size is not a decimal number of bytes", f[col[COL_SIZE]]);
-      if (parse_hex(f[col[COL_STREAM]], &r.stream) != 0)
-        parse_fail(t, "Stream is not hex", f[col[COL_STREAM]]);
+      if ((why = parse_hex(f[col[COL_POINTER]], &r.ptr)) != NUMBER)
+        number_fail(t, why, "Pointer", "hex", "0xffffffffffffffff", f[col[COL_POINTER]]);
+      if ((why = parse_dec(f[col[COL_SIZE]], &r.size)) != NUMBER)
+        number_fail(t, why, "Size", "a decimal number of bytes", "18446744073709551615 bytes", f[col[COL_SIZE]]);
+      if ((why = parse_hex(f[col[COL_STREAM]], &r.stream)) != NUMBER)
+        number_fail(t, why, "Stream", "hex", "0xffffffffffffffff", f[col[COL_STREAM]]);
       if (col[COL_HELD] >= 0 && f[col[COL_HELD]][0]) {
-        if (parse_dec(f[col[COL_HELD]], &r.held) != 0)
-          parse_fail(t, "Held is not a decimal number of bytes", f[col[COL_HELD]]);
+        if ((why = parse_dec(f[col[COL_HELD]], &r.held)) != NUMBER)
+          number_fail(t, why, "Held", "a decimal number of bytes", "18446744073709551615 bytes",
+                      f[col[COL_HELD]]);
         r.has_held = 1;
       }
     }
@@ -1534,7 +1561,10 @@ int main(int argc, char **argv)
       nsel = parse_backends(v, sel);
     } else if ((v = option_value(argc, argv, &i, "--manager")) != NULL) {
       uint64_t id;
-      if (parse_dec(v, &id) != 0 || id < 1 || id > UINT32_MAX)
+      int why = parse_dec(v, &id);
+      if (why == TOO_LARGE || (why == NUMBER && id > UINT32_MAX))
+        bad_usage("--manager %s is too large (at most 4294967295)", v);
+      if (why != NUMBER || id < 1)
         bad_usage("--manager takes a manager's number (1, 2, ...), not '%s'", v);
       want_manager = (uint32_t)id;
     } else {
