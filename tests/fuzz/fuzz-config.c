@@ -8,7 +8,9 @@
  * an accepted value lands in its field exactly and leaves every other field
  * at its default; a refused one sets env_status and a message naming the
  * variable, in env_error and in cuemm_last_error, and leaves every field at
- * its default.
+ * its default.  A refusal says "is too large" exactly when the value is a
+ * number of the right form past the knob's range or 64 bits, and "is
+ * invalid" otherwise.
  */
 #include <errno.h>
 #include <math.h>
@@ -40,14 +42,16 @@ static const struct var {
 
 #define MAX_SIZE ((uint64_t)256 << 40) /* 256 TiB */
 
-/* Digits only, into *v; 0 on overflow of 64 bits or no digit. */
-static int digits(const char *s, const char **end, uint64_t *v)
+/* Digits only, into *v; 0 when there is no digit; with *over set when
+ * they overflow 64 bits (*end still past them). */
+static int digits(const char *s, const char **end, uint64_t *v, int *over)
 {
   uint64_t x = 0;
   const char *p = s;
+  *over = 0;
   for (; *p >= '0' && *p <= '9'; p++) {
     if (x > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
-      return 0;
+      *over = 1;
     x = x * 10 + (uint64_t)(*p - '0');
   }
   *end = p;
@@ -55,11 +59,13 @@ static int digits(const char *s, const char **end, uint64_t *v)
   return p != s;
 }
 
-/* 1 and *want when the reference grammar accepts text for v. */
+/* 1 and *want when the reference grammar accepts text for v; 0 when it
+ * refuses it, 2 when it refuses it as too large. */
 static int reference(const struct var *v, const char *text, double *want)
 {
   const char *end;
   uint64_t x;
+  int over;
   switch (v->kind) {
   case POOL:
     if (!strcmp(text, "none") || !strcmp(text, "vmm")) {
@@ -74,8 +80,10 @@ static int reference(const struct var *v, const char *text, double *want)
     }
     return 0;
   case COUNT:
-    if (!digits(text, &end, &x) || *end || x > UINT32_MAX)
+    if (!digits(text, &end, &x, &over) || *end)
       return 0;
+    if (over || x > UINT32_MAX)
+      return 2;
     *want = (double)x;
     return 1;
   case SIZE: {
@@ -83,13 +91,13 @@ static int reference(const struct var *v, const char *text, double *want)
       { "", 0 }, { "K", 10 }, { "KiB", 10 }, { "M", 20 }, { "MiB", 20 },
       { "G", 30 }, { "GiB", 30 }, { "T", 40 }, { "TiB", 40 },
     };
-    if (!digits(text, &end, &x))
+    if (!digits(text, &end, &x, &over))
       return 0;
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
       if (strcmp(end, units[i].s) != 0)
         continue;
-      if (x > (MAX_SIZE >> units[i].shift))
-        return 0;
+      if (over || x > (MAX_SIZE >> units[i].shift))
+        return 2;
       x <<= units[i].shift;
       if (x == 0 && !v->zero_ok)
         return 0;
@@ -150,6 +158,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     double d = strtod(text, &end);
     int lead = (text[0] >= '0' && text[0] <= '9') || text[0] == '.';
     ref = lead && !errno && end && *end == '\0' && isfinite(d) && d > 0 && d <= 1;
+    if (lead && end && *end == '\0' && !isnan(d) && d > 1)
+      ref = 2; /* past 1, or past what a double holds (ERANGE, HUGE_VAL) */
     want = d;
   }
   FUZZ_ASSERT((r == CUDA_SUCCESS) == (ref == 1), "%s=\"%s\": cuemm says %d, the grammar says %s", v->name, text,
@@ -164,6 +174,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_ASSERT(strstr(cuemm_last_error(), v->name) != NULL, "message does not name %s: %s", v->name,
                 cuemm_last_error());
     FUZZ_ASSERT(field(&c, v) == field(&def, v), "a refused %s changed its field", v->name);
+    char head[160];
+    snprintf(head, sizeof head, "%s=\"%.64s\" %s", v->name, text,
+             ref == 2 ? "is too large (at most " : "is invalid: expected ");
+    FUZZ_ASSERT(strncmp(c.env_error, head, strlen(head)) == 0, "%s=\"%s\": the grammar says %s, the message: %s",
+                v->name, text, ref == 2 ? "too large" : "malformed", c.env_error);
   }
   for (size_t i = 0; i < NVARS; i++)
     if (&vars[i] != v)
