@@ -1,11 +1,15 @@
 /* config.c: owns cuemm's knobs: their defaults, the CUEMM_* environment
  * variables that set them, and what values are accepted.
  *
- * One table lists every knob (variable, type, unit, default, range), so the
- * parser, the validation of a program-edited struct, and the messages all
+ * One table lists every knob (variable, type, unit, default, range, what
+ * it acts with, what it does), so the parser, the validation of a
+ * program-edited struct, the messages, the note about settings a manager
+ * ignores and the cuemm(7) page (tools/cuemm-man7 prints it from here) all
  * read the same facts, and a new knob is one row.  Parsing is strict: an
  * operator who writes CUEMM_MAX_PENDING_DEALLOCS_RATIO=20% must hear about it
- * rather than run with a default they did not choose.
+ * rather than run with a default they did not choose, and one who made three
+ * mistakes hears about all three at once.  The variables read elsewhere
+ * (the driver file, ...) are listed here too, for the page.
  */
 
 #include <errno.h>
