@@ -79,19 +79,17 @@ void cuemm__error_append(const char *fmt, ...)
   va_list ap, again;
   va_start(ap, fmt);
   va_copy(again, ap);
-  char *buf = in_long ? long_error : last_error;
-  size_t cap = in_long ? long_cap : sizeof last_error;
-  size_t used = strlen(buf);
-  int n = used + 1 < cap ? vsnprintf(buf + used, cap - used, fmt, ap) : 0;
-  if (n >= 0 && used + (size_t)n + 1 > cap && long_reserve(used + (size_t)n + 1) == 0) {
-    /* Grown: the whole text moves to the larger buffer (a no-op copy when
-     * it is there already). */
-    if (!in_long)
-      memcpy(long_error, last_error, used + 1);
-    long_error[used] = '\0';
-    vsnprintf(long_error + used, long_cap - used, fmt, again);
+  size_t used = strlen(in_long ? long_error : last_error);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  if (n >= 0 && used + (size_t)n + 1 > (in_long ? long_cap : sizeof last_error) &&
+      long_reserve(used + (size_t)n + 1) == 0 && !in_long) {
+    memcpy(long_error, last_error, used + 1);
     in_long = 1;
   }
+  char *buf = in_long ? long_error : last_error;
+  size_t cap = in_long ? long_cap : sizeof last_error;
+  if (n >= 0 && used + 1 < cap)
+    vsnprintf(buf + used, cap - used, fmt, again);
   va_end(again);
   va_end(ap);
 }

@@ -2,6 +2,7 @@
  * values a program sets, and what creation does with an invalid one.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,6 +239,27 @@ static void nvtx_knob(void)
   clear_env();
 }
 
+typedef struct long_args {
+  size_t length, named;
+  int after;
+} long_args;
+
+/* In a thread of its own: the environment's long message, then a short
+ * one (the thread's buffers go at its exit: valgrind sees a leak if not). */
+static void *long_error_thread(void *arg)
+{
+  long_args *a = arg;
+  cuemm_config c;
+  cuemm_config_init(&c);
+  a->length = strlen(cuemm_last_error());
+  const char *m = cuemm_last_error();
+  for (const char *p = m; (p = strstr(p, "=\"99999")) != NULL; p++)
+    a->named++;
+  cuemm_config_init(NULL);
+  a->after = strcmp(cuemm_last_error(), "cuemm_config_init: cfg is NULL");
+  return NULL;
+}
+
 /* Every invalid variable is reported, each with the sentence it has alone. */
 static void all_reported(void)
 {
@@ -292,9 +314,38 @@ static void all_reported(void)
      sizeof c.env_error);
   ok(strcmp(c.env_error, cuemm_last_error()) == 0, "and cuemm_last_error is env_error whole");
   like(c.env_error + n - 12, "0 or 1", "the last knob's sentence ends the text: %s", c.env_error + n - 40);
+
+  /* Context appended to such a message is kept whole too. */
+  cuemm_manager *dm = NULL;
+  is(cuemm_device_manager(0, &dm), CUDA_ERROR_INVALID_VALUE, "the framework adapters' manager: refused");
+  named = 0;
+  for (size_t i = 0; i < nall; i++) {
+    char key[96];
+    snprintf(key, sizeof key, "%s=\"99999", all[i]);
+    named += strstr(cuemm_last_error(), key) != NULL;
+  }
+  is(named, nall, "naming every variable");
+  n = strlen(cuemm_last_error());
+  const char *ctx = " (cuemm_device_manager 0)";
+  ok(n > strlen(ctx) && strcmp(cuemm_last_error() + n - strlen(ctx), ctx) == 0,
+     "and the device after them: ...%s", cuemm_last_error() + (n > 40 ? n - 40 : 0));
+
+  /* Each thread has its own long message; the main thread's stays. */
+  char before[64];
+  snprintf(before, sizeof before, "%s", cuemm_last_error());
+  pthread_t t;
+  long_args la = { 0 };
+  pthread_create(&t, NULL, long_error_thread, &la);
+  pthread_join(t, NULL);
+  ok(la.named == nall && la.length > 1024, "a thread's long message is its own, whole (%zu bytes, %zu named)",
+     la.length, la.named);
+  is(la.after, 0, "a short message after it is the thread's message alone");
+  ok(strncmp(cuemm_last_error(), before, strlen(before)) == 0, "the main thread's message is untouched");
   for (size_t i = 0; i < nall; i++)
     unsetenv(all[i]);
   clear_env();
+  cuemm_config_init(NULL);
+  is_str(cuemm_last_error(), "cuemm_config_init: cfg is NULL", "a short message after a long one is short");
 }
 
 /* Reads what fn writes to stderr. */
