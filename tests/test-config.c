@@ -447,6 +447,47 @@ static void ignored(void)
   clear_env();
 }
 
+static void device_manager(void *arg)
+{
+  create_args *a = arg;
+  cuemm_manager *m = NULL;
+  a->r = cuemm_device_manager(0, &m);
+  if (a->r == CUDA_SUCCESS) {
+    cuemm_pool_stats ps;
+    cuemm_pool_get_stats(m, &ps);
+    a->pool = ps.enabled;
+  }
+}
+
+/* The framework adapters turn the pool on when CUEMM_POOL is unset: a pool
+ * knob then applies and nothing is said.  Last, since the device's manager
+ * lives to the process's end. */
+static void adapters_pool(void)
+{
+  char err[4096];
+  create_args a = { 0 };
+  clear_env();
+  setenv("CUEMM_POOL_RELEASE_DELAY", "5", 1);
+  capture_stderr(device_manager, &a, err, sizeof err);
+  ok(a.r == CUDA_SUCCESS && a.pool, "the adapters' manager of device 0 has the pool with CUEMM_POOL unset");
+  is_str(err, "", "so CUEMM_POOL_RELEASE_DELAY applies: nothing said");
+  /* A manager without a pool in the same process does say it: it was not
+   * said before. */
+  CUdevice dev;
+  CUcontext ctx, prev;
+  CHECK_CU(cuCtxGetCurrent(&prev));
+  CHECK_CU(cuDeviceGet(&dev, 0));
+  CHECK_CU(cuCtxCreate(&ctx, NULL, 0, dev));
+  a.cfg = NULL;
+  capture_stderr(create_destroy, &a, err, sizeof err);
+  is(a.r, CUDA_SUCCESS, "a manager of another context from the same environment");
+  like(err, "cuemm: CUEMM_POOL_RELEASE_DELAY is set (cuemm_config.pool_release_delay_ms = 5) but ignored: it acts "
+       "only with CUEMM_POOL=vmm, and this manager has no pool and device memory", "is told it ignores the delay");
+  CHECK_CU(cuCtxDestroy(ctx));
+  CHECK_CU(cuCtxSetCurrent(prev));
+  clear_env();
+}
+
 static void valid(const char *var, const char *value, size_t want_count, double want_ratio)
 {
   clear_env();
@@ -531,6 +572,7 @@ int main(void)
   nvtx_knob();
   all_reported();
   ignored();
+  adapters_pool();
   clear_env();
   test_release_primary(0);
   return tap_done();
