@@ -47,6 +47,13 @@ check "the scan finds the variables read ($(wc -l < "$tmp/read"))" test "$(wc -l
 unlisted=$(comm -23 "$tmp/read" "$tmp/documented")
 check "every CUEMM_* variable read in src/ and python/ is on the page" test -z "$unlisted"
 test -z "$unlisted" || echo "$unlisted" | sed 's/^/# not on the page: /'
+# The suite runs with every CUEMM_* variable read unset (Makefile.am's
+# AM_TESTS_ENVIRONMENT), so that the shell's settings do not reach the tests.
+sed -n '/^AM_TESTS_ENVIRONMENT = /,/CUEMM_TEST_DRIVER=/p' "$top_srcdir/Makefile.am" | tr ' \t;\\' '\n\n\n\n' |
+  grep '^CUEMM_[A-Z0-9_]*$' | sort -u > "$tmp/unset"
+kept=$(comm -23 "$tmp/read" "$tmp/unset")
+check "make check unsets every CUEMM_* variable read" test -z "$kept"
+test -z "$kept" || echo "$kept" | sed 's/^/# not unset for the tests: /'
 for v in CUEMM_LIBCUDA CUEMM_LIBRARY CUEMM_LOG CUEMM_POOL_CHUNK; do
   check "$v is on the page" grep -qx "$v" "$tmp/documented"
 done
