@@ -233,6 +233,38 @@ torch3, calls3 = fake_torch()
 a3 = with_module("torch", torch3, lambda: cuemm_torch.use(graphs=False))
 ok(not any(k in a3.allocator().set for k in cuemm_torch.GRAPH_HOOKS), "use(graphs=False) leaves them unset")
 
+# torch.compile: use() switches CUDA graph trees off, saying so once.
+cfg = types.ModuleType("torch._inductor.config")
+cfg.triton = types.SimpleNamespace(cudagraph_trees=True)
+
+
+def use_with_inductor(torch_mod):
+    sys.modules["torch._inductor.config"] = cfg
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with_module("torch", torch_mod, cuemm_torch.use)
+            with_module("torch", torch_mod, cuemm_torch.use)
+    finally:
+        del sys.modules["torch._inductor.config"]
+    return [w for w in caught if issubclass(w.category, cuemm_torch.CuemmWarning)]
+
+
+cuemm_torch._allocator = None
+said = use_with_inductor(fake_torch()[0])
+ok(cfg.triton.cudagraph_trees is False, "use(): torch._inductor.config.triton.cudagraph_trees is off")
+ok(len(said) == 1 and "cudagraph_trees = False" in str(said[0].message)
+   and "getCheckpointState" in str(said[0].message) and "reduce-overhead" in str(said[0].message),
+   "one CuemmWarning, naming the setting, the mode and what PyTorch lacks", [str(w.message) for w in said])
+cuemm_torch._allocator = None
+ok(use_with_inductor(fake_torch()[0]) == [] and cfg.triton.cudagraph_trees is False,
+   "trees off already: nothing to say")
+cuemm_torch._allocator = None
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with_module("torch", fake_torch()[0], cuemm_torch.use)
+ok(not caught, "a torch without inductor: no warning", [str(w.message) for w in caught])
+
 # ---- CuPy, a stand-in ------------------------------------------------------------------
 
 cuda = ctypes.CDLL(os.environ.get("CUEMM_LIBCUDA", "libcuda.so.1"))
