@@ -85,6 +85,8 @@ except Exception as e:
     skip("signatures match Numba's BaseCUDAMemoryManager", why)
     ok(isinstance(raises(lambda: dummy.initialize(), RuntimeError), RuntimeError),
        "without Numba, initialize raises RuntimeError saying so")
+    e = raises(cn.use, ImportError)
+    ok(isinstance(e, ImportError) and "install numba-cuda" in str(e), "without Numba, use() raises ImportError saying so", e)
 else:
     base = nbdrv.BaseCUDAMemoryManager
     ok(issubclass(cls, base), "subclass of Numba's BaseCUDAMemoryManager")
@@ -93,6 +95,12 @@ else:
     bad = [n for n in EMM_V1 if params(getattr(base, n)) != params(getattr(cls, n))]
     ok(not bad, "signatures match Numba's BaseCUDAMemoryManager", bad)
     skip("without Numba, initialize raises RuntimeError saying so", "Numba is importable")
+    skip("without Numba, use() raises ImportError saying so", "Numba is importable")
+    saved = nbdrv._memory_manager if hasattr(nbdrv, "_memory_manager") else None
+    cn.use()
+    ok(getattr(nbdrv, "_memory_manager", None) is cls, "use(): Numba's memory manager is the plugin")
+    if hasattr(nbdrv, "_memory_manager"):
+        nbdrv._memory_manager = saved
     # Numba's own resolution of NUMBA_CUDA_MEMORY_MANAGER (it imports the
     # module named and takes its _numba_memory_manager), by both names.
     for name in ("cuemm.numba", "cuemm_numba"):
