@@ -1,0 +1,273 @@
+"""cuemm.torch: PyTorch's CUDA memory from cuemm.
+
+    import torch
+    import cuemm.torch
+    cuemm.torch.use()        # before the first CUDA tensor
+
+From then on every CUDA allocation of PyTorch goes to libcuemm's entry
+points for PyTorch's pluggable allocator (torch.cuda.memory.
+CUDAPluggableAllocator): one cuemm manager per device, over the device's
+primary context, with the stream-ordered pool (CUEMM_POOL=vmm unless
+CUEMM_POOL is set; the other CUEMM_* variables apply, CUEMM_LOG included).
+
+What PyTorch's pluggable interface carries, and so what works:
+  - allocations and frees in stream order (a block freed on its stream is
+    reused at once by that stream, by others once its work is done, or,
+    where the pool would otherwise grow, by another stream made to wait
+    for that work: CUEMM_STREAM_REUSE, default "internal");
+  - Tensor.record_stream (the hook set_record_stream_fn);
+  - torch.cuda.empty_cache() (set_reset_fn): cuemm trims its pools;
+  - CUDA graphs (set_begin_allocate_to_pool and friends, where the torch
+    has them): blocks allocated during a capture are kept for the graph
+    until it is released;
+  - torch.compile, default mode and mode="reduce-overhead": use() switches
+    torch._inductor.config.triton.cudagraph_trees off (with one
+    CuemmWarning; where inductor is not loaded yet, when torch.compile
+    first loads its config), since CUDA graph trees need allocator calls PyTorch does
+    not make pluggable (GRAPH_TREES_OFF says which); reduce-overhead then
+    captures plain CUDA graphs, which cuemm's graph hooks serve;
+  - several devices: each device's allocations go to its own manager.
+What it does not carry: torch.cuda.memory_stats(), memory_allocated(),
+max_memory_reserved() and the rest of the statistics raise under a
+pluggable allocator (PyTorch's getDeviceStats is not pluggable); use
+stats(), memory_allocated(), max_memory_reserved() of this module instead.
+torch.cuda.set_per_process_memory_fraction is not passed on (set
+CUEMM_POOL_LIMIT with CUEMM_POOL_LIMIT_HARD=1).  Memory snapshots
+(torch.cuda.memory._snapshot) are not available; CUEMM_LOG writes cuemm's
+own event log.  PyTorch does not check what the allocator returns: an
+out-of-memory shows up as an illegal address in the kernel that uses the
+tensor; adapter_stats() says which allocation failed and why.
+
+The library is found as cuemm._lib finds it (CUEMM_LIBRARY first).
+"""
+
+import ctypes
+import importlib.abc
+import sys
+import warnings
+
+from cuemm import _lib
+
+__all__ = ["use", "is_used", "CuemmWarning", "stats", "pool_stats", "adapter_stats", "empty_cache",
+           "memory_allocated", "max_memory_allocated", "memory_reserved",
+           "max_memory_reserved", "ALLOC", "FREE", "HOOKS"]
+
+ALLOC = "cuemm_torch_alloc"
+FREE = "cuemm_torch_free"
+# The optional hooks of torch._C._CUDAPluggableAllocator: setter -> symbol.
+HOOKS = (
+    ("set_record_stream_fn", "cuemm_torch_record_stream"),
+    ("set_reset_fn", "cuemm_torch_empty_cache"),
+    ("set_init_fn", "cuemm_torch_init"),
+    ("set_begin_allocate_to_pool", "cuemm_torch_begin_allocate_to_pool"),
+    ("set_end_allocate_to_pool_fn", "cuemm_torch_end_allocate_to_pool"),
+    ("set_release_pool", "cuemm_torch_release_pool"),
+)
+GRAPH_HOOKS = ("set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn", "set_release_pool")
+
+# torch.compile(mode="reduce-overhead") builds CUDA graph trees by default.
+# Trees keep their memory pool's bookkeeping with three calls of the
+# allocator that PyTorch (2.11) does not let a pluggable allocator answer:
+# getCheckpointState after every recording (unconditionally),
+# setCheckpointPoolState when a tree changes path, and
+# checkPoolLiveAllocations for the slow-path assertions (on by default).
+# None has a hook in CUDAPluggableAllocator, and the checkpoint state is a
+# C++ object of the caching allocator that restores its blocks and swaps
+# the deleters of live storages, so no answer from cuemm can stand in for
+# it.  Plain CUDA graphs (cudagraph_trees = False) need only the graph-pool
+# hooks, which cuemm has: use() switches the trees off, and says so once
+# (when inductor's config is loaded: at once, or at its first import).
+GRAPH_TREES_OFF = ("cuemm.torch: torch.compile(mode=\"reduce-overhead\") will capture plain CUDA graphs "
+                   "(torch._inductor.config.triton.cudagraph_trees = False): CUDA graph trees need "
+                   "getCheckpointState, setCheckpointPoolState and checkPoolLiveAllocations, which PyTorch "
+                   "offers no pluggable allocator")
+
+
+class CuemmWarning(UserWarning):
+    """What cuemm.torch changed in PyTorch's settings, and why."""
+
+
+TOO_LATE = ("cuemm.torch.use() must run before PyTorch initializes CUDA (its first CUDA tensor, "
+            "torch.cuda.init(), or anything else that does): %s.  Call it right after `import torch`.")
+
+_allocator = None
+_hooks = ()
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError("cuemm.torch: PyTorch is not importable here (%s); install torch, or use "
+                          "cuemm.cupy or cuemm.numba for the other frameworks" % e) from e
+    return torch
+
+
+def use(graphs=True):
+    """Switches PyTorch to cuemm; returns the torch allocator object.
+    Calling it again does nothing.  graphs=False leaves the graph hooks
+    unset (CUDA graph captures then get ordinary blocks, which cuemm may
+    hand out again while the graph lives: only for programs without graphs).
+    Raises ImportError without PyTorch, OSError when libcuemm cannot be
+    loaded, RuntimeError when it is too late (CUDA already initialized in
+    torch) or this torch has no pluggable allocator."""
+    global _allocator, _hooks
+    torch = _torch()
+    if _allocator is not None:
+        return _allocator
+    mem = getattr(getattr(torch, "cuda", None), "memory", None)
+    if mem is None or not hasattr(mem, "CUDAPluggableAllocator") or not hasattr(mem, "change_current_allocator"):
+        raise RuntimeError("cuemm.torch: this torch (%s) has no torch.cuda.memory.CUDAPluggableAllocator "
+                           "(PyTorch 2.0 or newer, built with CUDA, has it)" % getattr(torch, "__version__", "?"))
+    path = _lib.loaded_path()
+    if torch.cuda.is_initialized():
+        raise RuntimeError(TOO_LATE % "torch.cuda.is_initialized() is True already")
+    try:
+        alloc = mem.CUDAPluggableAllocator(path, ALLOC, FREE)
+    except AttributeError as e:  # a torch built without CUDA lacks _cuda_customAllocator
+        raise RuntimeError("cuemm.torch: this torch (%s) cannot take a pluggable allocator: %s"
+                           % (getattr(torch, "__version__", "?"), e)) from e
+    raw = alloc.allocator()
+    hooked = []
+    for setter, symbol in HOOKS:
+        fn = getattr(raw, setter, None)
+        if fn is None or (not graphs and setter in GRAPH_HOOKS):
+            continue
+        fn(_lib.symbol_address(symbol))
+        hooked.append(setter)
+    try:
+        mem.change_current_allocator(alloc)
+    except RuntimeError as e:
+        raise RuntimeError(TOO_LATE % ("change_current_allocator refused: %s" % e)) from e
+    _allocator, _hooks = alloc, tuple(hooked)
+    _graph_trees_off()
+    return alloc
+
+
+INDUCTOR_CONFIG = "torch._inductor.config"
+
+
+def _graph_trees_off():
+    """Switches torch.compile's CUDA graph trees off (see GRAPH_TREES_OFF):
+    at once when inductor's config is loaded already, else when it is
+    first imported (by torch.compile; importing it here would load dynamo
+    and inductor into programs that never compile)."""
+    config = sys.modules.get(INDUCTOR_CONFIG)
+    if config is not None:
+        _trees_off_in(config, stacklevel=4)
+    elif not any(isinstance(f, _InductorConfigHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _InductorConfigHook())
+
+
+def _trees_off_in(config, stacklevel):
+    """Turns the trees off in inductor's config module; says so when they
+    were on.  Returns whether they were."""
+    triton = getattr(config, "triton", None)
+    if triton is None or not getattr(triton, "cudagraph_trees", False):
+        return False
+    triton.cudagraph_trees = False
+    warnings.warn(GRAPH_TREES_OFF, CuemmWarning, stacklevel=stacklevel)
+    return True
+
+
+class _InductorConfigHook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """An import hook for torch._inductor.config alone: the module is found
+    and run by the finder that would have loaded it, then its trees are
+    switched off, and the hook removes itself."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != INDUCTOR_CONFIG:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                self._loader = spec.loader
+                spec.loader = self
+                return spec
+        return None
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        try:
+            self._loader.exec_module(module)
+        finally:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+        _trees_off_in(module, stacklevel=2)
+
+
+def is_used():
+    """Whether use() has switched PyTorch to cuemm."""
+    return _allocator is not None
+
+
+def hooks():
+    """The hooks use() could set on this torch."""
+    return _hooks
+
+
+def _device(device):
+    if device is None:
+        torch = _torch()
+        return torch.cuda.current_device() if torch.cuda.is_initialized() else 0
+    if isinstance(device, int):
+        return device
+    index = getattr(device, "index", None)
+    if index is not None:
+        return index
+    if isinstance(device, str) and ":" in device:
+        return int(device.rsplit(":", 1)[1])
+    return 0
+
+
+def stats(device=None):
+    """cuemm's statistics of the device's manager (cuemm_get_stats) as a
+    dict (device None: torch's current device)."""
+    return _lib.stats(_device(device))
+
+
+def pool_stats(device=None):
+    """The device's pool (cuemm_pool_get_stats) as a dict."""
+    return _lib.pool_stats(_device(device))
+
+
+def adapter_stats():
+    """The adapters' failures (cuemm_adapter_get_stats) as a dict."""
+    return _lib.adapter_stats()
+
+
+def empty_cache():
+    """torch.cuda.empty_cache()'s effect without torch: every device's pool
+    trimmed."""
+    _lib.empty_cache()
+
+
+# torch.cuda's names for the figures, from cuemm's statistics.
+def memory_allocated(device=None):
+    """Bytes the program holds now (live_bytes)."""
+    return stats(device)["live_bytes"]
+
+
+def max_memory_allocated(device=None):
+    """The most bytes the program held (peak_bytes)."""
+    return stats(device)["peak_bytes"]
+
+
+def memory_reserved(device=None):
+    """Bytes cuemm holds from the driver now (held_bytes)."""
+    return stats(device)["held_bytes"]
+
+
+def max_memory_reserved(device=None):
+    """The most bytes cuemm held from the driver (peak_held_bytes)."""
+    return stats(device)["peak_held_bytes"]
+
+
+# The C entry points with PyTorch's types, for tests and tools that call
+# them as PyTorch does.
+ALLOC_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+FREE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
