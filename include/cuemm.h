@@ -20,7 +20,8 @@
  *   - A failed call changes nothing: no memory is lost, no statistic moves
  *     except the failure counters.
  *
- * Environment (read by cuemm_config_init, see the README for the table)
+ * Environment (read by cuemm_config_init; every variable in cuemm(7) and
+ * docs/configuration.md)
  *   CUEMM_MAX_PENDING_DEALLOCS_COUNT  frees held before a flush (default 10)
  *   CUEMM_MAX_PENDING_DEALLOCS_RATIO  bytes held before a flush, as a
  *                                     fraction of device memory (default 0.2)
