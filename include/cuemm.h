@@ -20,8 +20,8 @@
  *   - A failed call changes nothing: no memory is lost, no statistic moves
  *     except the failure counters.
  *
- * Environment (read by cuemm_config_init; the cuemm(7) manual page has the
- * whole table, generated from the library's own)
+ * Environment (read by cuemm_config_init; every variable in cuemm(7), which
+ * is generated from the library's own table, and docs/configuration.md)
  *   CUEMM_MAX_PENDING_DEALLOCS_COUNT  frees held before a flush (default 10)
  *   CUEMM_MAX_PENDING_DEALLOCS_RATIO  bytes held before a flush, as a
  *                                     fraction of device memory (default 0.2)

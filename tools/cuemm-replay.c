@@ -69,6 +69,9 @@
  *   --progress-interval S  seconds before the first progress line and
  *                          between lines (0: at every check)
  *   -q, --quiet            no progress line
+ *   -h, --help             what the options are, then exit 0
+ *   --version              the program's and libcuemm's versions, then
+ *                          exit 0
  *   Options take their value as the next argument or after "="; "--" ends
  *   them.
  *
@@ -105,8 +108,13 @@
  *   driver or cuemm call failed, or the snapshot could not be taken or
  *   written; 2 a usage error (an unknown option or backend, a bad value).
  *
- * scripts/torch-trace.py writes RMM logs from PyTorch's own allocator;
- * scripts/gpu-traces.sh records and replays them on a GPU.
+ * SEE ALSO
+ *   cuemm(3), cuemm(7).  scripts/torch-trace.py writes RMM logs from
+ *   PyTorch's own allocator; scripts/gpu-traces.sh records and replays them
+ *   on a GPU.
+ *
+ * man/cuemm-replay.1 is made from this comment, NAME to SEE ALSO, by
+ * man/gen-cuemm-replay1.py: keep it in that form.
  */
 #include <dlfcn.h>
 #include <errno.h>
