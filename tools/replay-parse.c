@@ -634,7 +634,8 @@ static replay_status parse(replay_trace *t, reader *rd, const char *path, uint32
   }
   free(rd->line);
   if (st == REPLAY_OK && t->has_seq) {
-    qsort(p.rows, p.nrows, sizeof *p.rows, cmp_row_seq);
+    if (p.nrows > 1) /* a header alone has no rows to sort, and qsort no NULL */
+      qsort(p.rows, p.nrows, sizeof *p.rows, cmp_row_seq);
     for (size_t i = 1; i < p.nrows; i++)
       t->seq_duplicates += p.rows[i].seq == p.rows[i - 1].seq;
   }
