@@ -168,6 +168,10 @@ err "a field of 100 bytes is quoted to its first 64" 1 \
 err "an argument with ESC [2J, escaped" 2 "cuemm-replay: --reps takes 1 to 64, not '\x1b[2J'" \
   "$replay" --reps "$esc[2J" "$fx"
 err "an unknown option with ESC, escaped" 2 "cuemm-replay: unknown option '--\x1b[2J'" "$replay" "--$esc[2J" "$fx"
+out=$(CUEMM_POOL_CHUNK="$esc[2J" "$replay" --quick --backends cuemm-async "$fx" 2>&1); rc=$?
+check "a CUEMM_* value with ESC [2J, quoted by cuemm's message, is escaped (exit $rc)" \
+  test $rc -eq 1 -a -n "$(has '^cuemm-replay: the CUEMM_\* environment: CUEMM_POOL_CHUNK="\\x1b\[2J" is invalid' && echo y)"
+check "a CUEMM_* value with ESC: no ESC byte in the output" test -z "$(printf '%s\n' "$out" | grep "$esc")"
 out=$("$replay" --help 2>&1); rc=$?
 check "--help: exit 0, every option documented (exit $rc)" \
   test $rc -eq 0 -a -n "$(for o in --backends --manager --reps --quick --snapshot --progress-interval --quiet --help --version \

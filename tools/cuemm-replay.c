@@ -137,16 +137,17 @@
 #define PACKAGE_VERSION "unknown"
 #endif
 
-/* Text from outside (a log's bytes, an argument, a file name) as messages
- * show it: bytes outside printable ASCII as \xNN (replay_escape), so that
- * none reaches the terminal as a control sequence; cut at 256 bytes.  Four
- * buffers, for up to four in one message. */
+/* Text from outside (a log's bytes, an argument, a file name, the
+ * environment, and cuemm's messages, which may quote the environment) as
+ * messages show it: bytes outside printable ASCII as \xNN (replay_escape),
+ * so that none reaches the terminal as a control sequence; cut at 1024
+ * bytes.  Four buffers, for up to four in one message. */
 static const char *shown(const char *s)
 {
-  static char buf[4][4 * 256 + 8];
+  static char buf[4][4 * 1024 + 8];
   static unsigned next;
   char *b = buf[next++ % 4];
-  replay_escape(b, sizeof buf[0], s, strlen(s), 256);
+  replay_escape(b, sizeof buf[0], s ? s : "(null)", s ? strlen(s) : 6, 1024);
   return b;
 }
 
@@ -189,7 +190,7 @@ static void call_failed(const char *call, CUresult r)
   int ours = strncmp(call, "cuemm_", 6) == 0, driver = strncmp(call, "drv.", 4) == 0;
   progress_clear();
   fprintf(stderr, PROG ": %s%s failed (%s)%s%s\n", driver ? "cu" : "", driver ? call + 4 : call, error_name(r),
-          ours ? ": " : "", ours ? cuemm_last_error() : "");
+          ours ? ": " : "", ours ? shown(cuemm_last_error()) : "");
   exit(1);
 }
 
@@ -206,7 +207,7 @@ static void driver_load(cuemm_driver_info *info)
 {
   CUresult r = cuemm_driver_load();
   if (r != CUDA_SUCCESS) {
-    fprintf(stderr, PROG ": no usable CUDA driver: %s\n", cuemm_last_error());
+    fprintf(stderr, PROG ": no usable CUDA driver: %s\n", shown(cuemm_last_error()));
     exit(1);
   }
   CHECK(cuemm_driver_get_info(info));
@@ -214,7 +215,7 @@ static void driver_load(cuemm_driver_info *info)
   typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
   gpa_fn gpa = h ? (gpa_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
   if (!gpa) {
-    fprintf(stderr, PROG ": %s: %s\n", shown(info->path), h ? "no cuGetProcAddress_v2" : dlerror());
+    fprintf(stderr, PROG ": %s: %s\n", shown(info->path), h ? "no cuGetProcAddress_v2" : shown(dlerror()));
     exit(1);
   }
 #define DRIVER_RESOLVE(name, required)                                                                 \
@@ -557,7 +558,7 @@ static cuemm_config cuemm_cfg;
 static void cuemm_config_read(void)
 {
   if (cuemm_config_init(&cuemm_cfg) != CUDA_SUCCESS) {
-    fprintf(stderr, PROG ": the CUEMM_* environment: %s\n", cuemm_cfg.env_error);
+    fprintf(stderr, PROG ": the CUEMM_* environment: %s\n", shown(cuemm_cfg.env_error));
     exit(1);
   }
   if (cuemm_cfg.pool != CUEMM_POOL_VMM) {
@@ -708,7 +709,7 @@ static void snapshot_write(const trace *t, const backend *b, size_t events_done)
     call = "cuemm_snapshot_write_json";
     r = cuemm_snapshot_write_json(s, snapshot_file);
   }
-  const char *why = r != CUDA_SUCCESS ? cuemm_last_error() : NULL;
+  const char *why = r != CUDA_SUCCESS ? shown(cuemm_last_error()) : NULL;
   if (r == CUDA_SUCCESS && (fputc('\n', snapshot_file) == EOF || fflush(snapshot_file) != 0)) {
     call = "writing";
     why = strerror(errno);
@@ -783,7 +784,7 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
         progress_clear();
         fprintf(stderr, PROG ": %s: %s: allocating %llu bytes (event %zu) failed (%s)%s%s\n", t->shown, b->name,
                 (unsigned long long)e->size, i + 1, error_name(r), b->is_cuemm ? ": " : "",
-                b->is_cuemm ? cuemm_last_error() : "");
+                b->is_cuemm ? shown(cuemm_last_error()) : "");
         exit(1);
       }
     } else if (slot[e->slot]) {
