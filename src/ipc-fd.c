@@ -2,7 +2,9 @@
  * descriptors: what a pool handle says of a block, exporting the block's
  * chunks with cuMemExportToShareableHandle, sending and receiving them with
  * the handle over a Unix domain socket (SCM_RIGHTS), the table of received
- * descriptors, and mapping and unmapping the chunks in the importer.
+ * descriptors, and mapping and unmapping the chunks in the importer; and
+ * cuemm__ipc_lock, which guards that table and ipc.c's table of mappings
+ * (ipc.c calls down into this file, so the lock both take lives here).
  *
  * Pool blocks are cuMemCreate memory, which legacy IPC cannot export.  A
  * pool created with pool_ipc makes its chunks exportable as POSIX file
@@ -28,6 +30,8 @@
 
 #include "error.h"
 #include "ipc.h"
+
+pthread_mutex_t cuemm__ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- export ------------------------------------------------------------------ */
 

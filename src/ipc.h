@@ -1,17 +1,19 @@
-/* ipc.h: what ipc.c and ipc-fd.c, the two halves of sharing memory between
- * processes, share.
+/* ipc.h: what ipc.c, ipc-fd.c and ipc-handle.c, the parts of sharing memory
+ * between processes, share.
  *
- * ipc.c owns the handle (its format, checks and checksum), device memory
- * shared through the driver's legacy IPC (cuIpcGetMemHandle,
- * cuIpcOpenMemHandle), and the process-wide table of mappings opened from
- * handles of either kind, with cuemm_ipc_open and cuemm_ipc_close over it.
- * ipc-fd.c owns pool memory shared as POSIX file descriptors: what a pool
- * handle says of a block, exporting its chunks
+ * ipc.c owns device memory shared through the driver's legacy IPC
+ * (cuIpcGetMemHandle, cuIpcOpenMemHandle), and the process-wide table of
+ * mappings opened from handles of either kind, with cuemm_ipc_open and
+ * cuemm_ipc_close over it.  ipc-fd.c owns pool memory shared as POSIX file
+ * descriptors: what a pool handle says of a block, exporting its chunks
  * (cuMemExportToShareableHandle), passing them over a Unix domain socket
  * (SCM_RIGHTS), the table of received descriptors, and mapping and
- * unmapping another process's pool memory.
+ * unmapping another process's pool memory.  ipc-handle.c, below both, owns
+ * the handle's bytes: its layout, checks and checksum.  ipc.c calls into
+ * ipc-fd.c, never the other way.
  *
- * cuemm__ipc_lock guards both tables.  It may be taken while a manager's
+ * cuemm__ipc_lock (defined in ipc-fd.c, the lower of the two) guards both
+ * tables.  It may be taken while a manager's
  * lock is held (cuemm_destroy closes the manager's mappings that way), so
  * it is never held while taking a manager's lock.
  */
@@ -59,9 +61,12 @@ typedef struct cuemm__ipc_mapping {
 
 extern pthread_mutex_t cuemm__ipc_lock;
 
-/* The checks of cuemm_ipc_handle_from_bytes, for every handle that comes
- * in; a failure names `fn`. */
+/* ipc-handle.c: the checks of cuemm_ipc_handle_from_bytes, for every handle
+ * that comes in; a failure names `fn`. */
 CUresult cuemm__ipc_check_handle(const cuemm_ipc_handle *h, const char *fn);
+
+/* ipc-handle.c: the checksum a handle carries, of all its other bytes. */
+uint32_t cuemm__ipc_checksum(const cuemm_ipc_handle *h);
 
 /* ipc-fd.c: fills the pool part of a handle for [p, p + size) of m's pool
  * (size 0: to the block's end).  m's lock held. */

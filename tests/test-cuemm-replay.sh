@@ -162,6 +162,37 @@ err "--progress-interval -1" 2 "cuemm-replay: --progress-interval takes seconds,
 err "--backends with no name" 2 "cuemm-replay: --backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, cuemm (both cuemm-*), all" \
   "$replay" --backends= "$fx"
 err "--snapshot with no file name" 2 "cuemm-replay: --snapshot needs a file name" "$replay" --snapshot= "$fx"
+# A log's bytes reach the terminal only escaped: a header holding ESC [2J
+# (clear the screen) and ESC [31m (red), a field with a bell and a byte
+# that is not UTF-8, an unknown action with ESC in it, an argument with
+# ESC: each message shows them as \xNN, and no ESC byte is in the output.
+esc=$(printf '\033')
+printf 'Thread,Time,Action,Pointer,Size,\033[2J\033[31mStream\n1,0,allocate,0x1,1\n' > "$tmp/esc-header.csv"
+out=$("$replay" --quick "$tmp/esc-header.csv" 2>&1); rc=$?
+check "a header with ESC [2J: refused, the sequence escaped (exit $rc)" \
+  test $rc -eq 1 -a "$out" = "cuemm-replay: $tmp/esc-header.csv:1: not an RMM log: the header lacks the column 'Stream' (it needs Thread,Time,Action,Pointer,Size,Stream); found 'Thread,Time,Action,Pointer,Size,\x1b[2J\x1b[31mStream'"
+check "a header with ESC [2J: no ESC byte in the output" test -z "$(printf '%s\n' "$out" | grep "$esc")"
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,0,free,0x\007\377\\,64,0x0\n' > "$tmp/esc-field.csv"
+out=$("$replay" --quick "$tmp/esc-field.csv" 2>&1); rc=$?
+check "a pointer with a bell, 0xff and a backslash: each escaped (exit $rc)" \
+  test $rc -eq 1 -a "$out" = "cuemm-replay: $tmp/esc-field.csv:2: Pointer is not hex '0x\x07\xff\\\\'"
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1000,64,0x0\n1,0,re\033]0;owned\007size,0x1000,64,0x0\n' \
+  > "$tmp/esc-action.csv"
+out=$("$replay" --quick --backends cuMemAlloc "$tmp/esc-action.csv" 2>&1); rc=$?
+check "an unknown action with ESC ] (the window title) is counted, its name escaped (exit $rc)" \
+  test $rc -eq 0 -a -n "$(has "skipped: 1 lines of unknown action 're\\\\x1b\]0;owned\\\\x07size'" && echo y)"
+check "an unknown action with ESC: no ESC byte in the output" test -z "$(printf '%s\n' "$out" | grep "$esc")"
+long=$(printf 'x%.0s' $(seq 100))
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,%s,64,0x0\n' "$long" > "$tmp/long.csv"
+err "a field of 100 bytes is quoted to its first 64" 1 \
+  "cuemm-replay: $tmp/long.csv:2: Pointer is not hex '$(printf 'x%.0s' $(seq 64))...'" "$replay" "$tmp/long.csv"
+err "an argument with ESC [2J, escaped" 2 "cuemm-replay: --reps takes 1 to 64, not '\x1b[2J'" \
+  "$replay" --reps "$esc[2J" "$fx"
+err "an unknown option with ESC, escaped" 2 "cuemm-replay: unknown option '--\x1b[2J'" "$replay" "--$esc[2J" "$fx"
+out=$(CUEMM_POOL_CHUNK="$esc[2J" "$replay" --quick --backends cuemm-async "$fx" 2>&1); rc=$?
+check "a CUEMM_* value with ESC [2J, quoted by cuemm's message, is escaped (exit $rc)" \
+  test $rc -eq 1 -a -n "$(has '^cuemm-replay: the CUEMM_\* environment: CUEMM_POOL_CHUNK="\\x1b\[2J" is invalid' && echo y)"
+check "a CUEMM_* value with ESC: no ESC byte in the output" test -z "$(printf '%s\n' "$out" | grep "$esc")"
 out=$("$replay" --help 2>&1); rc=$?
 check "--help: exit 0, every option documented (exit $rc)" \
   test $rc -eq 0 -a -n "$(for o in --backends --manager --reps --quick --snapshot --progress-interval --quiet --help --version \

@@ -1,5 +1,6 @@
 /* cuemm-replay.c: allocation logs replayed on the GPU through cuemm and
- * through the driver's allocators, for the memory each holds and its time.
+ * through the driver's allocators, for the memory each holds and its time;
+ * the logs are read by replay-parse.c.
  *
  * NAME
  *   cuemm-replay - replay an allocation log through cuemm and the driver
@@ -108,6 +109,11 @@
  *   driver or cuemm call failed, or the snapshot could not be taken or
  *   written; 2 a usage error (an unknown option or backend, a bad value).
  *
+ *   Messages that quote a log, an argument, a file name or the environment
+ *   show each byte outside printable ASCII as \xNN and a backslash as \\,
+ *   so that no control sequence in them reaches the terminal; a field of a
+ *   log is quoted to its first 64 bytes.
+ *
  * SEE ALSO
  *   cuemm(3), cuemm(7).  scripts/torch-trace.py writes RMM logs from
  *   PyTorch's own allocator; scripts/gpu-traces.sh records and replays them
@@ -132,10 +138,26 @@
 #include <cuda.h>
 #include <cuemm.h>
 
+#include "replay-parse.h"
+
 #define PROG "cuemm-replay"
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
 #endif
+
+/* Text from outside (a log's bytes, an argument, a file name, the
+ * environment, and cuemm's messages, which may quote the environment) as
+ * messages show it: bytes outside printable ASCII as \xNN (replay_escape),
+ * so that none reaches the terminal as a control sequence; cut at 1024
+ * bytes.  Four buffers, for up to four in one message. */
+static const char *shown(const char *s)
+{
+  static char buf[4][4 * 1024 + 8];
+  static unsigned next;
+  char *b = buf[next++ % 4];
+  replay_escape(b, sizeof buf[0], s ? s : "(null)", s ? strlen(s) : 6, 1024);
+  return b;
+}
 
 /* ---- the driver ----------------------------------------------------------- */
 
@@ -176,7 +198,7 @@ static void call_failed(const char *call, CUresult r)
   int ours = strncmp(call, "cuemm_", 6) == 0, driver = strncmp(call, "drv.", 4) == 0;
   progress_clear();
   fprintf(stderr, PROG ": %s%s failed (%s)%s%s\n", driver ? "cu" : "", driver ? call + 4 : call, error_name(r),
-          ours ? ": " : "", ours ? cuemm_last_error() : "");
+          ours ? ": " : "", ours ? shown(cuemm_last_error()) : "");
   exit(1);
 }
 
@@ -193,7 +215,7 @@ static void driver_load(cuemm_driver_info *info)
 {
   CUresult r = cuemm_driver_load();
   if (r != CUDA_SUCCESS) {
-    fprintf(stderr, PROG ": no usable CUDA driver: %s\n", cuemm_last_error());
+    fprintf(stderr, PROG ": no usable CUDA driver: %s\n", shown(cuemm_last_error()));
     exit(1);
   }
   CHECK(cuemm_driver_get_info(info));
@@ -201,7 +223,7 @@ static void driver_load(cuemm_driver_info *info)
   typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
   gpa_fn gpa = h ? (gpa_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
   if (!gpa) {
-    fprintf(stderr, PROG ": %s: %s\n", info->path, h ? "no cuGetProcAddress_v2" : dlerror());
+    fprintf(stderr, PROG ": %s: %s\n", shown(info->path), h ? "no cuGetProcAddress_v2" : shown(dlerror()));
     exit(1);
   }
 #define DRIVER_RESOLVE(name, required)                                                                 \
@@ -212,7 +234,7 @@ static void driver_load(cuemm_driver_info *info)
         st_ == CU_GET_PROC_ADDRESS_SUCCESS)                                                            \
       drv.name = (__typeof__(drv.name))fn_;                                                            \
     else if (required) {                                                                               \
-      fprintf(stderr, PROG ": the CUDA driver %s lacks cu" #name "\n", info->path);                    \
+      fprintf(stderr, PROG ": the CUDA driver %s lacks cu" #name "\n", shown(info->path));             \
       exit(1);                                                                                         \
     }                                                                                                  \
   } while (0);
@@ -258,9 +280,7 @@ static double median(double *v, int n)
 }
 
 #define MiB ((size_t)1 << 20)
-#define MAX_STREAMS 256
 #define MAX_BACKENDS 4
-#define MAX_UNKNOWN_ACTIONS 8
 
 /* ---- the progress line ---------------------------------------------------- */
 
@@ -337,84 +357,36 @@ static void progress_clear(void)
 
 /* ---- the trace ------------------------------------------------------------ */
 
-typedef struct event {
-  uint64_t size;   /* for a free: the size of the allocation it frees */
-  uint32_t slot;   /* the allocation, numbered in trace order */
-  uint16_t stream; /* index into the trace's streams */
-  uint8_t is_free;
-} event;
+/* The log is read by replay-parse.c, which returns its errors; a bad log
+ * stops the run here, before the device is touched. */
+typedef replay_trace trace;
+typedef replay_event event;
 
-/* The columns the replay knows, found in the header by name.  The first
- * six are RMM's and required; the others are cuemm's own (see cuemm.h)
- * and optional.  Columns of other names are ignored. */
-enum { COL_THREAD, COL_TIME, COL_ACTION, COL_POINTER, COL_SIZE, COL_STREAM, COL_SEQ, COL_MANAGER, COL_HELD, NCOLS };
-#define NREQUIRED 6
-#define MAX_FIELDS 64
-static const char *const col_name[NCOLS] = { "Thread", "Time", "Action", "Pointer", "Size",
-                                             "Stream", "Seq", "Manager", "Held" };
-
-/* One row of the log as read, before the rows are put in order. */
-enum { ROW_ALLOC, ROW_FREE, ROW_FAILURE, ROW_UNKNOWN /* + the index of its name */ };
-typedef struct row {
-  uint64_t seq, ptr, size, stream, held;
-  size_t line;
-  uint32_t manager;
-  uint8_t action;
-  uint8_t has_held;
-} row;
-
-typedef struct manager_count {
-  uint32_t id;
-  size_t rows;
-} manager_count;
-
-typedef struct trace {
-  const char *path;
-  event *ev;
-  size_t n, cap;
-  size_t slots;                      /* allocations replayed */
-  uint64_t stream_ids[MAX_STREAMS];  /* the trace's stream values, by index */
-  size_t streams;
-  size_t lines;
-  size_t allocs, frees;
-  size_t alloc_failures;             /* `allocate failure` lines, skipped */
-  size_t unknown_frees;              /* frees of a pointer not live: skipped */
-  size_t null_allocs;                /* allocations of size 0 or at 0: skipped */
-  size_t reallocated;                /* allocations of a pointer still live (its free is missing) */
-  size_t free_size_mismatch;         /* frees whose size differs from the allocation's */
-  size_t unknown_action_count[MAX_UNKNOWN_ACTIONS + 1];
-  char unknown_action[MAX_UNKNOWN_ACTIONS][32];
-  size_t unknown_actions;
-  size_t peak_live, live_at_end, live_count_at_end;
-  size_t peak_event;                 /* the event after which live bytes first reach peak_live */
-  int has_seq;                       /* a Seq column: replayed in Seq order */
-  size_t seq_out_of_order;           /* rows whose Seq is below one earlier in the file */
-  size_t seq_duplicates;             /* rows whose Seq another row has too (kept in file order) */
-  int has_manager;                   /* a Manager column */
-  manager_count *managers;           /* the managers of the log, in the order first replayed */
-  size_t nmanagers;
-  uint32_t manager;                  /* the manager replayed, with has_manager */
-  int manager_chosen;                /* named by --manager */
-  size_t other_manager_rows;         /* rows of the other managers, skipped */
-  int has_held;                      /* a Held column with figures */
-  size_t held_peak;                  /* the highest Held of the manager replayed */
-} trace;
-
-/* The parser's map from trace pointers to live slots: open addressing,
- * deletions by backward shift so probes stay short. */
-typedef struct ptrmap {
-  uint64_t *key; /* 0: empty (pointer 0 is never live) */
-  uint32_t *slot;
-  uint64_t *size;
-  size_t cap, n;
-} ptrmap;
-
-static size_t ptr_hash(uint64_t k, size_t cap)
+static void read_progress(const trace *t)
 {
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdULL;
-  k ^= k >> 33;
-  return (size_t)k & (cap - 1);
+  if (progress_due())
+    progress_show(PROG ": reading %s: %zu lines", t->shown, t->lines);
+}
+
+/* Reads the log at `path` (- : standard input); a log it cannot read stops
+ * the run with the parser's message. */
+static void trace_load(trace *t, const char *path, uint32_t want)
+{
+  int from_stdin = strcmp(path, "-") == 0;
+  FILE *fp = from_stdin ? stdin : fopen(path, "r");
+  if (!fp) {
+    fprintf(stderr, PROG ": %s: %s\n", shown(path), strerror(errno));
+    exit(1);
+  }
+  char msg[REPLAY_MSG_MAX];
+  replay_status st = replay_parse_file(t, fp, path, want, read_progress, msg, sizeof msg);
+  if (!from_stdin)
+    fclose(fp);
+  if (st != REPLAY_OK) {
+    progress_clear();
+    fprintf(stderr, PROG ": %s\n", msg);
+    exit(1);
+  }
 }
 
 static void *xcalloc(size_t n, size_t size)
@@ -427,458 +399,12 @@ static void *xcalloc(size_t n, size_t size)
   return p;
 }
 
-static void *xrealloc(void *p, size_t n, size_t size)
-{
-  if (size && n > SIZE_MAX / size) {
-    fprintf(stderr, PROG ": out of host memory\n");
-    exit(1);
-  }
-  p = realloc(p, n && size ? n * size : 1);
-  if (!p) {
-    fprintf(stderr, PROG ": out of host memory\n");
-    exit(1);
-  }
-  return p;
-}
 
-static void ptrmap_grow(ptrmap *m)
-{
-  ptrmap old = *m;
-  m->cap = old.cap ? old.cap * 2 : 1024;
-  m->key = xcalloc(m->cap, sizeof *m->key);
-  m->slot = xcalloc(m->cap, sizeof *m->slot);
-  m->size = xcalloc(m->cap, sizeof *m->size);
-  m->n = 0;
-  for (size_t i = 0; i < old.cap; i++)
-    if (old.key[i]) {
-      size_t j = ptr_hash(old.key[i], m->cap);
-      while (m->key[j])
-        j = (j + 1) & (m->cap - 1);
-      m->key[j] = old.key[i], m->slot[j] = old.slot[i], m->size[j] = old.size[i];
-      m->n++;
-    }
-  free(old.key), free(old.slot), free(old.size);
-}
-
-/* The index holding k, or the empty index where it would go. */
-static size_t ptrmap_find(const ptrmap *m, uint64_t k)
-{
-  size_t j = ptr_hash(k, m->cap);
-  while (m->key[j] && m->key[j] != k)
-    j = (j + 1) & (m->cap - 1);
-  return j;
-}
-
-static void ptrmap_remove(ptrmap *m, size_t i)
-{
-  size_t mask = m->cap - 1;
-  m->key[i] = 0;
-  m->n--;
-  for (size_t j = (i + 1) & mask; m->key[j]; j = (j + 1) & mask) {
-    size_t home = ptr_hash(m->key[j], m->cap);
-    /* Move j back into the hole unless its home lies cyclically in (i, j]. */
-    if (((j - home) & mask) >= ((j - i) & mask)) {
-      m->key[i] = m->key[j], m->slot[i] = m->slot[j], m->size[i] = m->size[j];
-      m->key[j] = 0;
-      i = j;
-    }
-  }
-}
-
-static void ptrmap_free(ptrmap *m)
-{
-  free(m->key), free(m->slot), free(m->size);
-}
-
-static void trace_push(trace *t, event e)
-{
-  if (t->n == t->cap) {
-    t->cap = t->cap ? t->cap * 2 : 4096;
-    t->ev = xrealloc(t->ev, t->cap, sizeof *t->ev);
-  }
-  t->ev[t->n++] = e;
-}
-
-/* A data error at line `line` of the log: names the file and the line. */
-static void parse_fail_at(const trace *t, size_t line, const char *what, const char *field)
-{
-  progress_clear();
-  fprintf(stderr, PROG ": %s:%zu: %s%s%s%s\n", t->path, line, what, field ? " '" : "", field ? field : "",
-          field ? "'" : "");
-  exit(1);
-}
-
-static void parse_fail(const trace *t, const char *what, const char *field)
-{
-  parse_fail_at(t, t->lines, what, field);
-}
-
-/* What parse_hex and parse_dec found: a number, no number, or a number
- * past 64 bits (said as such, not as a malformed field). */
-enum { NUMBER = 0, NOT_NUMBER = -1, TOO_LARGE = -2 };
-
-/* Hex with or without 0x: digits and nothing else, at most 64 bits. */
-static int parse_hex(const char *s, uint64_t *v)
-{
-  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
-    s += 2;
-  size_t n = strlen(s);
-  if (n == 0 || strspn(s, "0123456789abcdefABCDEF") != n)
-    return NOT_NUMBER;
-  while (n > 1 && *s == '0') {
-    s++;
-    n--;
-  }
-  if (n > 16)
-    return TOO_LARGE;
-  *v = strtoull(s, NULL, 16);
-  return NUMBER;
-}
-
-static int parse_dec(const char *s, uint64_t *v)
-{
-  size_t n = strlen(s);
-  if (n == 0 || strspn(s, "0123456789") != n)
-    return NOT_NUMBER;
-  errno = 0;
-  *v = strtoull(s, NULL, 10);
-  return errno == ERANGE ? TOO_LARGE : NUMBER;
-}
-
-/* A field that parse_hex or parse_dec refused: what it is not, or that it
- * is too large. */
-static void number_fail(const trace *t, int why, const char *name, const char *expected, const char *most,
-                        const char *field)
-{
-  char what[160];
-  if (why == TOO_LARGE)
-    snprintf(what, sizeof what, "%s is too large (at most %s)", name, most);
-  else
-    snprintf(what, sizeof what, "%s is not %s", name, expected);
-  parse_fail(t, what, field);
-}
-
-static uint16_t stream_index(trace *t, uint64_t id, size_t line)
-{
-  if (id == 1) /* cudaStreamLegacy is the default stream by another name */
-    id = 0;
-  for (size_t i = 0; i < t->streams; i++)
-    if (t->stream_ids[i] == id)
-      return (uint16_t)i;
-  if (t->streams == MAX_STREAMS)
-    parse_fail_at(t, line, "more distinct streams than " PROG " replays (256)", NULL);
-  t->stream_ids[t->streams] = id;
-  return (uint16_t)t->streams++;
-}
-
-/* The code of an action no replay knows: ROW_UNKNOWN + the index of its
- * name (the last index counts all names past MAX_UNKNOWN_ACTIONS). */
-static uint8_t unknown_action(trace *t, const char *a)
-{
-  size_t i;
-  for (i = 0; i < t->unknown_actions; i++)
-    if (strcmp(t->unknown_action[i], a) == 0)
-      break;
-  if (i == t->unknown_actions && i < MAX_UNKNOWN_ACTIONS) {
-    snprintf(t->unknown_action[i], sizeof t->unknown_action[i], "%s", a);
-    t->unknown_actions++;
-  }
-  return (uint8_t)(ROW_UNKNOWN + i);
-}
-
-/* Splits line in place at commas; returns the number of fields (at most max). */
-static int split(char *line, char **f, int max)
-{
-  int n = 0;
-  for (char *p = line; n < max;) {
-    f[n++] = p;
-    p = strchr(p, ',');
-    if (!p)
-      break;
-    *p++ = '\0';
-  }
-  return n;
-}
-
-/* Finds the columns by name.  col[k] = the field index of column k, or -1. */
-static void parse_header(trace *t, char **f, int nf, int *col)
-{
-  for (int k = 0; k < NCOLS; k++)
-    col[k] = -1;
-  for (int i = 0; i < nf; i++)
-    for (int k = 0; k < NCOLS; k++)
-      if (strcmp(f[i], col_name[k]) == 0) {
-        if (col[k] >= 0)
-          parse_fail(t, "the header names a column twice:", col_name[k]);
-        col[k] = i;
-      }
-  for (int k = 0; k < NREQUIRED; k++)
-    if (col[k] < 0) {
-      char what[160];
-      snprintf(what, sizeof what, "not an RMM log: the header lacks the column '%s' (it needs "
-               "Thread,Time,Action,Pointer,Size,Stream); found", col_name[k]);
-      /* the header as found, its fields joined again */
-      char found[256];
-      size_t used = 0;
-      found[0] = '\0';
-      for (int i = 0; i < nf && used < sizeof found; i++)
-        used += (size_t)snprintf(found + used, sizeof found - used, "%s%s", i ? "," : "", f[i]);
-      parse_fail(t, what, found);
-    }
-}
-
-static int manager_index(const trace *t, uint32_t id)
-{
-  for (size_t i = 0; i < t->nmanagers; i++)
-    if (t->managers[i].id == id)
-      return (int)i;
-  return -1;
-}
-
-/* Rows in Seq order; rows of one Seq keep their order in the file. */
-static int cmp_row_seq(const void *a, const void *b)
-{
-  const row *x = a, *y = b;
-  if (x->seq != y->seq)
-    return x->seq < y->seq ? -1 : 1;
-  return x->line < y->line ? -1 : x->line > y->line;
-}
-
-/* Reads the rows of the log, in file order. */
-static row *read_rows(trace *t, const char *path, size_t *nrows)
-{
-  int from_stdin = strcmp(path, "-") == 0;
-  FILE *fp = from_stdin ? stdin : fopen(path, "r");
-  if (!fp) {
-    fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
-    exit(1);
-  }
-  row *rows = NULL;
-  size_t n = 0, cap = 0;
-  char *line = NULL;
-  size_t linecap = 0;
-  int header = 0, col[NCOLS], need = 0;
-  uint64_t max_seq = 0;
-  ssize_t len;
-  errno = 0;
-  while ((len = getline(&line, &linecap, fp)) >= 0) {
-    t->lines++;
-    if ((t->lines & 4095) == 0 && progress_due())
-      progress_show(PROG ": reading %s: %zu lines", path, t->lines);
-    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-      line[--len] = '\0';
-    char *text = line;
-    if (t->lines == 1 && strncmp(text, "\xef\xbb\xbf", 3) == 0) /* a byte-order mark */
-      text += 3;
-    if (*text == '\0')
-      continue;
-    if (memchr(line, '\0', (size_t)len))
-      parse_fail(t, "a NUL byte in the line: not a CSV log", NULL);
-    char *f[MAX_FIELDS];
-    int nf = split(text, f, MAX_FIELDS);
-    if (!header) {
-      parse_header(t, f, nf, col);
-      for (int k = 0; k < NCOLS; k++)
-        if (col[k] + 1 > need)
-          need = col[k] + 1;
-      t->has_seq = col[COL_SEQ] >= 0;
-      t->has_manager = col[COL_MANAGER] >= 0;
-      header = 1;
-      continue;
-    }
-    if (nf < need) {
-      char what[160];
-      int k = 0;
-      while (col[k] < nf)
-        k++;
-      snprintf(what, sizeof what, "%d columns, fewer than the header's: its column %s is column %d", nf,
-               col_name[k], col[k] + 1);
-      parse_fail(t, what, NULL);
-    }
-    row r = { .line = t->lines };
-    const char *action = f[col[COL_ACTION]];
-    if (strcmp(action, "allocate") == 0)
-      r.action = ROW_ALLOC;
-    else if (strcmp(action, "free") == 0)
-      r.action = ROW_FREE;
-    else if (strcmp(action, "allocate failure") == 0)
-      r.action = ROW_FAILURE;
-    else
-      r.action = unknown_action(t, action);
-    int why;
-    if (t->has_seq) {
-      if ((why = parse_dec(f[col[COL_SEQ]], &r.seq)) != NUMBER)
-        number_fail(t, why, "Seq", "a decimal number", "18446744073709551615", f[col[COL_SEQ]]);
-      if (r.seq < max_seq)
-        t->seq_out_of_order++;
-      else
-        max_seq = r.seq;
-    }
-    if (t->has_manager) {
-      uint64_t id;
-      if ((why = parse_dec(f[col[COL_MANAGER]], &id)) == NUMBER && id > UINT32_MAX)
-        why = TOO_LARGE;
-      if (why != NUMBER)
-        number_fail(t, why, "Manager", "a manager's number", "4294967295", f[col[COL_MANAGER]]);
-      r.manager = (uint32_t)id;
-    }
-    if (r.action == ROW_ALLOC || r.action == ROW_FREE) {
-      if ((why = parse_hex(f[col[COL_POINTER]], &r.ptr)) != NUMBER)
-        number_fail(t, why, "Pointer", "hex", "0xffffffffffffffff", f[col[COL_POINTER]]);
-      if ((why = parse_dec(f[col[COL_SIZE]], &r.size)) != NUMBER)
-        number_fail(t, why, "Size", "a decimal number of bytes", "18446744073709551615 bytes", f[col[COL_SIZE]]);
-      if ((why = parse_hex(f[col[COL_STREAM]], &r.stream)) != NUMBER)
-        number_fail(t, why, "Stream", "hex", "0xffffffffffffffff", f[col[COL_STREAM]]);
-      if (col[COL_HELD] >= 0 && f[col[COL_HELD]][0]) {
-        if ((why = parse_dec(f[col[COL_HELD]], &r.held)) != NUMBER)
-          number_fail(t, why, "Held", "a decimal number of bytes", "18446744073709551615 bytes",
-                      f[col[COL_HELD]]);
-        r.has_held = 1;
-      }
-    }
-    if (n == cap) {
-      cap = cap ? cap * 2 : 4096;
-      rows = xrealloc(rows, cap, sizeof *rows);
-    }
-    rows[n++] = r;
-    errno = 0;
-  }
-  if (ferror(fp)) {
-    fprintf(stderr, PROG ": %s: read error: %s\n", path, strerror(errno ? errno : EIO));
-    exit(1);
-  }
-  if (!header) {
-    fprintf(stderr, PROG ": %s: empty: no header line\n", path);
-    exit(1);
-  }
-  if (!from_stdin)
-    fclose(fp);
-  free(line);
-  *nrows = n;
-  return rows;
-}
-
-/* Reads the log at `path`.  With a Manager column, the rows of manager
- * `want` are replayed (0: the first manager in replay order). */
-static void trace_parse(trace *t, const char *path, uint32_t want)
-{
-  memset(t, 0, sizeof *t);
-  t->path = path;
-  size_t nrows;
-  row *rows = read_rows(t, path, &nrows);
-  if (t->has_seq) {
-    qsort(rows, nrows, sizeof *rows, cmp_row_seq);
-    for (size_t i = 1; i < nrows; i++)
-      t->seq_duplicates += rows[i].seq == rows[i - 1].seq;
-  }
-  if (t->has_manager) {
-    for (size_t i = 0; i < nrows; i++) {
-      int k = manager_index(t, rows[i].manager);
-      if (k < 0) {
-        t->managers = xrealloc(t->managers, t->nmanagers + 1, sizeof *t->managers);
-        t->managers[t->nmanagers] = (manager_count){ .id = rows[i].manager };
-        k = (int)t->nmanagers++;
-      }
-      t->managers[k].rows++;
-    }
-    t->manager_chosen = want != 0;
-    t->manager = want ? want : t->nmanagers ? t->managers[0].id : 0;
-    if (want && manager_index(t, want) < 0) {
-      char list[256] = "none";
-      size_t used = 0;
-      for (size_t i = 0; i < t->nmanagers && used < sizeof list; i++)
-        used += (size_t)snprintf(list + used, sizeof list - used, "%s%" PRIu32, i ? ", " : "", t->managers[i].id);
-      fprintf(stderr, PROG ": %s: no rows of manager %" PRIu32 " (the log's managers: %s)\n", path, want, list);
-      exit(1);
-    }
-  } else if (want) {
-    fprintf(stderr, PROG ": %s: --manager %" PRIu32 ": the log has no Manager column\n", path, want);
-    exit(1);
-  }
-
-  ptrmap live = { 0 };
-  ptrmap_grow(&live);
-  size_t cur = 0;
-  for (size_t k = 0; k < nrows; k++) {
-    const row *r = &rows[k];
-    if (t->has_manager && r->manager != t->manager) {
-      t->other_manager_rows++;
-      continue;
-    }
-    if (r->action == ROW_FAILURE) {
-      t->alloc_failures++;
-      continue;
-    }
-    if (r->action >= ROW_UNKNOWN) {
-      t->unknown_action_count[r->action - ROW_UNKNOWN]++;
-      continue;
-    }
-    if (r->has_held) {
-      t->has_held = 1;
-      if (r->held > t->held_peak)
-        t->held_peak = r->held;
-    }
-    uint64_t ptr = r->ptr, size = r->size;
-    uint16_t s = stream_index(t, r->stream, r->line);
-    if (r->action == ROW_ALLOC) {
-      t->allocs++;
-      if (size == 0 || ptr == 0) {
-        t->null_allocs++;
-        continue;
-      }
-      if (live.n * 2 >= live.cap)
-        ptrmap_grow(&live);
-      size_t i = ptrmap_find(&live, ptr);
-      if (live.key[i]) { /* its free is missing: it stays live to the end */
-        t->reallocated++;
-        ptrmap_remove(&live, i);
-        i = ptrmap_find(&live, ptr);
-      }
-      if (t->slots == UINT32_MAX)
-        parse_fail_at(t, r->line, "more allocations than " PROG " replays", NULL);
-      live.key[i] = ptr, live.slot[i] = (uint32_t)t->slots, live.size[i] = size;
-      live.n++;
-      trace_push(t, (event){ .size = size, .slot = (uint32_t)t->slots++, .stream = s, .is_free = 0 });
-      cur += size;
-      if (cur > t->peak_live) {
-        t->peak_live = cur;
-        t->peak_event = t->n - 1;
-      }
-    } else {
-      t->frees++;
-      size_t i = ptrmap_find(&live, ptr);
-      if (ptr == 0 || !live.key[i]) {
-        t->unknown_frees++;
-        continue;
-      }
-      if (live.size[i] != size)
-        t->free_size_mismatch++;
-      trace_push(t, (event){ .size = live.size[i], .slot = live.slot[i], .stream = s, .is_free = 1 });
-      cur -= live.size[i];
-      ptrmap_remove(&live, i);
-    }
-  }
-  free(rows);
-  t->live_count_at_end = live.n;
-  ptrmap_free(&live);
-  /* What stays live at the end, counting allocations whose free is missing. */
-  t->live_at_end = cur;
-  if (t->reallocated) {
-    unsigned char *seen = xcalloc(t->slots, 1);
-    size_t all = 0, n = 0;
-    for (size_t i = 0; i < t->n; i++)
-      seen[t->ev[i].slot] ^= 1, all = t->ev[i].is_free ? all - t->ev[i].size : all + t->ev[i].size;
-    for (size_t i = 0; i < t->slots; i++)
-      n += seen[i];
-    t->live_at_end = all, t->live_count_at_end = n;
-    free(seen);
-  }
-}
 
 static void trace_print(const trace *t)
 {
   progress_clear();
-  printf("\n## %s\n", t->path);
+  printf("\n## %s\n", t->shown);
   printf("# %zu lines: %zu allocate, %zu free; %zu events replayed on %zu stream%s; peak live %zu bytes "
          "(%.1f MiB); %zu bytes in %zu allocations live at the end\n",
          t->lines, t->allocs, t->frees, t->n, t->streams, t->streams == 1 ? "" : "s", t->peak_live,
@@ -913,10 +439,10 @@ static void trace_print(const trace *t)
   if (t->free_size_mismatch)
     printf("# %zu frees name another size than their allocation (the allocation's is used)\n",
            t->free_size_mismatch);
-  for (size_t i = 0; i <= MAX_UNKNOWN_ACTIONS; i++)
+  for (size_t i = 0; i <= REPLAY_MAX_UNKNOWN_ACTIONS; i++)
     if (t->unknown_action_count[i])
       printf("# skipped: %zu lines of unknown action '%s'\n", t->unknown_action_count[i],
-             i < t->unknown_actions ? t->unknown_action[i] : "(others)");
+             i < t->unknown_actions ? shown(t->unknown_action[i]) : "(others)");
 }
 
 /* ---- the backends --------------------------------------------------------- */
@@ -1040,21 +566,21 @@ static cuemm_config cuemm_cfg;
 static void cuemm_config_read(void)
 {
   if (cuemm_config_init(&cuemm_cfg) != CUDA_SUCCESS) {
-    fprintf(stderr, PROG ": the CUEMM_* environment: %s\n", cuemm_cfg.env_error);
+    fprintf(stderr, PROG ": the CUEMM_* environment: %s\n", shown(cuemm_cfg.env_error));
     exit(1);
   }
   if (cuemm_cfg.pool != CUEMM_POOL_VMM) {
     const char *env = getenv("CUEMM_POOL");
     printf("# cuemm backends: CUEMM_POOL is %s%s%s; the replay turns the pool on (as CUEMM_POOL=vmm), "
            "with the other CUEMM_* settings as they are\n",
-           env && *env ? "'" : "unset", env && *env ? env : "", env && *env ? "'" : "");
+           env && *env ? "'" : "unset", env && *env ? shown(env) : "", env && *env ? "'" : "");
     cuemm_cfg.pool = CUEMM_POOL_VMM;
   }
   /* Every backend's manager would truncate the log, the replayed one too
    * when it is the same file. */
   const char *log = cuemm_cfg.log_file && *cuemm_cfg.log_file ? cuemm_cfg.log_file : getenv("CUEMM_LOG");
   if (log && *log)
-    printf("# cuemm backends: CUEMM_LOG (%s) is not applied: the replay's managers write no log\n", log);
+    printf("# cuemm backends: CUEMM_LOG (%s) is not applied: the replay's managers write no log\n", shown(log));
   cuemm_cfg.log_file = NULL;
 }
 
@@ -1191,7 +717,7 @@ static void snapshot_write(const trace *t, const backend *b, size_t events_done)
     call = "cuemm_snapshot_write_json";
     r = cuemm_snapshot_write_json(s, snapshot_file);
   }
-  const char *why = r != CUDA_SUCCESS ? cuemm_last_error() : NULL;
+  const char *why = r != CUDA_SUCCESS ? shown(cuemm_last_error()) : NULL;
   if (r == CUDA_SUCCESS && (fputc('\n', snapshot_file) == EOF || fflush(snapshot_file) != 0)) {
     call = "writing";
     why = strerror(errno);
@@ -1204,9 +730,9 @@ static void snapshot_write(const trace *t, const backend *b, size_t events_done)
   if (why) {
     progress_clear();
     if (r != CUDA_SUCCESS)
-      fprintf(stderr, PROG ": --snapshot %s: %s failed (%s): %s\n", snapshot_path, call, error_name(r), why);
+      fprintf(stderr, PROG ": --snapshot %s: %s failed (%s): %s\n", shown(snapshot_path), call, error_name(r), why);
     else
-      fprintf(stderr, PROG ": --snapshot %s: %s: %s\n", snapshot_path, call, why);
+      fprintf(stderr, PROG ": --snapshot %s: %s: %s\n", shown(snapshot_path), call, why);
     if (snapshot_created)
       unlink(snapshot_path);
     cuemm_snapshot_free(s);
@@ -1219,7 +745,7 @@ static void snapshot_write(const trace *t, const backend *b, size_t events_done)
   progress_clear();
   printf("# snapshot of %s after event %zu of %zu, where live bytes reach the trace's peak: %s: %zu chunks, "
          "%zu blocks, %zu of them live (%zu bytes)\n",
-         b->name, events_done, t->n, snapshot_path, s->nchunks, s->nblocks, live, bytes);
+         b->name, events_done, t->n, shown(snapshot_path), s->nchunks, s->nblocks, live, bytes);
   cuemm_snapshot_free(s);
 }
 
@@ -1264,9 +790,9 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
         ooms++;
       } else if (r != CUDA_SUCCESS) {
         progress_clear();
-        fprintf(stderr, PROG ": %s: %s: allocating %llu bytes (event %zu) failed (%s)%s%s\n", t->path, b->name,
+        fprintf(stderr, PROG ": %s: %s: allocating %llu bytes (event %zu) failed (%s)%s%s\n", t->shown, b->name,
                 (unsigned long long)e->size, i + 1, error_name(r), b->is_cuemm ? ": " : "",
-                b->is_cuemm ? cuemm_last_error() : "");
+                b->is_cuemm ? shown(cuemm_last_error()) : "");
         exit(1);
       }
     } else if (slot[e->slot]) {
@@ -1281,7 +807,7 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
     if (snapshot && i == t->peak_event)
       snapshot_write(t, b, i + 1);
     if ((i & 1023) == 1023 && progress_due())
-      progress_show(PROG ": %s: %s (%d of %d), %s: %zu of %zu events (%zu%%)", t->path, pos->backend,
+      progress_show(PROG ": %s: %s (%d of %d), %s: %zu of %zu events (%zu%%)", t->shown, pos->backend,
                     pos->backend_no, pos->backends, pos->pass, i + 1, t->n, (i + 1) * 100 / t->n);
   }
   CHECK(b->finish());
@@ -1312,7 +838,7 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
     printf("%-16s skipped: %s\n", b->name, res.skipped);
     return res;
   }
-  CUstream streams[MAX_STREAMS];
+  CUstream streams[REPLAY_MAX_STREAMS];
   for (size_t i = 0; i < t->streams; i++) {
     if (t->stream_ids[i] == 0)
       streams[i] = NULL; /* the legacy default stream */
@@ -1422,7 +948,7 @@ static int parse_backends(const char *list, int *sel)
       first = 0, last = MAX_BACKENDS - 1;
     if (first < 0)
       bad_usage("--backends: no backend '%s' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, "
-                "cuemm-deferred; cuemm for both cuemm-*, all for every one)", tok);
+                "cuemm-deferred; cuemm for both cuemm-*, all for every one)", shown(tok));
     for (int k = first; k <= last; k++) {
       for (int j = 0; j < n; j++)
         if (sel[j] == k)
@@ -1432,7 +958,7 @@ static int parse_backends(const char *list, int *sel)
   }
   free(copy);
   if (n == 0)
-    bad_usage("--backends needs at least one name, not '%s'", list);
+    bad_usage("--backends needs at least one name, not '%s'", shown(list));
   return n;
 }
 
@@ -1487,7 +1013,8 @@ static const char help_text[] =
     "The driver is the one cuemm loads: CUEMM_LIBCUDA, else libcuda.so.1.\n"
     "\n"
     "Exit status: 0 done; 1 a log unreadable or malformed (the file and line are\n"
-    "named), a driver or cuemm call failed, or the snapshot failed; 2 a usage error.\n";
+    "named), a driver or cuemm call failed, or the snapshot failed; 2 a usage error.\n"
+    "Messages show bytes outside printable ASCII of what they quote as \\xNN.\n";
 
 static void usage(void)
 {
@@ -1553,13 +1080,13 @@ int main(int argc, char **argv)
       errno = 0;
       interval = strtod(v, &end);
       if (end == v || *end || errno || !(interval >= 0 && interval <= 86400))
-        bad_usage("--progress-interval takes seconds, 0 to 86400, not '%s'", v);
+        bad_usage("--progress-interval takes seconds, 0 to 86400, not '%s'", shown(v));
     }
     else if ((v = option_value(argc, argv, &i, "--reps")) != NULL) {
       char *end;
       long r = strtol(v, &end, 10);
       if (end == v || *end || r < 1 || r > 64)
-        bad_usage("--reps takes 1 to 64, not '%s'", v);
+        bad_usage("--reps takes 1 to 64, not '%s'", shown(v));
       reps = (int)r;
     } else if ((v = option_value(argc, argv, &i, "--snapshot")) != NULL) {
       if (!*v)
@@ -1569,14 +1096,14 @@ int main(int argc, char **argv)
       nsel = parse_backends(v, sel);
     } else if ((v = option_value(argc, argv, &i, "--manager")) != NULL) {
       uint64_t id;
-      int why = parse_dec(v, &id);
-      if (why == TOO_LARGE || (why == NUMBER && id > UINT32_MAX))
-        bad_usage("--manager %s is too large (at most 4294967295)", v);
-      if (why != NUMBER || id < 1)
-        bad_usage("--manager takes a manager's number (1, 2, ...), not '%s'", v);
+      int why = replay_parse_dec(v, &id);
+      if (why == REPLAY_TOO_LARGE || (why == REPLAY_NUMBER && id > UINT32_MAX))
+        bad_usage("--manager %s is too large (at most 4294967295)", shown(v));
+      if (why != REPLAY_NUMBER || id < 1)
+        bad_usage("--manager takes a manager's number (1, 2, ...), not '%s'", shown(v));
       want_manager = (uint32_t)id;
     } else {
-      fprintf(stderr, PROG ": unknown option '%s'\n", argv[i]);
+      fprintf(stderr, PROG ": unknown option '%s'\n", shown(argv[i]));
       usage();
     }
   }
@@ -1601,13 +1128,13 @@ int main(int argc, char **argv)
    * run at once. */
   trace *traces = xcalloc((size_t)nlogs, sizeof *traces);
   for (int i = 0; i < nlogs; i++)
-    trace_parse(&traces[i], logs[i], want_manager);
+    trace_load(&traces[i], logs[i], want_manager);
 
   if (snapshot_path) {
     struct stat st;
     snapshot_created = stat(snapshot_path, &st) != 0 && errno == ENOENT;
     if (!(snapshot_file = fopen(snapshot_path, "w"))) {
-      fprintf(stderr, PROG ": --snapshot %s: %s\n", snapshot_path, strerror(errno));
+      fprintf(stderr, PROG ": --snapshot %s: %s\n", shown(snapshot_path), strerror(errno));
       exit(1);
     }
   }
@@ -1619,7 +1146,7 @@ int main(int argc, char **argv)
   CHECK(drv.DeviceGetName(devname, sizeof devname, dev));
   CHECK(drv.DevicePrimaryCtxRetain(&ctx, dev));
   CHECK(drv.CtxSetCurrent(ctx));
-  printf("# " PROG ": cuemm %s, %s, driver %d (%s)\n", cuemm_version_string(), devname, info.version, info.path);
+  printf("# " PROG ": cuemm %s, %s, driver %d (%s)\n", cuemm_version_string(), devname, info.version, shown(info.path));
   printf("# each backend: one pass measuring bytes held, one warm-up pass, then the median of %d timed pass%s\n",
          reps, reps == 1 ? "" : "es");
   for (int k = 0; k < nsel; k++)
@@ -1640,8 +1167,8 @@ int main(int argc, char **argv)
          "peak live", "peak held", "footprint", "oom");
   for (int i = 0; i < nlogs * nsel; i++) {
     const result *r = &res[i];
-    const char *name = strrchr(r->t->path, '/');
-    name = name ? name + 1 : r->t->path;
+    const char *name = strrchr(r->t->shown, '/');
+    name = name ? name + 1 : r->t->shown;
     if (r->skipped) {
       printf("%-28s %-16s %10s %8s %12s %14zu %14s %9s %5s\n", name, r->b->name, "skipped", "-", "-", r->t->peak_live,
              "-", "-", "-");
@@ -1657,7 +1184,7 @@ int main(int argc, char **argv)
            r->ns_per_event, r->t->peak_live, held, foot, r->oom);
   }
   for (int i = 0; i < nlogs; i++)
-    free(traces[i].ev), free(traces[i].managers);
+    replay_trace_free(&traces[i]);
   free(traces), free(res), free(logs);
   CHECK(drv.CtxSetCurrent(NULL));
   CHECK(drv.DevicePrimaryCtxRelease(dev));

@@ -88,6 +88,7 @@ def main(out):
     write(out, "config", cfg)
 
     write(out, "ops", ops_seeds())
+    write(out, "replay", replay_seeds())
 
 
 # ops: two configuration bytes, then operations (fuzz-ops.c's op_* read
@@ -154,6 +155,38 @@ def ops_seeds():
     for n, size in enumerate([300, 1200, 3000, 4000]):
         r = random.Random(n)
         seeds["random-%d" % n] = bytes(r.randrange(256) for _ in range(size))
+    return seeds
+
+
+def replay_seeds():
+    # cuemm-replay's logs: the repository's own, then broken and odd ones.
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    seeds = {}
+    for d, name in [("bench/traces", "two-streams.csv"), ("bench/traces", "rmm-bare-hex.csv"),
+                    ("tests/fixtures", "replay-seq.csv"), ("tests/fixtures", "replay-managers.csv"),
+                    ("tests/fixtures", "replay-streams.csv")]:
+        with open(os.path.join(top, d, name), "rb") as f:
+            seeds[name] = f.read()
+    rmm = b"Thread,Time,Action,Pointer,Size,Stream\n"
+    cuemm = b"Thread,Time,Action,Pointer,Size,Stream,Seq,Manager,Call,Held,Events\n"
+    seeds.update({
+        "bad-esc-header.csv": b"Thread,Time,Action,Pointer,Size,\x1b[2J\x1b[31mStream\n1,0,allocate,0x1,1\n",
+        "bad-pointer.csv": rmm + b"1,0,allocate,0x1000,64,0x0\n1,0,free,0xZZ\x07\xff,64,0x0\n",
+        "bad-short.csv": rmm + b"1,0,allocate,0x1000,64\n",
+        "bad-nul.csv": rmm + b"1,0,allocate,0x1000\x00,64,0x0\n",
+        "bad-twice.csv": b"Thread,Time,Action,Pointer,Size,Stream,Seq,Seq\n",
+        "bad-overflow.csv": rmm + b"1,0,allocate,0x1000,18446744073709551615,0x0\n1,0,allocate,0x2000,1,0x0\n",
+        "bad-streams.csv": rmm + b"".join(b"1,0,allocate,0x%x,64,0x%x\n" % (0x1000 * (i + 1), i + 3) for i in range(257)),
+        "bad-manager.csv": cuemm + b"1,0,allocate,0x1000,64,0x0,1,,cuemm_alloc,0,\n",
+        "empty.csv": b"",
+        "header-only.csv": b"\xef\xbb\xbf" + rmm,
+        "crlf-odd.csv": (rmm + b"1,0,allocate,0xa000,4096,0x0\n1,0,resize,0xa000,8192,0x0\n"
+                         b"1,0,free,0xb000,4096,0x0\n1,0,allocate,0xa000,512,0x0\n1,0,allocate failure,0x0,1,0x0\n"
+                         b"1,0,free,0xa000,512,0x1\n1,0,allocate,0x0,0,0x2\n").replace(b"\n", b"\r\n"),
+        "actions.csv": rmm + b"".join(b"1,0,%s,0x1000,64,0x0\n" % (b"act%d-%s" % (i, b"y" * 40)) for i in range(10)),
+        "managers.csv": cuemm + b"1,0,allocate,0x1000,64,0x0,3,2,a,100,\n1,0,allocate,0x1000,64,0x0,1,4294967295,a,,\n"
+                        b"2,0,free,0x1000,32,0x0,2,2,f,64,\n2,0,free,0x1000,64,0x0,2,4294967295,f,7,\n",
+    })
     return seeds
 
 
