@@ -442,6 +442,12 @@ static void test_limits(void)
   CHECK_CU(cuemm_free(m, a));
   CHECK_CU(cuemm_pool_trim(m));
   is(pstats(m).mapped_bytes, 0, "a trim after a resumption releases what is wholly free");
+  CHECK_CU(cuemm_alloc(m, &a, 8 * MiB));
+  ok(pstats(m).mapped_bytes >= 8 * MiB, "the pool grows again");
+  CHECK_CU(cuemm_free(m, a));
+  CHECK_CU(cuemm_flush(m));
+  is(pstats(m).mapped_bytes, 0, "and with a release threshold of 0, a flush releases what its frees made wholly "
+     "free");
   CHECK_CU(cuemm_free(m, big));
   CHECK_CU(cuemm_destroy(m));
   sim_check_nothing_left(live0);
