@@ -365,6 +365,34 @@ static void test_faults(void)
   }
 }
 
+/* A manager left half suspended (a chunk whose cuMemUnmap or cuMemRelease
+ * failed) or half resumed is destroyed with nothing left behind. */
+static void test_destroy_half(void)
+{
+  if (!sim_present) {
+    skip(6, SIM_REASON);
+    return;
+  }
+  static const char *const entries[] = { "cuMemUnmap", "cuMemRelease", "cuMemMap" };
+  for (int e = 0; e < 3; e++) {
+    size_t live0 = sim_live_baseline();
+    cuemm_manager *m = make_pool(0, 0);
+    CUstream s;
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    blocks b;
+    make_blocks(m, &b, s);
+    if (e == 2)
+      CHECK_CU(cuemm_pool_suspend(m, CUEMM_SUSPEND_KEEP));
+    sim.fail(entries[e], 2, CUDA_ERROR_UNKNOWN);
+    CUresult r = e == 2 ? cuemm_pool_resume(m) : cuemm_pool_suspend(m, CUEMM_SUSPEND_KEEP);
+    sim.fail_clear();
+    is(r, CUDA_ERROR_UNKNOWN, "%s #2 fails the call", entries[e]);
+    CHECK_CU(cuemm_destroy(m));
+    CHECK_CU(cuStreamDestroy(s));
+    is(sim.live_count(), live0, "destroyed after %s failed halfway: nothing left", entries[e]);
+  }
+}
+
 /* ---- out of memory at resumption ----------------------------------------------- */
 
 static void test_oom(void)
@@ -653,6 +681,7 @@ int main(void)
   test_refusals();
   test_cycle();
   test_faults();
+  test_destroy_half();
   test_oom();
   test_limits();
   test_two_managers();
