@@ -393,6 +393,57 @@ static void test_destroy_half(void)
   }
 }
 
+/* Work queued before a suspension, on blocks freed on its stream before
+ * or while suspended: after the resumption no block is handed out to
+ * another stream while that work could still run (simcuda's detector, in
+ * queue mode). */
+static void test_no_early_reuse(void)
+{
+  size_t (*reuse_check)(CUstream, CUdeviceptr, size_t) =
+      (size_t (*)(CUstream, CUdeviceptr, size_t))dlsym(RTLD_DEFAULT, "simcuda_reuse_check");
+  const char *(*explain)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "simcuda_reuse_explain");
+  if (!sim_present || !reuse_check || !explain || !sim.set_queue_mode) {
+    skip(4, SIM_REASON);
+    return;
+  }
+  size_t live0 = sim_live_baseline();
+  cuemm_manager *m = make_pool(0, 0);
+  CUstream a, b;
+  CHECK_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  sim.set_queue_mode(1);
+  enum { N = 6 };
+  CUdeviceptr p[N];
+  for (int i = 0; i < N; i++) {
+    CHECK_CU(cuemm_alloc_async(m, &p[i], 64 * KiB, a));
+    CHECK_CU(cuMemsetD8Async(p[i], (unsigned char)i, 64 * KiB, a));
+  }
+  for (int i = 0; i < N / 2; i++)
+    CHECK_CU(cuemm_free_async(m, p[i], a)); /* its work still queued */
+  is(cuemm_pool_suspend(m, CUEMM_SUSPEND_KEEP), CUDA_SUCCESS, "suspend with work queued on freed blocks");
+  is(sim.queued_work(), 0, "the suspension ran the queued work (cuCtxSynchronize)");
+  for (int i = N / 2; i < N; i++)
+    CHECK_CU(cuemm_free_async(m, p[i], a)); /* freed while suspended */
+  CHECK_CU(cuemm_pool_resume(m));
+  size_t early = 0;
+  CUdeviceptr q[N];
+  for (int i = 0; i < N; i++) {
+    CHECK_CU(cuemm_alloc_async(m, &q[i], 64 * KiB, b));
+    early += reuse_check(b, q[i], 64 * KiB);
+  }
+  is(early, 0, "no block reused early by another stream after the resumption: %s", explain());
+  for (int i = 0; i < N; i++)
+    CHECK_CU(cuemm_free_async(m, q[i], b));
+  CHECK_CU(cuCtxSynchronize());
+  sim.set_queue_mode(0);
+  CHECK_CU(cuemm_stream_release(m, a));
+  CHECK_CU(cuemm_stream_release(m, b));
+  CHECK_CU(cuStreamDestroy(a));
+  CHECK_CU(cuStreamDestroy(b));
+  CHECK_CU(cuemm_destroy(m));
+  sim_check_nothing_left(live0);
+}
+
 /* ---- out of memory at resumption ----------------------------------------------- */
 
 static void test_oom(void)
@@ -682,6 +733,7 @@ int main(void)
   test_cycle();
   test_faults();
   test_destroy_half();
+  test_no_early_reuse();
   test_oom();
   test_limits();
   test_two_managers();
