@@ -145,9 +145,12 @@ static void test_cycle(void)
     live_bytes += b.live[i] ? ((b.n[i] + 255) & ~(size_t)255) : 0;
   ok(p1.kept_bytes >= live_bytes && p1.kept_bytes < live_bytes + NB * 512 * KiB,
      "kept %zu bytes of contents for %zu live bytes", p1.kept_bytes, live_bytes);
-  ok(sim_calls("cuMemcpyDtoH") >= 1 && sim_calls("cuMemcpyDtoH") <= (unsigned long)NB,
-     "copies by runs: %lu cuMemcpyDtoH", sim_calls("cuMemcpyDtoH"));
-  is(sim_calls("cuCtxSynchronize") >= 1, 1, "the context was synchronized");
+  if (sim_present) {
+    ok(sim_calls("cuMemcpyDtoH") >= 1 && sim_calls("cuMemcpyDtoH") <= (unsigned long)NB,
+       "copies by runs: %lu cuMemcpyDtoH", sim_calls("cuMemcpyDtoH"));
+    is(sim_calls("cuCtxSynchronize") >= 1, 1, "the context was synchronized");
+  } else
+    skip(2, SIM_REASON);
 
   /* While suspended. */
   CUdeviceptr q = 0;
@@ -213,9 +216,12 @@ static void test_cycle(void)
   is(p2.kept_bytes, 0, "no host copy left");
   is(p2.suspends, 1, "one suspension counted");
   is(p2.resumes, 1, "one resumption counted");
-  ok(sim_calls("cuMemSetAccess") >= 1 && sim_calls("cuMemSetAccess") <= sim_calls("cuMemCreate"),
-     "access set by runs: %lu cuMemSetAccess for %lu cuMemCreate", sim_calls("cuMemSetAccess"),
-     sim_calls("cuMemCreate"));
+  if (sim_present)
+    ok(sim_calls("cuMemSetAccess") >= 1 && sim_calls("cuMemSetAccess") <= sim_calls("cuMemCreate"),
+       "access set by runs: %lu cuMemSetAccess for %lu cuMemCreate", sim_calls("cuMemSetAccess"),
+       sim_calls("cuMemCreate"));
+  else
+    skip(1, SIM_REASON);
   int same = 1;
   for (int i = 0; i < NB; i++)
     same &= b.p[i] == before.p[i];
@@ -231,10 +237,16 @@ static void test_cycle(void)
   if (sim_present)
     sim.calls_reset();
   is(cuemm_pool_suspend(m, 0), CUDA_SUCCESS, "suspend without KEEP");
-  is(sim_calls("cuMemcpyDtoH") + sim_calls("cuMemHostAlloc"), 0, "no copy and no host memory without KEEP");
+  if (sim_present)
+    is(sim_calls("cuMemcpyDtoH") + sim_calls("cuMemHostAlloc"), 0, "no copy and no host memory without KEEP");
+  else
+    skip(1, SIM_REASON);
   is(pstats(m).kept_bytes, 0, "nothing kept");
   is(cuemm_pool_resume(m), CUDA_SUCCESS, "resume");
-  is(sim_calls("cuMemcpyHtoD"), 0, "nothing copied back");
+  if (sim_present)
+    is(sim_calls("cuMemcpyHtoD"), 0, "nothing copied back");
+  else
+    skip(1, SIM_REASON);
 
   /* Destroy while suspended, with contents kept: everything goes. */
   CHECK_CU(cuemm_pool_suspend(m, CUEMM_SUSPEND_KEEP));
@@ -458,10 +470,23 @@ static void test_oom(void)
   size_t need = pstats(m).suspended_need_bytes;
   size_t fr = 0, total = 0;
   CHECK_CU(cuMemGetInfo(&fr, &total));
-  /* Another allocation takes all but a little. */
-  CUdeviceptr hog;
+  /* Another allocation takes all but a little.  (A real driver may not
+   * hand out every byte it calls free: smaller until one fits.) */
+  CUdeviceptr hog = 0;
   size_t hog_bytes = fr - need / 2;
-  CHECK_CU(cuMemAlloc(&hog, hog_bytes));
+  while (cuMemAlloc(&hog, hog_bytes) != CUDA_SUCCESS && hog_bytes > 64 * MiB)
+    hog_bytes -= 64 * MiB;
+  CHECK_CU(cuMemGetInfo(&fr, &total));
+  if (!hog || fr >= need) {
+    skip(9, "the device kept %zu bytes free past another allocation; resume needs %zu", fr, need);
+    if (hog)
+      CHECK_CU(cuMemFree(hog));
+    CHECK_CU(cuemm_pool_resume(m));
+    free_blocks(m, &b, s);
+    CHECK_CU(cuemm_destroy(m));
+    CHECK_CU(cuStreamDestroy(s));
+    return;
+  }
   CUresult r = cuemm_pool_resume(m);
   is(r, CUDA_ERROR_OUT_OF_MEMORY, "resume without the memory: out of memory");
   char want[64];
