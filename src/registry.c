@@ -43,6 +43,8 @@ static cuemm_manager *find_locked(unsigned long long id)
 
 static CUresult registry_add(cuemm_manager *m)
 {
+  if (m->cfg.secondary)
+    return CUDA_SUCCESS; /* one of several on its context, found through its pointer alone */
   CUresult r = CUDA_SUCCESS;
   pthread_mutex_lock(&reg_lock);
   if (find_locked(m->ctx_id)) {
