@@ -550,6 +550,12 @@ typedef struct cuemm_pool_stats {
   double piece_cost_us[CUEMM_POOL_PIECE_CLASSES];
   unsigned int piece_samples[CUEMM_POOL_PIECE_CLASSES];
   int slab;                    /* pool_slab: the reservation is one cuMemAlloc, held whole */
+  /* Suspension (cuemm_pool_suspend); appended, so the fields above keep
+   * their offsets. */
+  int suspended;               /* 1 while suspended (between cuemm_pool_suspend and cuemm_pool_resume) */
+  size_t suspended_need_bytes; /* while suspended: the bytes cuemm_pool_resume will map */
+  size_t kept_bytes;           /* bytes of block contents held in host memory (CUEMM_SUSPEND_KEEP) */
+  uint64_t suspends, resumes;  /* suspensions and resumptions that succeeded */
 } cuemm_pool_stats;
 
 /* A consistent snapshot of the pool's state.  A manager without a pool
@@ -574,6 +580,77 @@ CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m);
  * error of cuMemSetAccess (access given to runs before the failing one is
  * taken back). */
 CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer);
+
+/* ------------------------------------------------------------------------ */
+/* Suspend and resume (docs/suspend.md)                                      */
+
+/* Copy the contents of the live pool blocks to pinned host memory at
+ * suspension, and back at resumption. */
+#define CUEMM_SUSPEND_KEEP 0x1u
+/* Suspend although pool blocks were sent to other processes
+ * (cuemm_ipc_send) and may be open there. */
+#define CUEMM_SUSPEND_IGNORE_IPC 0x2u
+
+/* Gives every byte of the pool's physical memory back to the driver while
+ * keeping its addresses: every pointer the manager handed out stays
+ * reserved, and works again after cuemm_pool_resume.
+ *
+ * In order: cuCtxSynchronize of the manager's context (so the work of
+ * every stream of that context, not only of the streams the manager
+ * served, is done); the pending deferred frees are carried out (even inside
+ * a defer scope: nothing can use them after the synchronization); the
+ * cached blocks of the stream-ordered path's thread caches, and the pool's
+ * caches of sizes, return to the pool, so that only the blocks the program
+ * holds are live; wholly free chunks are released for good; with
+ * CUEMM_SUSPEND_KEEP the contents of the live blocks (adjacent ones merged
+ * into runs) are copied to pinned host memory (one cuMemHostAlloc buffer
+ * the manager keeps from one suspension to the next, so that later
+ * suspensions pay no pinning); then every remaining chunk is unmapped and
+ * released.  The reservation, the record of every block, the stream tags
+ * and cuMemAlloc blocks beyond the pool stay: those (requests larger than
+ * the pool's limit) keep their memory, and cuemm_get_stats counts them as
+ * before.
+ *
+ * While suspended: cuemm_alloc, cuemm_alloc_async (and the drop-ins on the
+ * manager), cuemm_ipc_export and cuemm_ipc_send of its blocks,
+ * cuemm_pool_grant_access and cuemm_pool_trim fail with
+ * CUDA_ERROR_ILLEGAL_STATE and a message saying the manager is suspended;
+ * frees (cuemm_free, cuemm_free_async) are accepted (host bookkeeping only;
+ * the contents of a block freed so are not copied back); statistics,
+ * snapshots and cuemm_mem_get_address_range work; the program must not
+ * touch the blocks' memory from the GPU.  cuemm_destroy frees everything,
+ * the host copy too.
+ *
+ * Errors: CUDA_ERROR_INVALID_VALUE for a NULL manager or unknown flags;
+ * CUDA_ERROR_NOT_SUPPORTED for a manager without a VMM pool or with a slab
+ * pool (CUEMM_POOL_SLAB); CUDA_ERROR_ILLEGAL_STATE when already suspended,
+ * or when pool blocks were sent to another process (the message names
+ * them, address and size) and CUEMM_SUSPEND_IGNORE_IPC is not given; the
+ * driver's error of cuCtxSynchronize, cuMemHostAlloc or a copy (nothing was
+ * released: the manager is as before); of cuMemUnmap or cuMemRelease (the
+ * manager is then suspended, holding the chunks named in the message, and
+ * both cuemm_pool_resume and another cuemm_pool_suspend, which tries those
+ * chunks again, work).
+ * Thread-safety: any thread, while others allocate, free and record
+ * streams on the manager; a thread allocating from its own cache at that
+ * moment either gets its block before the suspension or the refusal. */
+CUEMM_EXTERN CUresult cuemm_pool_suspend(cuemm_manager *m, unsigned flags);
+
+/* Maps physical memory again at the addresses the suspension released
+ * (created in pieces of the size the pool's growth would choose, one
+ * cuMemSetAccess per run for the device and every peer granted access),
+ * and with CUEMM_SUSPEND_KEEP copies the kept contents back, then frees
+ * the host copy's bookkeeping (the pinned buffer stays for the next
+ * suspension).  Every pointer handed out before works again.
+ * Errors: CUDA_ERROR_INVALID_VALUE for a NULL manager;
+ * CUDA_ERROR_ILLEGAL_STATE when the manager is not suspended;
+ * CUDA_ERROR_OUT_OF_MEMORY when the device lacks the memory (the message
+ * gives the bytes needed and cuMemGetInfo's free bytes); the driver's error
+ * of cuMemCreate, cuMemMap, cuMemSetAccess or a copy.  On any failure what
+ * the call mapped is released again, the manager stays suspended, the kept
+ * contents stay in host memory, and a later call can succeed.
+ * Thread-safety: as cuemm_pool_suspend. */
+CUEMM_EXTERN CUresult cuemm_pool_resume(cuemm_manager *m);
 
 /* ------------------------------------------------------------------------ */
 /* Stream-ordered allocation                                                 */

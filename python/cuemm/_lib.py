@@ -78,7 +78,10 @@ class PoolStats(ctypes.Structure):
         ("limit_hard", ctypes.c_int), ("piece_pinned", ctypes.c_size_t),
         ("piece_bytes", ctypes.c_size_t),
         ("piece_cost_us", ctypes.c_double * PIECE_CLASSES),
-        ("piece_samples", ctypes.c_uint * PIECE_CLASSES), ("slab", ctypes.c_int)]
+        ("piece_samples", ctypes.c_uint * PIECE_CLASSES), ("slab", ctypes.c_int),
+        ("suspended", ctypes.c_int), ("suspended_need_bytes", ctypes.c_size_t),
+        ("kept_bytes", ctypes.c_size_t), ("suspends", ctypes.c_uint64),
+        ("resumes", ctypes.c_uint64)]
 
 
 class AdapterStats(ctypes.Structure):
