@@ -1536,6 +1536,22 @@ CUEMM_EXTERN const char *cuemm_adapter_get_tag(void);
  * cuemm_adapter_set_tag's name, and of cuemm_device_manager, for the
  * device, as reported. */
 CUEMM_EXTERN CUresult cuemm_adapter_tag_manager(const char *tag, int device, cuemm_manager **m);
+/* cuemm_pool_suspend(m, flags) of `tag`'s manager on `device` (NULL or "":
+ * the default manager), made first if the tag has none there yet, so that
+ * the tag's allocations are refused until it is resumed; and
+ * cuemm_pool_resume of it.  Everything cuemm_pool_suspend says holds: the
+ * context is synchronized, the tag's live blocks keep their addresses, and
+ * their contents survive only with CUEMM_SUSPEND_KEEP.  While a tag is
+ * suspended, cuemm_torch_alloc with the tag current returns NULL (counted
+ * as a failure, with the message saying the manager is suspended); frees of
+ * its blocks are accepted.
+ * Errors: those of the tag's name and of cuemm_adapter_tag_manager;
+ * cuemm_pool_suspend's and cuemm_pool_resume's, with the message prefixed
+ * by the call, tag and device; cuemm_adapter_resume of a tag that has no
+ * manager on the device: CUDA_ERROR_ILLEGAL_STATE.
+ * Thread-safety: as cuemm_pool_suspend. */
+CUEMM_EXTERN CUresult cuemm_adapter_suspend(const char *tag, int device, unsigned flags);
+CUEMM_EXTERN CUresult cuemm_adapter_resume(const char *tag, int device);
 /* cuemm_stream_release on every tag's manager of the device (CuPy calls it
  * before it destroys a stream).  Errors: the first manager's failure, with
  * its message; the other managers are still asked. */

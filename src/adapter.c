@@ -356,6 +356,43 @@ CUEMM_EXTERN CUresult cuemm_adapter_tag_manager(const char *tag, int device, cue
   return r == CUDA_SUCCESS ? tag_manager(t, device, m) : r;
 }
 
+CUEMM_EXTERN CUresult cuemm_adapter_suspend(const char *tag, int device, unsigned flags)
+{
+  static const char fn[] = "cuemm_adapter_suspend";
+  int t;
+  cuemm_manager *m;
+  CUresult r = tag_number(fn, tag, 1, &t);
+  if (r == CUDA_SUCCESS)
+    r = tag_manager(t, device, &m);
+  if (r != CUDA_SUCCESS)
+    return r;
+  if ((r = cuemm_pool_suspend(m, flags)) != CUDA_SUCCESS) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", cuemm_last_error());
+    return cuemm__error(r, "%s(tag \"%s\", device %d): %s", fn, t ? tag_names[t] : "", device, why);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUresult cuemm_adapter_resume(const char *tag, int device)
+{
+  static const char fn[] = "cuemm_adapter_resume";
+  int t;
+  CUresult r = tag_number(fn, tag, 0, &t);
+  if (r != CUDA_SUCCESS)
+    return r;
+  cuemm_manager *m = t < 0 ? NULL : tag_existing(t, device);
+  if (!m)
+    return cuemm__error(CUDA_ERROR_ILLEGAL_STATE, "%s(tag \"%s\", device %d): the tag has no manager on the "
+                        "device: nothing was suspended", fn, tag ? tag : "", device);
+  if ((r = cuemm_pool_resume(m)) != CUDA_SUCCESS) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", cuemm_last_error());
+    return cuemm__error(r, "%s(tag \"%s\", device %d): %s", fn, t ? tag_names[t] : "", device, why);
+  }
+  return CUDA_SUCCESS;
+}
+
 CUEMM_EXTERN CUresult cuemm_adapter_stream_release(int device, CUstream stream)
 {
   int k = atomic_load_explicit(&ntag_names, memory_order_acquire);
@@ -749,6 +786,9 @@ CUEMM_EXTERN void cuemm_torch_empty_cache(void)
       cuemm_manager *m = tag_existing(t, i);
       if (!m)
         continue;
+      cuemm_pool_stats ps;
+      if (m->pool && cuemm_pool_get_stats(m, &ps) == CUDA_SUCCESS && ps.suspended)
+        continue; /* holds no memory to give back, and refuses the trim */
       CUresult r = m->pool ? cuemm_pool_trim(m) : m->managed ? cuemm_managed_trim(m) : cuemm_flush(m);
       if (r != CUDA_SUCCESS)
         note_failure(F_EMPTY, "cuemm_torch_empty_cache (device %d%s%s%s)", i, t ? ", tag \"" : "",
