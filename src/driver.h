@@ -51,7 +51,8 @@ CUresult CUDAAPI cuemm__cuMemAdvise_v8000(CUdeviceptr devPtr, size_t count, CUme
   O(MemAllocAsync) O(MemFreeAsync) O(StreamSynchronize)                       \
   O(EventCreate) O(EventDestroy) O(EventRecord) O(EventQuery)                  \
   O(StreamWaitEvent) O(ThreadExchangeStreamCaptureMode)                       \
-  O(MemAllocManaged) O(MemPrefetchAsync) O(MemAdvise)
+  O(MemAllocManaged) O(MemPrefetchAsync) O(MemAdvise)                        \
+  O(MemcpyDtoH) O(MemcpyHtoD)
 
 typedef struct cuemm__driver_table {
 #define CUEMM__ENTRY(name) __typeof__(cu##name) *name;

@@ -6,7 +6,8 @@
  * The registry comes first: once a manager's teardown has begun, cuemm_get
  * must no longer hand it out.  The statistics table (CUEMM_STATS) comes
  * next, so that it shows the manager as the program left it.  The
- * stream-ordered path's caches come last: their blocks go with the pool.
+ * stream-ordered path's caches come next: their blocks go with the pool.
+ * A suspension's host copy comes last.
  */
 #include <stdio.h>
 
@@ -15,12 +16,14 @@
 #include "registry.h"
 #include "report.h"
 #include "stream.h"
+#include "suspend.h"
 
 static const cuemm__extension *const extensions[] = {
   &cuemm__registry_extension,
   &cuemm__report_extension,
   &cuemm__ipc_extension,
   &cuemm__stream_extension,
+  &cuemm__suspend_extension,
 };
 enum { NEXT = sizeof extensions / sizeof extensions[0] };
 

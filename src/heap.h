@@ -122,6 +122,8 @@ typedef struct cuemm__hbin {
 /* `want`'s bits. */
 #define CUEMM__HEAP_WANT_LOCK 1   /* a thread holding `mutex` wants the heap: the owner takes the mutex too */
 #define CUEMM__HEAP_WANT_FULL 2   /* other threads ask the owner to enter with a full fence */
+#define CUEMM__HEAP_WANT_HOLD 4   /* the pool is suspended: the owner takes the slow paths, which refuse to
+                                   * hand out blocks (suspend.c through cuemm__stream_hold) */
 /* Heavy fences other threads pay before they ask for CUEMM__HEAP_WANT_FULL. */
 #define CUEMM__HEAP_HEAVY_MAX 16u
 

@@ -273,6 +273,8 @@ static CUresult export_fds_locked(cuemm_manager *m, const cuemm_ipc_handle *h, i
   if (!m->drv->MemExportToShareableHandle)
     return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "cuemm_ipc_send: the CUDA driver %s has no "
                         "cuMemExportToShareableHandle", m->drv->path);
+  if (cuemm__pool_is_suspended(pool))
+    return cuemm__pool_refuse_suspended(pool, "cuemm_ipc_send");
   long head = cuemm__pool_find_serial(pool, pc->serial);
   if (head < 0)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_send: the pool no longer has the chunk this handle "
@@ -305,6 +307,13 @@ static CUresult export_fds_locked(cuemm_manager *m, const cuemm_ipc_handle *h, i
       return r;
     }
     fds[*n] = fd;
+  }
+  /* The chunks may now be open in another process: a suspension must not
+   * release them unasked (cuemm_pool_suspend). */
+  if (cuemm__pool_note_sent(pool, a, (size_t)h->size, pc->serial) != 0) {
+    close_fds(fds, *n);
+    *n = 0;
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_ipc_send: no host memory to record the range sent");
   }
   return CUDA_SUCCESS;
 }

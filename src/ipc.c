@@ -168,6 +168,8 @@ CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const voi
 static CUresult describe_locked(cuemm_manager *m, CUdeviceptr p, size_t size, cuemm_ipc_handle *h, CUdeviceptr *base)
 {
   const cuemm__driver_table *d = m->drv;
+  if (m->pool && cuemm__pool_is_suspended(m->pool))
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_ipc_export");
   if (m->pool && cuemm__pool_contains(m->pool, p))
     return cuemm__ipc_describe_pool(m, p, size, h);
   if (!d->IpcGetMemHandle)

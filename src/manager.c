@@ -228,6 +228,11 @@ CUresult cuemm__flush_locked(cuemm_manager *m)
   return flush_locked(m, 0);
 }
 
+CUresult cuemm__flush_all_locked(cuemm_manager *m)
+{
+  return flush_locked(m, 1);
+}
+
 CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m)
 {
   CHECK_MANAGER(m, "cuemm_flush");
@@ -368,6 +373,8 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
 
 CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk, int grow)
 {
+  if (cuemm__pool_is_suspended(m->pool))
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
   if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
     return CUDA_SUCCESS;
   return pool_alloc_slow(m, size, tag, p, blk, grow);
@@ -379,6 +386,10 @@ static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t si
   uint32_t blk;
   CUresult r;
   cuemm__lock_acquire(&m->lock);
+  if (__builtin_expect(pool->suspended, 0)) {
+    r = cuemm__pool_refuse_suspended(pool, "cuemm_alloc");
+    goto failed;
+  }
   if (cuemm__pool_take(pool, size, &p, &blk) != 0 && (r = pool_alloc_slow(m, size, 0, &p, &blk, 1)) != CUDA_SUCCESS)
     goto failed;
   if (cuemm__owned_add(&m->owned, p, size, CUEMM__KIND_POOL, blk) != 0) {
@@ -415,6 +426,12 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
   }
   CUresult r;
   uintptr_t p = 0;
+  if (kind == CUEMM__KIND_DEVICE && m->pool && cuemm__pool_is_suspended(m->pool)) {
+    /* A block beyond the pool could be served, but a suspended manager
+     * is giving its memory away: refused like the pool's. */
+    r = cuemm__pool_refuse_suspended(m->pool, fn);
+    goto failed;
+  }
   if (kind == CUEMM__KIND_DEVICE && size > m->st.total_bytes) {
     r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, more than the device's %zu bytes of memory",
                      fn, size, m->st.total_bytes);
@@ -772,6 +789,11 @@ CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m)
 {
   CHECK_POOL(m, "cuemm_pool_trim");
   cuemm__lock_acquire(&m->lock);
+  if (cuemm__pool_is_suspended(m->pool)) {
+    CUresult r = cuemm__pool_refuse_suspended(m->pool, "cuemm_pool_trim");
+    cuemm__lock_release(&m->lock);
+    return r;
+  }
   cuemm__extensions_reclaim(m, 1, 0);
   CUresult r = flush_locked(m, 0);
   if (r == CUDA_SUCCESS) {
@@ -818,6 +840,11 @@ CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer)
                           "the memory of device %d (cuDeviceCanAccessPeer says no)", (int)peer, (int)m->dev);
   }
   cuemm__lock_acquire(&m->lock);
+  if (cuemm__pool_is_suspended(m->pool)) {
+    r = cuemm__pool_refuse_suspended(m->pool, "cuemm_pool_grant_access");
+    cuemm__lock_release(&m->lock);
+    return r;
+  }
   cuemm__ctx_guard g;
   if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
     r = cuemm__pool_grant(m->pool, peer);

@@ -66,6 +66,7 @@ struct cuemm_manager {
   struct cuemm__managed *managed;  /* managed.c: CUEMM_MEMORY=managed|system, else NULL */
   cuemm__log *log;            /* the event log (log.c), NULL: none; set at creation, read without the lock */
   size_t driver_bytes;        /* cuMemAlloc memory held (live or pending); written atomically, for the log */
+  struct cuemm__suspend *suspend;  /* suspend.c: the host copy of a suspension, NULL until the first */
 };
 
 /* Makes m's context current for the calling thread if it is not, remembering
@@ -85,6 +86,9 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
 /* Releases the pending frees unless a defer scope is open (cuemm_flush with
  * the lock held). */
 CUresult cuemm__flush_locked(cuemm_manager *m);
+/* Releases every pending free, defer scopes or not: the caller (a
+ * suspension) has entered the context and synchronized it.  Lock held. */
+CUresult cuemm__flush_all_locked(cuemm_manager *m);
 
 /* Counts a device allocation of `size` bytes in the statistics (live, peak,
  * allocs).  Lock held. */

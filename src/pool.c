@@ -384,6 +384,9 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
 {
   size_t need = round_up(size, CUEMM__SA_ALIGN);
   const cuemm__sa *sa = &p->sa;
+  if (cuemm__pool_is_suspended(p))
+    return cuemm__error(CUDA_ERROR_ILLEGAL_STATE, "the pool is suspended (cuemm_pool_suspend): it maps no memory "
+                        "until cuemm_pool_resume");
   /* Where to map: the place that needs the least new memory.  Mapped
    * against a free block at one end of a hole, the growth joins it, and
    * only the rest of the request is new; a hole whose free neighbours
@@ -548,8 +551,8 @@ CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
   size_t released = 0;
   for (size_t k = 0; k < n; k++) {
     size_t bytes = (size_t)p->units[cand[k]].units * p->unit;
-    if (p->sa.free_bytes < keep + bytes)
-      continue;
+    if (p->sa.free_bytes < keep + bytes || p->units[cand[k]].state != CUEMM__CHUNK_ACCESSIBLE)
+      continue; /* a suspension's chunks wait for the resumption (cuemm__pool_forget_free) */
     if ((r = release_chunk(p, cand[k])) != CUDA_SUCCESS)
       break;
     released++;
@@ -697,6 +700,11 @@ void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s)
   s->piece_pinned = p->piece;
   s->piece_bytes = p->last_piece;
   s->slab = p->slab;
+  s->suspended = cuemm__pool_is_suspended(p);
+  s->suspended_need_bytes = s->suspended ? cuemm__pool_suspended_need(p) : 0;
+  s->kept_bytes = p->kept_bytes;
+  s->suspends = p->suspends;
+  s->resumes = p->resumes;
   cuemm__piece_table t;
   cuemm__piece_snapshot((int)p->dev, &t);
   for (int k = 0; k < CUEMM_POOL_PIECE_CLASSES; k++) {
@@ -719,6 +727,283 @@ void cuemm__pool_describe(const cuemm__pool *p, char *buf, size_t n)
 {
   snprintf(buf, n, "%zu bytes mapped, %zu used, largest free block %zu bytes", p->mapped, p->sa.used_bytes,
            cuemm__sa_largest_free(&p->sa));
+}
+
+/* ---- suspension ------------------------------------------------------------- */
+
+void cuemm__pool_each_live_in(const cuemm__pool *p, size_t off, size_t size,
+                              void (*fn)(void *arg, size_t off, size_t size), void *arg)
+{
+  const cuemm__sa *sa = &p->sa;
+  size_t end = off + size, run = 0, run_end = 0;
+  int open = 0;
+  uint32_t i = off ? cuemm__sa_find(sa, off) : 0;
+  for (; i != CUEMM__SA_NIL && sa->b[i].off < end; i = sa->b[i].next) {
+    const cuemm__sa_block *b = &sa->b[i];
+    if (b->state != CUEMM__SA_USED) {
+      if (open)
+        fn(arg, run, run_end - run);
+      open = 0;
+      continue;
+    }
+    size_t s = b->off > off ? b->off : off, e = b->off + b->size < end ? b->off + b->size : end;
+    if (open && s == run_end)
+      run_end = e;
+    else {
+      if (open)
+        fn(arg, run, run_end - run);
+      run = s, run_end = e, open = 1;
+    }
+  }
+  if (open)
+    fn(arg, run, run_end - run);
+}
+
+void cuemm__pool_each_live_run(const cuemm__pool *p, void (*fn)(void *arg, size_t off, size_t size), void *arg)
+{
+  cuemm__pool_each_live_in(p, 0, p->reserved, fn, arg);
+}
+
+/* The head units of chunks, walked in address order. */
+static size_t next_head(const cuemm__pool *p, size_t u)
+{
+  const cuemm__pool_unit *h = &p->units[u];
+  return h->head == u && h->units ? u + h->units : u + 1;
+}
+
+static int holds_memory(const cuemm__pool_unit *h)
+{
+  return h->state == CUEMM__CHUNK_CREATED || h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE;
+}
+
+CUresult cuemm__pool_unmap_all(cuemm__pool *p)
+{
+  const cuemm__driver_table *d = p->drv;
+  CUresult first = CUDA_SUCCESS;
+  char msg[512] = "";
+  size_t held = 0, held_chunks = 0;
+  for (size_t u = 0; u < p->nunits; u = next_head(p, u)) {
+    cuemm__pool_unit *h = &p->units[u];
+    if (h->head != u || !h->units || !holds_memory(h))
+      continue;
+    size_t bytes = (size_t)h->units * p->unit;
+    CUdeviceptr at = unit_addr(p, u);
+    CUresult r = CUDA_SUCCESS;
+    if (h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE) {
+      cuemm__nvtx_chunk_unmapping(p, u);
+      r = d->MemUnmap(at, bytes);
+      if (r != CUDA_SUCCESS) {
+        if (h->state == CUEMM__CHUNK_ACCESSIBLE)
+          cuemm__nvtx_chunks_mapped(p, u, h->units);
+        cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) suspending the pool", (unsigned long long)at, bytes);
+      } else
+        h->state = CUEMM__CHUNK_CREATED;
+    }
+    if (r == CUDA_SUCCESS && h->has_handle) {
+      r = d->MemRelease(h->handle);
+      if (r != CUDA_SUCCESS)
+        cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) suspending the pool",
+                            (unsigned long long)at, bytes);
+      else {
+        h->has_handle = 0;
+        cuemm__piece_released((int)p->dev, now_ns());
+      }
+    }
+    if (r != CUDA_SUCCESS) {
+      held += bytes;
+      held_chunks++;
+      if (first == CUDA_SUCCESS) {
+        first = r;
+        snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+      }
+      continue;
+    }
+    h->state = CUEMM__CHUNK_SUSPENDED;
+    __atomic_sub_fetch(&p->mapped, bytes, __ATOMIC_RELAXED);
+    p->chunks--;
+    p->chunks_released++;
+    cuemm__log_note(p->log, "suspend-release", bytes);
+  }
+  if (first != CUDA_SUCCESS)
+    cuemm__error(first, "%s; %zu chunks (%zu bytes) still hold memory: cuemm_pool_suspend tries them again, "
+                 "cuemm_pool_resume maps them back", msg, held_chunks, held);
+  return first;
+}
+
+void cuemm__pool_forget_free(cuemm__pool *p)
+{
+  cuemm__sa_coalesce(&p->sa);
+  release_scan rs = { p, NULL, 0, 0, 0 };
+  cuemm__sa_each_free(&p->sa, p->unit, scan_free_block, &rs);
+  for (size_t k = 0; k < rs.n; k++) {
+    cuemm__pool_unit *h = &p->units[rs.cand[k]];
+    if (h->state != CUEMM__CHUNK_SUSPENDED || cuemm__sa_reserve(&p->sa, 2) != 0)
+      continue;
+    cuemm__sa_drain(&p->sa, (size_t)rs.cand[k] * p->unit, (size_t)h->units * p->unit);
+    h->state = CUEMM__CHUNK_EMPTY;
+    h->units = 0;
+  }
+  free(rs.cand);
+}
+
+size_t cuemm__pool_suspended_need(const cuemm__pool *p)
+{
+  size_t need = 0;
+  for (size_t u = 0; u < p->nunits; u = next_head(p, u)) {
+    const cuemm__pool_unit *h = &p->units[u];
+    if (h->head == u && h->units && h->state != CUEMM__CHUNK_EMPTY && h->state != CUEMM__CHUNK_ACCESSIBLE)
+      need += (size_t)h->units * p->unit;
+  }
+  return need;
+}
+
+/* Creates and maps the pieces of run [head, head + n) of suspended units,
+ * now one record. */
+static CUresult remap_run(cuemm__pool *p, size_t head, size_t n)
+{
+  const cuemm__driver_table *d = p->drv;
+  size_t bytes = n * p->unit;
+  size_t min_piece = p->ipc ? round_up((bytes + 3) / 4, p->unit) : 0;
+  size_t piece = p->piece ? p->piece : cuemm__piece_pick((int)p->dev, p->unit, bytes, min_piece);
+  if (piece == 0 || piece > bytes)
+    piece = bytes;
+  size_t pu = piece / p->unit;
+  if (!pu)
+    pu = n;
+  CUmemAllocationProp prop = chunk_prop(p->dev, p->ipc);
+  for (size_t u = head, end = head + n; u < end;) {
+    size_t k = end - u < pu ? end - u : pu, kb = k * p->unit;
+    CUdeviceptr at = unit_addr(p, u);
+    /* The rest of the run stays one suspended record, so that a failure
+     * leaves every unit in a chunk. */
+    if (u + k < end)
+      chunk_mark(p, u + k, end - u - k, CUEMM__CHUNK_SUSPENDED);
+    chunk_mark(p, u, k, CUEMM__CHUNK_SUSPENDED);
+    cuemm__pool_unit *h = &p->units[u];
+    CUresult r = d->MemCreate(&h->handle, kb, &prop, 0);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuMemCreate(%zu bytes on device %d) resuming the pool", kb, (int)p->dev);
+    h->has_handle = 1;
+    h->state = CUEMM__CHUNK_CREATED;
+    h->serial = ++p->next_serial; /* new memory: what was sent of the old is no longer it */
+    __atomic_add_fetch(&p->mapped, kb, __ATOMIC_RELAXED);
+    p->chunks++;
+    p->chunks_mapped++;
+    r = d->MemMap(at, kb, 0, h->handle, 0);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) resuming the pool", (unsigned long long)at, kb);
+    h->state = CUEMM__CHUNK_MAPPED;
+    u += k;
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult remap_steps(cuemm__pool *p)
+{
+  const cuemm__driver_table *d = p->drv;
+  /* Runs of suspended chunks become one record each, cut again into pieces
+   * of the size growth would choose now; chunks whose handle survived a
+   * failed release are mapped as they are. */
+  for (size_t u = 0; u < p->nunits;) {
+    cuemm__pool_unit *h = &p->units[u];
+    if (h->head == u && h->units && h->state == CUEMM__CHUNK_CREATED) {
+      CUresult r = d->MemMap(unit_addr(p, u), (size_t)h->units * p->unit, 0, h->handle, 0);
+      if (r != CUDA_SUCCESS)
+        return cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) resuming the pool",
+                                   (unsigned long long)unit_addr(p, u), (size_t)h->units * p->unit);
+      h->state = CUEMM__CHUNK_MAPPED;
+    }
+    if (h->head != u || !h->units || h->state != CUEMM__CHUNK_SUSPENDED) {
+      u = next_head(p, u);
+      continue;
+    }
+    size_t end = u;
+    while (end < p->nunits && p->units[end].head == end && p->units[end].units &&
+           p->units[end].state == CUEMM__CHUNK_SUSPENDED)
+      end += p->units[end].units;
+    chunk_mark(p, u, end - u, CUEMM__CHUNK_SUSPENDED);
+    CUresult r = remap_run(p, u, end - u);
+    if (r != CUDA_SUCCESS)
+      return r;
+    u = end;
+  }
+  /* Access once per run of adjacent mapped chunks. */
+  for (size_t u = 0; u < p->nunits;) {
+    if (p->units[u].head != u || !p->units[u].units || p->units[u].state != CUEMM__CHUNK_MAPPED) {
+      u = next_head(p, u);
+      continue;
+    }
+    size_t end = u;
+    while (end < p->nunits && p->units[end].head == end && p->units[end].units &&
+           p->units[end].state == CUEMM__CHUNK_MAPPED)
+      end += p->units[end].units;
+    size_t bytes = (end - u) * p->unit;
+    CUresult r = d->MemSetAccess(unit_addr(p, u), bytes, p->access, p->naccess);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuMemSetAccess(0x%llx, %zu bytes, %u devices) resuming the pool",
+                                 (unsigned long long)unit_addr(p, u), bytes, p->naccess);
+    for (size_t k = u; k < end; k = next_head(p, k)) {
+      p->units[k].state = CUEMM__CHUNK_ACCESSIBLE;
+      cuemm__nvtx_chunks_mapped(p, k, p->units[k].units);
+    }
+    u = end;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuemm__pool_remap_all(cuemm__pool *p)
+{
+  CUresult r = remap_steps(p);
+  if (r == CUDA_SUCCESS)
+    return CUDA_SUCCESS;
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+  CUresult undo = cuemm__pool_unmap_all(p);
+  if (undo != CUDA_SUCCESS)
+    return cuemm__error(r, "%s; undoing the resumption: %s", msg, cuemm_last_error());
+  return cuemm__error(r, "%s; what the resumption mapped is released again", msg);
+}
+
+CUresult cuemm__pool_refuse_suspended(const cuemm__pool *p, const char *fn)
+{
+  return cuemm__error(CUDA_ERROR_ILLEGAL_STATE, "%s: the manager is suspended (cuemm_pool_suspend): its pool holds "
+                      "no memory until cuemm_pool_resume, which needs %zu bytes", fn, cuemm__pool_suspended_need(p));
+}
+
+int cuemm__pool_note_sent(cuemm__pool *p, CUdeviceptr addr, size_t size, uint64_t serial)
+{
+  for (size_t i = 0; i < p->nsent; i++)
+    if (p->sent[i].addr == addr && p->sent[i].size == size && p->sent[i].serial == serial)
+      return 0;
+  if (p->nsent == p->capsent) {
+    size_t c = p->capsent ? p->capsent * 2 : 8;
+    cuemm__pool_sent *g = realloc(p->sent, c * sizeof *g);
+    if (!g)
+      return -1;
+    p->sent = g;
+    p->capsent = c;
+  }
+  p->sent[p->nsent++] = (cuemm__pool_sent){ addr, size, serial };
+  return 0;
+}
+
+size_t cuemm__pool_sent_live(cuemm__pool *p, cuemm__pool_sent *out, size_t max)
+{
+  size_t n = 0;
+  for (size_t i = 0; i < p->nsent;) {
+    cuemm__pool_sent *e = &p->sent[i];
+    uint32_t b = cuemm__sa_find(&p->sa, (size_t)(e->addr - p->base));
+    long head = cuemm__pool_find_serial(p, e->serial);
+    if (head < 0 || b == CUEMM__SA_NIL || p->sa.b[b].state != CUEMM__SA_USED) {
+      *e = p->sent[--p->nsent];
+      continue;
+    }
+    if (n < max)
+      out[n] = *e;
+    n++;
+    i++;
+  }
+  return n;
 }
 
 /* ---- destruction ------------------------------------------------------------- */
@@ -751,7 +1036,8 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
       continue;
     size_t bytes = (size_t)h->units * p->unit;
     CUresult r = CUDA_SUCCESS;
-    if (h->state >= CUEMM__CHUNK_MAPPED && (r = d->MemUnmap(unit_addr(p, u), bytes)) != CUDA_SUCCESS)
+    if ((h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE) &&
+        (r = d->MemUnmap(unit_addr(p, u), bytes)) != CUDA_SUCCESS)
       cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) destroying the pool", (unsigned long long)unit_addr(p, u),
                           bytes);
     else if (h->has_handle && (r = d->MemRelease(h->handle)) != CUDA_SUCCESS)
@@ -776,6 +1062,7 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
     }
   }
   cuemm__sa_fini(&p->sa);
+  free(p->sent);
   free(p->orphans);
   free(p->units);
   free(p);

@@ -24,6 +24,8 @@ typedef enum cuemm__chunk_state {
   CUEMM__CHUNK_CREATED = 1,     /* physical handle, not mapped */
   CUEMM__CHUNK_MAPPED = 2,      /* mapped, no access set */
   CUEMM__CHUNK_ACCESSIBLE = 3,  /* mapped and accessible: its space is the sub-allocator's */
+  CUEMM__CHUNK_SUSPENDED = 4,   /* released by a suspension: its blocks are recorded, its memory gone
+                                 * until a resumption creates and maps it again */
 } cuemm__chunk_state;
 
 /* One entry per unit (cfg->pool_chunk bytes) of the reservation.  A chunk is
@@ -77,6 +79,16 @@ typedef struct cuemm__pool {
   uint64_t next_serial;
   uint64_t chunks_mapped, chunks_released, grow_steps, grow_failures, releases;
   struct cuemm__nvtx_pool *nvtx;  /* the annotations for a tool (nvtx.c), NULL without one */
+  /* Suspension (suspend.c decides, the functions below move the chunks).
+   * `suspended` is written under the manager's lock and read atomically
+   * by the slow paths that refuse to hand out blocks while it is set. */
+  int suspended;
+  size_t kept_bytes;      /* block contents held in host memory (CUEMM_SUSPEND_KEEP) */
+  uint64_t suspends, resumes;
+  /* Ranges whose chunks were sent to other processes (ipc-fd.c), which a
+   * suspension refuses to release while they are live. */
+  struct cuemm__pool_sent *sent;
+  size_t nsent, capsent;
 } cuemm__pool;
 
 /* Reserves the address range and prepares the pool; maps nothing yet.
@@ -193,6 +205,78 @@ static inline CUdeviceptr cuemm__pool_unit_addr(const cuemm__pool *p, size_t u)
 }
 
 void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s);
+
+/* ---- suspension (suspend.c calls these with the manager's lock held and
+ * its context current) ---- */
+
+static inline int cuemm__pool_is_suspended(const cuemm__pool *p)
+{
+  return __atomic_load_n(&p->suspended, __ATOMIC_ACQUIRE);
+}
+static inline void cuemm__pool_set_suspended(cuemm__pool *p, int on)
+{
+  __atomic_store_n(&p->suspended, on, __ATOMIC_RELEASE);
+}
+static inline void cuemm__pool_set_kept(cuemm__pool *p, size_t bytes) { p->kept_bytes = bytes; }
+static inline void cuemm__pool_count(cuemm__pool *p, int resumed)
+{
+  if (resumed)
+    p->resumes++;
+  else
+    p->suspends++;
+}
+
+/* The refusal of a call that needs the pool's memory while it is
+ * suspended: CUDA_ERROR_ILLEGAL_STATE, the message naming `fn`. */
+CUresult cuemm__pool_refuse_suspended(const cuemm__pool *p, const char *fn);
+
+/* Calls fn(arg, off, size) for every run of adjacent blocks handed out
+ * (live, or pending a free), in address order; offsets from the base. */
+void cuemm__pool_each_live_run(const cuemm__pool *p, void (*fn)(void *arg, size_t off, size_t size), void *arg);
+
+/* Calls fn for every run of blocks handed out inside [off, off + size),
+ * clipped to it: the parts of a kept run still live at resumption. */
+void cuemm__pool_each_live_in(const cuemm__pool *p, size_t off, size_t size,
+                              void (*fn)(void *arg, size_t off, size_t size), void *arg);
+
+/* Unmaps and releases every chunk that still holds physical memory
+ * (unmap first: a chunk whose cuMemUnmap fails keeps everything and stays
+ * usable; one whose cuMemRelease fails keeps its handle, which a
+ * resumption maps again), marking each CUEMM__CHUNK_SUSPENDED.  Goes on
+ * past a failure, returns the first, and the message names how many
+ * chunks and bytes are still held. */
+CUresult cuemm__pool_unmap_all(cuemm__pool *p);
+
+/* Forgets the suspended chunks that hold no block handed out: they become
+ * unmapped space, which a resumption does not map. */
+void cuemm__pool_forget_free(cuemm__pool *p);
+
+/* Bytes a resumption maps: the chunks without physical memory, and those
+ * (after failures) with memory but no mapping or no access. */
+size_t cuemm__pool_suspended_need(const cuemm__pool *p);
+
+/* Maps physical memory again for every chunk a suspension released:
+ * adjacent ones as one run, created in pieces of the size growth would
+ * choose, mapped, then one cuMemSetAccess per run for every device with
+ * access.  A failure lowers every chunk again (cuemm__pool_unmap_all),
+ * so the pool stays wholly suspended; its message names the call. */
+CUresult cuemm__pool_remap_all(cuemm__pool *p);
+
+/* A range sent to another process (cuemm_ipc_send): its first chunk's
+ * serial tells whether the memory is still the one sent. */
+typedef struct cuemm__pool_sent {
+  CUdeviceptr addr;
+  size_t size;
+  uint64_t serial;
+} cuemm__pool_sent;
+
+/* Remembers a range sent.  Returns 0, or -1 when host memory ran out. */
+int cuemm__pool_note_sent(cuemm__pool *p, CUdeviceptr addr, size_t size, uint64_t serial);
+
+/* Drops the ranges whose chunk is gone or whose block was freed, and
+ * returns the ranges still sent and live (at most `max` in out[], the
+ * count in any case). */
+size_t cuemm__pool_sent_live(cuemm__pool *p, cuemm__pool_sent *out, size_t max);
 
 /* With a hard limit, the refusal of a request larger than the limit:
  * CUDA_ERROR_OUT_OF_MEMORY with the figures in the message. */

@@ -209,6 +209,8 @@ static CUresult heap_attach_locked(cuemm_manager *m, cuemm__heap **out)
     pthread_mutex_unlock(&g_lock);
   }
   h->trim_mark = cache_cap(m);
+  if (cuemm__pool_is_suspended(m->pool))
+    atomic_fetch_or_explicit(&h->want, CUEMM__HEAP_WANT_HOLD, memory_order_seq_cst);
   tls[i] = tls[0];
   tls[0] = (tls_slot){ m, m->serial, h };
   pthread_setspecific(g_key, (void *)1);
@@ -729,6 +731,22 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
   return given;
 }
 
+void cuemm__stream_hold(cuemm_manager *m, int on)
+{
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap *h = m->heaps[i];
+    if (!on) {
+      atomic_fetch_and_explicit(&h->want, ~CUEMM__HEAP_WANT_HOLD, memory_order_release);
+      continue;
+    }
+    atomic_fetch_or_explicit(&h->want, CUEMM__HEAP_WANT_HOLD, memory_order_seq_cst);
+    /* Taking the heap waits, with the handshake's fence, for an owner
+     * inside its fast path to leave; its next entry sees the flag. */
+    cuemm__heap_lock(h);
+    cuemm__heap_unlock(h);
+  }
+}
+
 static size_t stream_reclaim(cuemm_manager *m, int all, size_t want)
 {
   if (!m->nheaps)
@@ -878,6 +896,11 @@ static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, cuem
   if (rs > CUEMM__HEAP_LARGE_MAX || !kept)
     h = NULL; /* a block no thread's cache keeps */
   cuemm__lock_acquire(&m->lock);
+  if (cuemm__pool_is_suspended(m->pool)) {
+    m->st.alloc_failures++;
+    cuemm__lock_release(&m->lock);
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
+  }
   /* The heap is entered twice, around the pick and not across it: where
    * the pool must grow, it first takes idle blocks back from every
    * thread's heap (stream_reclaim), this one's too. */
@@ -976,6 +999,12 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
       return r;
   }
   cuemm__heap_lock(h);
+  if (cuemm__pool_is_suspended(m->pool)) {
+    /* The heap's cache may hold blocks freed since the suspension, in
+     * memory that is gone: none is handed out. */
+    cuemm__heap_unlock(h);
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
+  }
   uint32_t hs = cuemm__heap_stream(h, stream);
   if (hs == CUEMM__HEAP_NIL && (hs = cuemm__heap_add_stream(h, stream)) == CUEMM__HEAP_NIL) {
     cuemm__heap_unlock(h);
