@@ -520,12 +520,72 @@ static void test_tags(void)
   }
   ok(refused, "tags past the limit are refused");
   like(cuemm_last_error(), "at most 63 tags", "the message gives the limit");
-  is(made, 63 - 3, "63 tags in all (weights, act, big, and these)");
+  is(made, 63 - 5, "63 tags in all (kw, kv, weights, act, big, and these)");
   CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
   cuemm_manager *none = NULL;
   is(cuemm_adapter_tag_manager("weights", 99, &none), CUDA_ERROR_INVALID_DEVICE, "a tag's manager on device 99 is refused");
   is(cuemm_adapter_tag_manager("weights", 0, NULL), CUDA_ERROR_INVALID_VALUE, "a NULL out pointer is refused");
   is(astats().alloc_failures, a0.alloc_failures, "no allocation failed");
+}
+
+/* Suspending one tag keeps the other tags and the default working; with
+ * KEEP the tag's contents come back at the same addresses. */
+static void test_tag_suspend(void)
+{
+  cuemm_adapter_stats a0 = astats();
+  is(cuemm_adapter_resume("never-suspended", 0), CUDA_ERROR_ILLEGAL_STATE, "resume of a tag with no manager is refused");
+  like(cuemm_last_error(), "nothing was suspended", "and says why");
+  is(cuemm_adapter_suspend("bad tag", 0, 0), CUDA_ERROR_INVALID_VALUE, "suspend of a bad name is refused");
+
+  CHECK_CU(cuemm_adapter_set_tag("kw", NULL));
+  void *w = torch_alloc(3 * MIB, 0, NULL);
+  CHECK_CU(cuemm_adapter_set_tag("kv", NULL));
+  void *k = torch_alloc(5 * MIB, 0, NULL);
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  void *d = torch_alloc(MIB, 0, NULL);
+  ok(w && k && d, "blocks in tags kw, kv and the default");
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)w, 0x11, 3 * MIB));
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)w + MIB, 0x22, 1));
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)d, 0x33, MIB));
+  cuemm_manager *mw = NULL, *mk = NULL;
+  CHECK_CU(cuemm_adapter_tag_manager("kw", 0, &mw));
+  CHECK_CU(cuemm_adapter_tag_manager("kv", 0, &mk));
+
+  CHECK_CU(cuemm_adapter_suspend("kv", 0, 0));
+  CHECK_CU(cuemm_adapter_suspend("kw", 0, CUEMM_SUSPEND_KEEP));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(mw, &ps));
+  ok(ps.suspended && ps.mapped_bytes == 0 && ps.kept_bytes >= 3 * MIB, "kw suspended: nothing mapped, 3 MiB kept");
+  CHECK_CU(cuemm_pool_get_stats(mk, &ps));
+  ok(ps.suspended && ps.mapped_bytes == 0 && ps.kept_bytes == 0, "kv suspended: nothing mapped, nothing kept");
+  is(cuemm_adapter_suspend("kw", 0, 0), CUDA_ERROR_ILLEGAL_STATE, "a second suspend is refused");
+  like(cuemm_last_error(), "cuemm_adapter_suspend(tag \"kw\", device 0)", "the message names the tag");
+
+  /* The default tag still works, and a suspended tag refuses. */
+  void *d2 = torch_alloc(MIB, 0, NULL);
+  ok(d2 != NULL, "the default tag allocates while kw and kv are suspended");
+  torch_free(d2, MIB, 0, NULL);
+  is(byte_at(d), 0x33, "the default tag's contents are untouched");
+  CHECK_CU(cuemm_adapter_set_tag("kv", NULL));
+  ok(torch_alloc(4096, 0, NULL) == NULL, "an allocation in suspended kv returns NULL");
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  cuemm_adapter_stats a1 = astats();
+  is(a1.alloc_failures, a0.alloc_failures + 1, "counted as a failure");
+  like(a1.last_failure, "suspended", "saying the manager is suspended");
+  cuemm_torch_empty_cache();
+  is(astats().empty_cache_failures, a0.empty_cache_failures, "empty_cache skips suspended tags");
+
+  CHECK_CU(cuemm_adapter_resume("kw", 0));
+  CHECK_CU(cuemm_adapter_resume("kv", 0));
+  is(byte_at(w), 0x11, "kw's contents are back at the same address");
+  is(byte_at((char *)w + MIB), 0x22, "byte for byte");
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)k, 0x44, 5 * MIB));
+  is(byte_at((char *)k + 5 * MIB - 1), 0x44, "kv's block is usable again (contents discarded)");
+  is(cuemm_adapter_resume("kw", 0), CUDA_ERROR_ILLEGAL_STATE, "a resume of a resumed tag is refused");
+  torch_free(w, 3 * MIB, 0, NULL);
+  torch_free(k, 5 * MIB, 0, NULL);
+  torch_free(d, MIB, 0, NULL);
+  is(astats().free_failures, a0.free_failures, "every block freed");
 }
 
 int main(void)
@@ -544,6 +604,7 @@ int main(void)
   test_deferred_device();
   test_graph_pools();
   test_threads();
+  test_tag_suspend();
   test_tags();
   cuemm_torch_empty_cache();
   is(astats().empty_cache_failures, 0, "the last empty_cache succeeded too");

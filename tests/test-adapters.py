@@ -410,6 +410,25 @@ e = raises(lambda: cuemm_torch.region("no spaces").__enter__(), cuemm_lib.CuemmE
 ok(isinstance(e, cuemm_lib.CuemmError) and "character 0x20" in str(e), "a bad tag name: CuemmError saying why", e)
 ok(cuemm_torch.current_tag() is None, "and the tag stays")
 
+cuemm_torch.suspend("kv")
+cuemm_torch.suspend("weights", keep=True)
+ps = cuemm_torch.tag_pool_stats("weights")
+ok(ps["suspended"] == 1 and ps["mapped_bytes"] == 0 and ps["kept_bytes"] >= 3 * MIB,
+   "suspend('weights', keep=True): nothing mapped, its contents kept", ps)
+ps = cuemm_torch.tag_pool_stats("kv")
+ok(ps["suspended"] == 1 and ps["mapped_bytes"] == 0 and ps["kept_bytes"] == 0, "suspend('kv'): nothing mapped", ps)
+e = raises(lambda: cuemm_torch.suspend("kv"), cuemm_lib.CuemmError)
+ok(isinstance(e, cuemm_lib.CuemmError) and "kv" in str(e), "a second suspend: CuemmError naming the tag", e)
+with cuemm_torch.region("kv"):
+    ok(alloc(4096, 0, None) is None, "an allocation in suspended kv: NULL")
+ok("suspended" in cuemm_lib.adapter_stats()["last_failure"], "and the failure says the manager is suspended")
+ok(get(d, 4) == b"\x55" * 4, "the default tag's memory is untouched")
+cuemm_torch.resume("weights")
+cuemm_torch.resume("kv")
+ok(get(w, 3 * MIB) == pattern, "resume('weights'): 3 MiB back byte for byte at the same address")
+ok(put(k, b"\x78" * 16) and get(k, 16) == b"\x78" * 16, "kv's block is usable again")
+e = raises(lambda: cuemm_torch.resume("weights"), cuemm_lib.CuemmError)
+ok(isinstance(e, cuemm_lib.CuemmError), "a resume of a resumed tag: CuemmError", e)
 del kv_array
 gc.collect()
 for ptr, size in ((w, 3 * MIB), (k, 2 * MIB), (d, MIB)):
@@ -418,6 +437,16 @@ ok(cuemm_torch.tag_stats("weights")["live_bytes"] == 0 and cuemm_torch.tag_stats
    "freed from their tags under the default tag")
 ok(cuemm_lib.adapter_stats()["free_failures"] == 0, "no free failed")
 
+# Numba's module-level functions (no Numba needed for these).
+with cuemm_numba.region("nb"):
+    ok(cuemm_numba.current_tag() == "nb", "cuemm.numba.region sets the same tag")
+    n = alloc(MIB, 0, None)
+ok(put(n, pattern[:MIB]), "a block in tag nb")
+cuemm_numba.suspend("nb", keep=True, device=0)
+ok(tags.pool_stats("nb")["suspended"] == 1, "cuemm.numba.suspend('nb', keep=True)")
+cuemm_numba.resume("nb", device=0)
+ok(get(n, MIB) == pattern[:MIB], "cuemm.numba.resume: contents back")
+free(n, MIB, 0, None)
 del sys.modules["torch"]
 
 cuemm_lib.empty_cache()
