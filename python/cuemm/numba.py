@@ -591,19 +591,18 @@ class CuemmMemoryManager(_ManagerBase):
         tag = _tags.current_tag()
         if tag is None:
             return self.cuemm
-        return Manager._wrap(_tags.tag_manager(tag, self._device_id()))
+        return Manager._wrap(_tag_call(_tags.tag_manager, tag, self._device_id()))
 
     def suspend(self, tag, keep=False):
         """Suspends `tag`'s manager on this context's device (its memory
         goes back to the driver; addresses kept, contents too with
-        keep=True).  Synchronizes the context first."""
-        _need_numba()
-        _tags.suspend(tag, self._device_id(), keep=keep)
+        keep=True).  Synchronizes the context first.  Raises CuemmError."""
+        _tag_call(_tags.suspend, tag, self._device_id(), keep=keep)
 
     def resume(self, tag):
-        """Resumes `tag`'s manager on this context's device."""
-        _need_numba()
-        _tags.resume(tag, self._device_id())
+        """Resumes `tag`'s manager on this context's device.  Raises
+        CuemmError (result 2, out of memory: the tag stays suspended)."""
+        _tag_call(_tags.resume, tag, self._device_id())
 
     # -- device memory
     def memalloc(self, size):
@@ -712,6 +711,15 @@ _numba_memory_manager = CuemmMemoryManager
 
 # ---- tags, module-level (the plugin's methods on the current context's device)
 
+def _tag_call(fn, *args, **kwargs):
+    """A call of cuemm._tags, its failure raised as this module's CuemmError
+    (Numba's CudaAPIError where Numba is present)."""
+    try:
+        return fn(*args, **kwargs)
+    except _cuemm_lib.CuemmError as e:
+        raise CuemmError(e.code, e.msg) from None
+
+
 def _current_device(device):
     if device is not None:
         return int(device)
@@ -735,9 +743,9 @@ def current_tag():
 
 def suspend(tag, keep=False, device=None):
     """Suspends `tag`'s manager on the device (None: Numba's current one)."""
-    _tags.suspend(tag, _current_device(device), keep=keep)
+    _tag_call(_tags.suspend, tag, _current_device(device), keep=keep)
 
 
 def resume(tag, device=None):
     """Resumes `tag`'s manager on the device (None: Numba's current one)."""
-    _tags.resume(tag, _current_device(device))
+    _tag_call(_tags.resume, tag, _current_device(device))
