@@ -9,6 +9,7 @@
  * framework, so the cases follow each other on the same two managers.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -520,7 +521,7 @@ static void test_tags(void)
   }
   ok(refused, "tags past the limit are refused");
   like(cuemm_last_error(), "at most 63 tags", "the message gives the limit");
-  is(made, 63 - 5, "63 tags in all (kw, kv, weights, act, big, and these)");
+  is(made, 63 - 6, "63 tags in all (kw, kv, graph, weights, act, big, and these)");
   CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
   cuemm_manager *none = NULL;
   is(cuemm_adapter_tag_manager("weights", 99, &none), CUDA_ERROR_INVALID_DEVICE, "a tag's manager on device 99 is refused");
@@ -588,6 +589,98 @@ static void test_tag_suspend(void)
   is(astats().free_failures, a0.free_failures, "every block freed");
 }
 
+/* A graph's pool captured in a tag: its blocks, held for the graph after
+ * their free, keep their contents through a suspension with KEEP, as a
+ * replay after the resume needs. */
+static void test_tag_graph(void)
+{
+  cuemm_adapter_stats a0 = astats();
+  cuemm_torch_pool_id id = { 9, 1 };
+  CHECK_CU(cuemm_adapter_set_tag("graph", NULL));
+  cuemm_torch_begin_allocate_to_pool(0, id, NULL);
+  void *in = torch_alloc(MIB, 0, NULL);
+  void *tmp = torch_alloc(2 * MIB, 0, NULL);
+  cuemm_torch_end_allocate_to_pool(0, id);
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  ok(in && tmp, "two blocks of a graph's pool in tag graph");
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)in, 0x61, MIB));
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)tmp, 0x62, 2 * MIB));
+  torch_free(tmp, 2 * MIB, 0, NULL); /* freed during the capture: held for the graph */
+  is(astats().graph_blocks_held, a0.graph_blocks_held + 1, "the freed one is held for the graph");
+  CHECK_CU(cuemm_adapter_suspend("graph", 0, CUEMM_SUSPEND_KEEP));
+  cuemm_manager *mg = NULL;
+  CHECK_CU(cuemm_adapter_tag_manager("graph", 0, &mg));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(mg, &ps));
+  ok(ps.suspended && ps.mapped_bytes == 0 && ps.kept_bytes >= 3 * MIB, "suspended with both blocks' contents kept");
+  CHECK_CU(cuemm_adapter_resume("graph", 0));
+  ok(byte_at(in) == 0x61 && byte_at((char *)in + MIB - 1) == 0x61, "the graph's input is back");
+  ok(byte_at(tmp) == 0x62 && byte_at((char *)tmp + 2 * MIB - 1) == 0x62, "and the block held for it");
+  cuemm_torch_release_pool(0, id);
+  torch_free(in, MIB, 0, NULL);
+  CHECK_CU(cuemm_flush(mg));
+  is(test_stats(mg).live_count, 0, "releasing the graph frees both in the tag's manager");
+  is(astats().free_failures, a0.free_failures, "without failure");
+}
+
+/* Tags suspended and resumed from one thread while others allocate and
+ * free on the default tag. */
+#define SUSPEND_ROUNDS 20
+static _Atomic int stop_workers;
+
+static void *default_worker(void *arg)
+{
+  long *count = arg;
+  CUcontext c;
+  CUdevice dev;
+  CHECK_CU(cuDeviceGet(&dev, 0));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&c, dev));
+  CHECK_CU(cuCtxSetCurrent(c));
+  while (!atomic_load(&stop_workers)) {
+    void *p = torch_alloc(4096 + (size_t)(*count % 7) * 65536, 0, NULL);
+    if (p) {
+      CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)p, 1, 4096));
+      torch_free(p, 0, 0, NULL);
+      ++*count;
+    }
+  }
+  CHECK_CU(cuCtxSetCurrent(NULL));
+  CHECK_CU(cuDevicePrimaryCtxRelease(dev));
+  return NULL;
+}
+
+static void test_tag_suspend_threads(void)
+{
+  cuemm_adapter_stats a0 = astats();
+  CHECK_CU(cuemm_adapter_set_tag("kw", NULL));
+  void *w = torch_alloc(2 * MIB, 0, NULL);
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)w, 0x5c, 2 * MIB));
+  long counts[2] = { 0, 0 };
+  pthread_t th[2];
+  atomic_store(&stop_workers, 0);
+  for (int i = 0; i < 2; i++)
+    pthread_create(&th[i], NULL, default_worker, &counts[i]);
+  int kept = 1;
+  for (int r = 0; r < SUSPEND_ROUNDS; r++) {
+    CHECK_CU(cuemm_adapter_suspend("kw", 0, CUEMM_SUSPEND_KEEP));
+    CHECK_CU(cuemm_adapter_suspend("kv", 0, 0));
+    CHECK_CU(cuemm_adapter_resume("kv", 0));
+    CHECK_CU(cuemm_adapter_resume("kw", 0));
+    kept &= byte_at((char *)w + (size_t)r * 4096) == 0x5c;
+  }
+  atomic_store(&stop_workers, 1);
+  for (int i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
+  ok(kept, "%d suspensions of kw (kept) and kv while two threads allocate on the default tag: contents intact",
+     SUSPEND_ROUNDS);
+  ok(counts[0] > 0 && counts[1] > 0, "both threads allocated meanwhile (%ld and %ld pairs)", counts[0], counts[1]);
+  cuemm_adapter_stats a1 = astats();
+  is(a1.alloc_failures, a0.alloc_failures, "none of their allocations failed");
+  is(a1.free_failures, a0.free_failures, "nor a free");
+  torch_free(w, 2 * MIB, 0, NULL);
+}
+
 int main(void)
 {
   sim_init();
@@ -605,6 +698,8 @@ int main(void)
   test_graph_pools();
   test_threads();
   test_tag_suspend();
+  test_tag_graph();
+  test_tag_suspend_threads();
   test_tags();
   cuemm_torch_empty_cache();
   is(astats().empty_cache_failures, 0, "the last empty_cache succeeded too");
