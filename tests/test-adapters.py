@@ -92,6 +92,10 @@ lib = cuemm_lib.load()
 ok(lib_path is None or cuemm_lib.loaded_path() == lib_path, "CUEMM_LIBRARY is the library loaded (%s)"
    % cuemm_lib.loaded_path())
 lib_path = cuemm_lib.loaded_path()
+if installed:
+    pkg = os.path.dirname(os.path.abspath(cuemm_lib.__file__))
+    ok(not pkg.startswith(os.path.abspath(src)), "the package imported is the installed one (%s)" % pkg)
+    ok(lib_path == os.path.join(pkg, "libcuemm.so.0"), "libcuemm is the one inside the package (%s)" % lib_path)
 
 # ---- PyTorch, a stand-in -------------------------------------------------------------
 
@@ -228,6 +232,38 @@ cuemm_torch._allocator = None
 torch3, calls3 = fake_torch()
 a3 = with_module("torch", torch3, lambda: cuemm_torch.use(graphs=False))
 ok(not any(k in a3.allocator().set for k in cuemm_torch.GRAPH_HOOKS), "use(graphs=False) leaves them unset")
+
+# torch.compile: use() switches CUDA graph trees off, saying so once.
+cfg = types.ModuleType("torch._inductor.config")
+cfg.triton = types.SimpleNamespace(cudagraph_trees=True)
+
+
+def use_with_inductor(torch_mod):
+    sys.modules["torch._inductor.config"] = cfg
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with_module("torch", torch_mod, cuemm_torch.use)
+            with_module("torch", torch_mod, cuemm_torch.use)
+    finally:
+        del sys.modules["torch._inductor.config"]
+    return [w for w in caught if issubclass(w.category, cuemm_torch.CuemmWarning)]
+
+
+cuemm_torch._allocator = None
+said = use_with_inductor(fake_torch()[0])
+ok(cfg.triton.cudagraph_trees is False, "use(): torch._inductor.config.triton.cudagraph_trees is off")
+ok(len(said) == 1 and "cudagraph_trees = False" in str(said[0].message)
+   and "getCheckpointState" in str(said[0].message) and "reduce-overhead" in str(said[0].message),
+   "one CuemmWarning, naming the setting, the mode and what PyTorch lacks", [str(w.message) for w in said])
+cuemm_torch._allocator = None
+ok(use_with_inductor(fake_torch()[0]) == [] and cfg.triton.cudagraph_trees is False,
+   "trees off already: nothing to say")
+cuemm_torch._allocator = None
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with_module("torch", fake_torch()[0], cuemm_torch.use)
+ok(not caught, "a torch without inductor: no warning", [str(w.message) for w in caught])
 
 # ---- CuPy, a stand-in ------------------------------------------------------------------
 

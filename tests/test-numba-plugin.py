@@ -135,6 +135,10 @@ if lib is not None:
     os.environ["CUEMM_LIBRARY"] = lib
 cn.load_library()
 ok(lib is None or cn.loaded_library() == lib, "CUEMM_LIBRARY is the library loaded (%s)" % cn.loaded_library())
+if lib is None:
+    pkg = os.path.dirname(os.path.abspath(cn.__file__))
+    ok(not pkg.startswith(os.path.abspath(src)), "the package imported is the installed one (%s)" % pkg)
+    ok(cn.loaded_library() == os.path.join(pkg, "libcuemm.so.0"), "libcuemm is the one inside the package")
 version = cn.load_library().cuemm_version_string().decode()
 ok(version.count(".") == 2, "cuemm_version_string through ctypes: %s" % version)
 

@@ -20,6 +20,11 @@ What PyTorch's pluggable interface carries, and so what works:
   - CUDA graphs (set_begin_allocate_to_pool and friends, where the torch
     has them): blocks allocated during a capture are kept for the graph
     until it is released;
+  - torch.compile, default mode and mode="reduce-overhead": use() switches
+    torch._inductor.config.triton.cudagraph_trees off (with one
+    CuemmWarning), since CUDA graph trees need allocator calls PyTorch does
+    not make pluggable (GRAPH_TREES_OFF says which); reduce-overhead then
+    captures plain CUDA graphs, which cuemm's graph hooks serve;
   - several devices: each device's allocations go to its own manager;
   - tags (region(), suspend(), resume()): allocations made inside
     region(tag) go to a manager of the tag's own, whose memory suspend()
@@ -39,10 +44,12 @@ The library is found as cuemm._lib finds it (CUEMM_LIBRARY first).
 """
 
 import ctypes
+import importlib
+import warnings
 
 from cuemm import _lib, _tags
 
-__all__ = ["use", "is_used", "stats", "pool_stats", "adapter_stats", "empty_cache",
+__all__ = ["use", "is_used", "CuemmWarning", "stats", "pool_stats", "adapter_stats", "empty_cache",
            "memory_allocated", "max_memory_allocated", "memory_reserved",
            "max_memory_reserved", "region", "suspend", "resume", "current_tag", "tag_stats",
            "tag_pool_stats", "ALLOC", "FREE", "HOOKS"]
@@ -59,6 +66,27 @@ HOOKS = (
     ("set_release_pool", "cuemm_torch_release_pool"),
 )
 GRAPH_HOOKS = ("set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn", "set_release_pool")
+
+# torch.compile(mode="reduce-overhead") builds CUDA graph trees by default.
+# Trees keep their memory pool's bookkeeping with three calls of the
+# allocator that PyTorch (2.11) does not let a pluggable allocator answer:
+# getCheckpointState after every recording (unconditionally),
+# setCheckpointPoolState when a tree changes path, and
+# checkPoolLiveAllocations for the slow-path assertions (on by default).
+# None has a hook in CUDAPluggableAllocator, and the checkpoint state is a
+# C++ object of the caching allocator that restores its blocks and swaps
+# the deleters of live storages, so no answer from cuemm can stand in for
+# it.  Plain CUDA graphs (cudagraph_trees = False) need only the graph-pool
+# hooks, which cuemm has: use() switches the trees off, and says so once.
+GRAPH_TREES_OFF = ("cuemm.torch: torch.compile(mode=\"reduce-overhead\") will capture plain CUDA graphs "
+                   "(torch._inductor.config.triton.cudagraph_trees = False): CUDA graph trees need "
+                   "getCheckpointState, setCheckpointPoolState and checkPoolLiveAllocations, which PyTorch "
+                   "offers no pluggable allocator")
+
+
+class CuemmWarning(UserWarning):
+    """What cuemm.torch changed in PyTorch's settings, and why."""
+
 
 TOO_LATE = ("cuemm.torch.use() must run before PyTorch initializes CUDA (its first CUDA tensor, "
             "torch.cuda.init(), or anything else that does): %s.  Call it right after `import torch`.")
@@ -113,7 +141,23 @@ def use(graphs=True):
     except RuntimeError as e:
         raise RuntimeError(TOO_LATE % ("change_current_allocator refused: %s" % e)) from e
     _allocator, _hooks = alloc, tuple(hooked)
+    _graph_trees_off()
     return alloc
+
+
+def _graph_trees_off():
+    """Switches torch.compile's CUDA graph trees off (see GRAPH_TREES_OFF);
+    returns whether they were on.  A torch without inductor has none."""
+    try:
+        config = importlib.import_module("torch._inductor.config")
+    except Exception:  # no inductor in this torch (or it cannot load): nothing to switch
+        return False
+    triton = getattr(config, "triton", None)
+    if triton is None or not getattr(triton, "cudagraph_trees", False):
+        return False
+    triton.cudagraph_trees = False
+    warnings.warn(GRAPH_TREES_OFF, CuemmWarning, stacklevel=3)
+    return True
 
 
 def is_used():
