@@ -101,6 +101,11 @@ static CUresult print_locked(cuemm_manager *m, FILE *f)
             human(a, sizeof a, ps.mapped_bytes), ps.chunks, human(b, sizeof b, ps.used_bytes),
             human(c, sizeof c, ps.largest_free_block), ps.fragmentation, ps.grow_steps, ps.releases,
             ps.fallback_allocs);
+  if (ps.enabled && ps.suspended)
+    fprintf(f, "  suspended   the pool's memory is released; resuming maps %s, %s of contents kept in host memory\n",
+            human(a, sizeof a, ps.suspended_need_bytes), human(b, sizeof b, ps.kept_bytes));
+  if (ps.enabled && (ps.suspends || ps.resumes))
+    fprintf(f, "  suspension  %" PRIu64 " suspensions, %" PRIu64 " resumptions\n", ps.suspends, ps.resumes);
   if (s.stream_heaps) {
     fprintf(f, "  stream      %s cached in %zu blocks by %zu threads; %" PRIu64 " events, %" PRIu64
             " blocks taken across streams, %" PRIu64 " reclaims by the pool\n",

@@ -245,9 +245,11 @@ CUEMM_EXTERN CUresult cuemm_snapshot_write_json(const cuemm_snapshot *s, FILE *f
           st->pending_count, st->stream_cached_bytes, st->allocs, st->frees, st->flushes, st->oom_retries);
   fprintf(f, "\"pool\":{\"enabled\":%s,\"base\":\"0x%llx\",\"reserved_bytes\":%zu,\"mapped_bytes\":%zu,"
           "\"used_bytes\":%zu,\"free_bytes\":%zu,\"largest_free_block\":%zu,\"fragmentation\":%.6f,"
-          "\"grow_steps\":%" PRIu64 ",\"releases\":%" PRIu64 "},\n",
+          "\"grow_steps\":%" PRIu64 ",\"releases\":%" PRIu64 ",\"suspended\":%s,\"suspended_need_bytes\":%zu,"
+          "\"kept_bytes\":%zu},\n",
           ps->enabled ? "true" : "false", (unsigned long long)ps->base, ps->reserved_bytes, ps->mapped_bytes,
-          ps->used_bytes, ps->free_bytes, ps->largest_free_block, ps->fragmentation, ps->grow_steps, ps->releases);
+          ps->used_bytes, ps->free_bytes, ps->largest_free_block, ps->fragmentation, ps->grow_steps, ps->releases,
+          ps->suspended ? "true" : "false", ps->suspended_need_bytes, ps->kept_bytes);
   fputs("\"chunks\":[", f);
   for (size_t i = 0; i < s->nchunks; i++)
     fprintf(f, "%s\n {\"base\":\"0x%llx\",\"size\":%zu}", i ? "," : "", (unsigned long long)s->chunks[i].base,

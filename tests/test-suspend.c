@@ -169,6 +169,25 @@ static void test_cycle(void)
   CHECK_CU(cuemm_flush(m));
   cuemm_stats st;
   is(cuemm_get_stats(m, &st), CUDA_SUCCESS, "statistics work while suspended");
+  cuemm_snapshot *snap = NULL;
+  is(cuemm_snapshot_take(m, &snap), CUDA_SUCCESS, "a snapshot works while suspended");
+  if (snap) {
+    is(snap->pool.suspended, 1, "the snapshot says suspended");
+    is(snap->pool.suspended_need_bytes, p1.suspended_need_bytes, "and the bytes resume needs");
+    is(snap->nchunks, 0, "no chunk mapped");
+    size_t nlive = 0;
+    for (size_t i = 0; i < snap->nblocks; i++)
+      nlive += snap->blocks[i].state == CUEMM_BLOCK_LIVE;
+    ok(nlive >= NB - 3 - 2, "the live blocks are listed (%zu)", nlive);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cuemm_snapshot_write_json(snap, f);
+    fclose(f);
+    like(buf, "\"suspended\":true", "the JSON says suspended");
+    free(buf);
+    cuemm_snapshot_free(snap);
+  }
   is(pstats(m).suspended, 1, "still suspended");
 
   if (sim_present)
