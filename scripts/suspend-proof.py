@@ -120,7 +120,10 @@ def warm_up(torch):
     the stream) go to the default tag, which is never suspended, and not
     to a tag whose memory is gone while other work runs."""
     a = torch.ones(64, 64, device="cuda", requires_grad=True)
-    (a @ a).sum().backward()
+    bias = torch.ones(64, device="cuda", requires_grad=True)
+    # A plain matmul and a linear layer with its bias (cuBLASLt), forward
+    # and backward (the autograd thread has a cuBLAS handle of its own).
+    ((a @ a).sum() + torch.nn.functional.linear(a, a, bias).sum()).backward()
     torch.cuda.synchronize()
 
 
