@@ -1419,7 +1419,8 @@ CUEMM_EXTERN CUresult cuemm_adapter_get_stats(cuemm_adapter_stats *s);
  * its own threads).
  *
  * cuemm_torch_alloc: `size` bytes for work on `stream` of device `device`,
- * with cuemm_alloc_async on the device's manager (cuemm_device_manager).
+ * with cuemm_alloc_async on the device's manager (cuemm_device_manager),
+ * or on the current tag's manager of the device (see "Tags" below).
  * Size 0 returns NULL and is no failure: PyTorch asks for 0 bytes for empty
  * tensors and never frees a NULL pointer, as cudaMalloc gives NULL for 0
  * bytes.  Otherwise NULL means failure, the message saying why: out of
@@ -1432,9 +1433,10 @@ CUEMM_EXTERN CUresult cuemm_adapter_get_stats(cuemm_adapter_stats *s);
  * what happened.
  *
  * cuemm_torch_free: cuemm_free_async of p on `stream` (the block's own
- * stream) on device `device`'s manager; NULL does nothing; `size` is not
- * used.  A pointer the device's manager does not hold is refused (counted,
- * nothing freed).  */
+ * stream) on the manager of device `device` that handed it out (the
+ * device's, or a tag's); NULL does nothing; `size` is not used.  A pointer
+ * none of the device's managers holds is refused (counted, nothing
+ * freed).  */
 CUEMM_EXTERN void *cuemm_torch_alloc(size_t size, int device, CUstream stream);
 CUEMM_EXTERN void cuemm_torch_free(void *p, size_t size, int device, CUstream stream);
 
@@ -1442,9 +1444,10 @@ CUEMM_EXTERN void cuemm_torch_free(void *p, size_t size, int device, CUstream st
  *
  * cuemm_torch_record_stream (set_record_stream_fn, void(void *, cudaStream_t)):
  *   Tensor.record_stream: cuemm_record_stream on the manager that holds p
- *   (every device's manager is asked).
+ *   (every device's managers are asked, tags' included).
  * cuemm_torch_empty_cache (set_reset_fn, void(void)): torch.cuda.empty_cache:
- *   on every device's manager, cuemm_pool_trim (flushes, gives every cached
+ *   on every device's managers (tags' included, suspended ones skipped),
+ *   cuemm_pool_trim (flushes, gives every cached
  *   block back, releases every wholly free chunk; it synchronizes each
  *   context, as PyTorch's own empty_cache does), or cuemm_managed_trim,
  *   or cuemm_flush for a manager of neither.
