@@ -14,6 +14,9 @@
 #                                  the same bytes, the KEEP copy's bandwidth
 #                                  against a plain pinned copy, memory given
 #                                  back, the stream pair
+#      OUTDIR/bench-tags.txt       bench/bench-tags: PyTorch's entry points'
+#                                  alloc+free pair without tags, with tags
+#                                  made, inside a tag, after a cycle
 #      OUTDIR/test-suspend.log     tests/test-suspend on the system's driver
 #                                  (the fault-injection checks skip)
 #   3. scripts/suspend-proof.py: training suspended while a second process
@@ -94,6 +97,16 @@ if test -x "$b/bench/bench-suspend"; then
     fi
   done
 fi
+(cd "$b" && make bench/bench-tags) >> "$out/build.log" 2>&1
+if test -x "$b/bench/bench-tags"; then
+  echo "== bench-tags"
+  if timeout 120 "$b/bench/bench-tags" $quick 2>&1 | tee "$out/bench-tags.txt" | tail -n 7 &&
+     grep -q '^failures 0$' "$out/bench-tags.txt"; then
+    note bench-tags ok
+  else
+    note bench-tags FAILED; status=1
+  fi
+fi
 if test -x "$b/tests/test-suspend"; then
   (cd "$b" && CUEMM_TEST_DRIVER=system timeout 600 ./tests/test-suspend) > "$out/test-suspend.log" 2>&1 || status=1
   grep -E '^(not ok|Bail out)' "$out/test-suspend.log" | head -n 40
@@ -150,6 +163,7 @@ end=$(date +%s)
     test -f "$out/bench-suspend.$n.txt" &&
       { echo "## bench-suspend --size $size, run $n"; echo; echo '```'; cat "$out/bench-suspend.$n.txt"; echo '```'; echo; }
   done
+  test -f "$out/bench-tags.txt" && { echo "## bench-tags"; echo; echo '```'; cat "$out/bench-tags.txt"; echo '```'; echo; }
   test -f "$out/suspend-proof.md" && cat "$out/suspend-proof.md"
   echo
   test -f "$out/tms-compare.md" && cat "$out/tms-compare.md"

@@ -324,10 +324,13 @@ static __attribute__((noinline)) cuemm_manager *claim(int device, CUdeviceptr p)
  * else the default one (which refuses it with its message). */
 static inline cuemm_manager *owner(int device, CUdeviceptr p)
 {
+  cuemm_manager *m0 = existing(device);
   if (__builtin_expect(atomic_load_explicit(&tag_mgrs, memory_order_acquire) == 0, 1))
-    return existing(device);
+    return m0;
+  if (m0 && m0->pool && cuemm__pool_contains(m0->pool, p))
+    return m0; /* the default manager's pool: no call */
   cuemm_manager *m = claim(device, p);
-  return m ? m : existing(device);
+  return m ? m : m0;
 }
 
 CUEMM_EXTERN CUresult cuemm_adapter_set_tag(const char *tag, const char **previous)
