@@ -542,6 +542,7 @@ static void test_tag_suspend(void)
   void *w = torch_alloc(3 * MIB, 0, NULL);
   CHECK_CU(cuemm_adapter_set_tag("kv", NULL));
   void *k = torch_alloc(5 * MIB, 0, NULL);
+  void *k2 = torch_alloc(MIB, 0, NULL);
   CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
   void *d = torch_alloc(MIB, 0, NULL);
   ok(w && k && d, "blocks in tags kw, kv and the default");
@@ -561,6 +562,11 @@ static void test_tag_suspend(void)
   ok(ps.suspended && ps.mapped_bytes == 0 && ps.kept_bytes == 0, "kv suspended: nothing mapped, nothing kept");
   is(cuemm_adapter_suspend("kw", 0, 0), CUDA_ERROR_ILLEGAL_STATE, "a second suspend is refused");
   like(cuemm_last_error(), "cuemm_adapter_suspend(tag \"kw\", device 0)", "the message names the tag");
+
+  size_t kv_live = test_stats(mk).live_count;
+  cuemm_torch_free(k2, MIB, 0, NULL);
+  is(test_stats(mk).live_count, kv_live - 1, "a block of suspended kv freed while the default tag is current");
+  is(astats().free_failures, a0.free_failures, "the free is accepted");
 
   /* The default tag still works, and a suspended tag refuses. */
   void *d2 = torch_alloc(MIB, 0, NULL);
