@@ -498,7 +498,8 @@ static __attribute__((noinline)) CUresult pool_refuse(cuemm_manager *m, cuemm__p
 {
   cuemm__lock_acquire(&m->lock);
   m->st.alloc_failures++;
-  CUresult r = cuemm__pool_refuse(pool, size);
+  CUresult r = cuemm__pool_is_suspended(pool) ? cuemm__pool_refuse_suspended(pool, "cuemm_alloc")
+                                              : cuemm__pool_refuse(pool, size);
   cuemm__lock_release(&m->lock);
   return r;
 }

@@ -966,8 +966,10 @@ CUresult cuemm__pool_remap_all(cuemm__pool *p)
 
 CUresult cuemm__pool_refuse_suspended(const cuemm__pool *p, const char *fn)
 {
+  /* Called without the manager's lock on the stream path: reads no table. */
+  (void)p;
   return cuemm__error(CUDA_ERROR_ILLEGAL_STATE, "%s: the manager is suspended (cuemm_pool_suspend): its pool holds "
-                      "no memory until cuemm_pool_resume, which needs %zu bytes", fn, cuemm__pool_suspended_need(p));
+                      "no memory until cuemm_pool_resume (cuemm_pool_get_stats says how much that needs)", fn);
 }
 
 int cuemm__pool_note_sent(cuemm__pool *p, CUdeviceptr addr, size_t size, uint64_t serial)

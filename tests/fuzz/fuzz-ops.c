@@ -15,9 +15,12 @@
  * queued work; checks of a block's data; trims, flushes and defer scopes;
  * cuemm_stream_release and a new stream in the old one's place (the driver
  * may give the same handle); frees and records of pointers cuemm does not
- * own (interior, freed already, never allocated); and, on simcuda, driver
- * calls of the library made to fail (cuMemCreate, cuEventRecord, ...)
- * until the sequence clears them.
+ * own (interior, freed already, never allocated); cuemm_pool_suspend (with
+ * CUEMM_SUSPEND_KEEP or without) and cuemm_pool_resume, between which
+ * allocations are refused, frees accepted, and the program touches no
+ * block; and, on simcuda, driver calls of the library made to fail
+ * (cuMemCreate, cuEventRecord, cuMemcpyDtoH, ...) until the sequence
+ * clears them.
  *
  * The sequence keeps the program's side of the rules (a stream's work on a
  * block is done, or named with cuemm_record_stream, before another stream
@@ -29,7 +32,11 @@
  *  - no block is handed out while work queued before its free, on a stream
  *    the new owner is not ordered after, is pending (simcuda_reuse_check;
  *    for cuemm_alloc, any such work);
- *  - every block reads back the last value written to it;
+ *  - every block reads back the last value written to it (after a
+ *    suspension without CUEMM_SUSPEND_KEEP, the next one; a suspension with
+ *    it keeps every live block's contents);
+ *  - while suspended, every allocation is refused with
+ *    CUDA_ERROR_ILLEGAL_STATE;
  *  - a bad pointer is refused with CUDA_ERROR_INVALID_VALUE (a stream call
  *    without a pool: CUDA_ERROR_NOT_SUPPORTED) and changes no count;
  *  - the live count of cuemm_get_stats is the model's after every step; a
@@ -60,6 +67,7 @@ typedef struct blk {
   int writer;        /* the stream of the last write, -1: none pending (written by the host or done) */
   unsigned used;     /* streams named with cuemm_record_stream, a bit each */
   unsigned char tag; /* the last value written */
+  int lost;          /* its contents went with a suspension without CUEMM_SUSPEND_KEEP */
 } blk;
 
 static struct {
@@ -100,6 +108,7 @@ static struct {
   int faults;  /* driver calls are being made to fail */
   int faulted; /* and have been, in this input: a chunk may be out of use, mapped */
   int defer;
+  int suspended; /* cuemm_pool_suspend took effect, no cuemm_pool_resume since */
 } s;
 
 static CUstream stream_of(int k)
@@ -183,17 +192,24 @@ static void write_on(blk *b, int k, unsigned char tag)
   FUZZ_ASSERT(r == CUDA_SUCCESS, "cuMemsetD8Async on stream %d: %d", k, (int)r);
   b->tag = tag;
   b->writer = k;
+  b->lost = 0;
 }
 
 /* The block's first and last bytes, once its last write is done. */
 static void check_data(blk *b)
 {
+  if (s.suspended || b->lost)
+    return; /* no memory behind it now; or contents dropped, as asked */
   if (b->writer >= 0 && !sync_stream(b->writer))
     return;
   b->writer = -1;
   unsigned char first = 0, last = 0;
-  FUZZ_ASSERT(cuMemcpyDtoH(&first, b->p, 1) == CUDA_SUCCESS &&
-              cuMemcpyDtoH(&last, b->p + b->size - 1, 1) == CUDA_SUCCESS, "reading a block back");
+  CUresult r = cuMemcpyDtoH(&first, b->p, 1);
+  if (r == CUDA_SUCCESS)
+    r = cuMemcpyDtoH(&last, b->p + b->size - 1, 1);
+  if (r != CUDA_SUCCESS && s.faults)
+    return; /* cuMemcpyDtoH is among the calls made to fail */
+  FUZZ_ASSERT(r == CUDA_SUCCESS, "reading a block back: %d", (int)r);
   FUZZ_ASSERT(first == b->tag && last == b->tag, "block 0x%llx (%zu bytes) reads %u .. %u, its last write was %u",
               (unsigned long long)b->p, b->size, first, last, b->tag);
 }
@@ -240,6 +256,12 @@ static void op_alloc(int async)
     return;
   CUdeviceptr p = 0;
   CUresult r = async ? cuemm_alloc_async(s.m, &p, size, stream_of(k)) : cuemm_alloc(s.m, &p, size);
+  if (s.suspended) {
+    FUZZ_ASSERT(r == CUDA_ERROR_ILLEGAL_STATE && strstr(cuemm_last_error(), "suspended") && p == 0,
+                "%s of %zu bytes while suspended: %d (%s)", async ? "cuemm_alloc_async" : "cuemm_alloc", size,
+                (int)r, cuemm_last_error());
+    return;
+  }
   if (async && s.mode == MODE_NONE) {
     check_refused(r, "cuemm_alloc_async");
     return;
@@ -313,7 +335,7 @@ static void op_write(void)
 {
   unsigned bi = next(), k = next() % NSTREAMS;
   unsigned char tag = (unsigned char)(next() | 1);
-  if (!s.nlive)
+  if (!s.nlive || s.suspended)
     return;
   blk *b = &s.live[bi % s.nlive];
   if (s.mode == MODE_NONE) {
@@ -404,7 +426,10 @@ static void inspect(void)
     if (i == s.nlive)
       continue;
     live++;
-    int ordered = x->chunk >= 0 && (s.live[i].async || s.live[i].used);
+    /* While suspended no chunk is mapped: the pool's blocks name none. */
+    int ordered = (x->chunk >= 0 || (s.suspended && s.mode == MODE_POOL && x->ptr >= snap->pool.base &&
+                                     x->ptr - snap->pool.base < snap->pool.reserved_bytes)) &&
+                  (s.live[i].async || s.live[i].used);
     FUZZ_ASSERT(x->requested == s.live[i].size && x->size >= s.live[i].size && x->stream_ordered == ordered,
                 "live block 0x%llx: requested %zu (asked %zu), spans %zu, stream-ordered %d (%d)",
                 (unsigned long long)x->ptr, x->requested, s.live[i].size, x->size, x->stream_ordered, ordered);
@@ -427,11 +452,67 @@ static void inspect(void)
   }
 }
 
+/* What the pool says of its suspension, and the model after a call that
+ * may have changed it (one that failed on a driver call may have). */
+static int pool_suspended(void)
+{
+  cuemm_pool_stats ps;
+  FUZZ_ASSERT(cuemm_pool_get_stats(s.m, &ps) == CUDA_SUCCESS, "cuemm_pool_get_stats");
+  return ps.suspended;
+}
+
+static void op_suspend(void)
+{
+  unsigned how = next();
+  unsigned flags = how & 1 ? CUEMM_SUSPEND_KEEP : 0;
+  int was = s.suspended;
+  CUresult r = cuemm_pool_suspend(s.m, flags);
+  if (s.mode != MODE_POOL) {
+    FUZZ_ASSERT(r == CUDA_ERROR_NOT_SUPPORTED, "cuemm_pool_suspend without a pool: %d (%s)", (int)r,
+                cuemm_last_error());
+    return;
+  }
+  if (was) {
+    /* Again: refused, or (after one that could not release every chunk)
+     * the rest released. */
+    FUZZ_ASSERT(r == CUDA_ERROR_ILLEGAL_STATE || s.faulted, "a second cuemm_pool_suspend: %d (%s)", (int)r,
+                cuemm_last_error());
+    FUZZ_ASSERT(pool_suspended(), "a second cuemm_pool_suspend ended the suspension");
+    return;
+  }
+  check_ok(r, "cuemm_pool_suspend");
+  s.suspended = pool_suspended();
+  FUZZ_ASSERT(r != CUDA_SUCCESS || s.suspended, "cuemm_pool_suspend succeeded and the pool is not suspended");
+  if (!s.suspended)
+    return; /* failed before releasing anything: nothing changed */
+  for (size_t i = 0; i < s.nlive; i++) {
+    s.live[i].writer = -1; /* it synchronized the context */
+    if (!(flags & CUEMM_SUSPEND_KEEP))
+      s.live[i].lost = 1;
+  }
+}
+
+static void op_resume(void)
+{
+  CUresult r = cuemm_pool_resume(s.m);
+  if (!s.suspended) {
+    FUZZ_ASSERT(r == CUDA_ERROR_ILLEGAL_STATE, "cuemm_pool_resume of a manager not suspended: %d (%s)", (int)r,
+                cuemm_last_error());
+    return;
+  }
+  check_ok(r, "cuemm_pool_resume");
+  s.suspended = pool_suspended();
+  FUZZ_ASSERT((r == CUDA_SUCCESS) == !s.suspended, "cuemm_pool_resume returned %d and the pool is %ssuspended",
+              (int)r, s.suspended ? "" : "not ");
+}
+
 static void op_control(void)
 {
-  switch (next() % 5) {
+  switch (next() % 7) {
   case 0:
-    if (s.mode == MODE_POOL)
+    if (s.mode == MODE_POOL && s.suspended)
+      FUZZ_ASSERT(cuemm_pool_trim(s.m) == CUDA_ERROR_ILLEGAL_STATE, "cuemm_pool_trim while suspended");
+    else if (s.mode == MODE_POOL)
       check_ok(cuemm_pool_trim(s.m), "cuemm_pool_trim");
     else if (s.mode == MODE_MANAGED)
       check_ok(cuemm_managed_trim(s.m), "cuemm_managed_trim");
@@ -452,6 +533,12 @@ static void op_control(void)
                 "cuemm_defer_cleanup_end with %d scopes open", s.defer);
     if (s.defer)
       s.defer--;
+    break;
+  case 5:
+    op_suspend();
+    break;
+  case 6:
+    op_resume();
     break;
   default:
     inspect();
@@ -526,7 +613,7 @@ static void op_fault(void)
   static const char *const entries[] = { "cuMemCreate",   "cuMemMap",      "cuMemSetAccess", "cuEventCreate",
                                          "cuEventRecord", "cuEventQuery",  "cuStreamWaitEvent", "cuMemAlloc",
                                          "cuMemFree",     "cuMemUnmap",    "cuMemRelease", "cuCtxSynchronize",
-                                         "cuMemAllocManaged" };
+                                         "cuMemAllocManaged", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemHostAlloc" };
   unsigned e = next(), nth = next() % 4 + 1, how = next();
   if (!sim.fail)
     return;
@@ -550,6 +637,10 @@ static void clear_faults(void)
 static void finish(size_t sim_before)
 {
   clear_faults();
+  if (s.suspended) {
+    FUZZ_ASSERT(cuemm_pool_resume(s.m) == CUDA_SUCCESS, "cuemm_pool_resume at the end: %s", cuemm_last_error());
+    s.suspended = 0;
+  }
   while (s.defer) {
     FUZZ_ASSERT(cuemm_defer_cleanup_end(s.m) == CUDA_SUCCESS, "cuemm_defer_cleanup_end");
     s.defer--;

@@ -107,7 +107,9 @@ def write_on(i, k, tag=0x31): return bytes([7, i, k, tag])
 def run(k, n=0): return bytes([8, k, n])
 def sync(k): return bytes([9, k])  # k = 5: the whole context
 def check(i): return bytes([10, i])
-def control(sub): return bytes([11, sub])  # trim, flush, defer begin, defer end, pool stats
+def control(sub): return bytes([11, sub])  # trim, flush, defer begin, defer end, pool stats, suspend, resume
+def suspend(keep=True): return control(5) + bytes([int(keep)])  # cuemm_pool_suspend, CUEMM_SUSPEND_KEEP or not
+def resume(): return control(6)
 def restream(k): return bytes([12, k - 1])
 def bad(how, which): return bytes([13, how, which])
 def fault(entry, nth=1, oom=False): return bytes([14, entry, nth - 1, int(oom)])
@@ -151,6 +153,15 @@ def ops_seeds():
         + write_on(0, 1) + check(0) + control(0) + control(4) + restream(2) + bad(8, 0) + bad(4, 0)
         + fault(12) + alloc(12) + CLEAR + free(0),
     }
+    # suspend and resume: refusals while suspended, contents kept or dropped,
+    # a failed copy, unmap, cuMemCreate and copy back, each retried
+    seeds["suspend"] = (cfg() + alloc_async(10, 2) + alloc(12) + write_on(0, 3) + alloc_async(4, 3) + free_async(2)
+        + suspend() + alloc_async(4, 2) + alloc(5) + alloc(14) + control(4) + suspend() + control(0) + resume()
+        + check(0) + check(1) + suspend(keep=False) + free(1) + control(4) + resume() + write_on(0, 2) + check(0)
+        + fault(13) + suspend() + CLEAR + check(0) + fault(9) + suspend() + CLEAR + suspend() + fault(0) + resume()
+        + CLEAR + resume() + check(0) + suspend() + fault(14) + resume() + CLEAR + resume() + check(0)
+        + fault(10, 1) + suspend() + CLEAR + resume() + check(0) + alloc_async(4, 2) + write_on(1, 2) + check(1)
+        + suspend() + resume() + check(1) + resume())
     for n, size in enumerate([300, 1200, 3000, 4000]):
         r = random.Random(n)
         seeds["random-%d" % n] = bytes(r.randrange(256) for _ in range(size))
