@@ -66,7 +66,7 @@ fi
 # The build writes build/ and python/cuemm.egg-info into the tree; a copy
 # keeps the tree as it was.
 rm -rf "$out/tree" && mkdir -p "$out/tree" &&
-  (cd "$tree" && tar --exclude=.git --exclude='./build' --exclude='*.o' --exclude='*.lo' --exclude=.libs -cf - .) |
+  (cd "$tree" && tar --exclude=.git --exclude='./build' --exclude='./build-*' --exclude='./cuemm-*' --exclude='*.o' --exclude='*.lo' --exclude=.libs -cf - .) |
   (cd "$out/tree" && tar -xf -) || exit 2
 step "wheel: pip wheel --no-build-isolation --no-deps${sdist:+ (from sdist)}" 300 "$out/wheel.log" \
   sh -c "cd '$out/tree' && '$py' -m pip wheel --no-build-isolation --no-deps --no-index -w '$wheeldir' ." || {

@@ -69,8 +69,13 @@ def child(args):
     gen = torch.Generator(device=dev)
     gen.manual_seed(2)
     w_true = torch.randn(width, 1, device=dev, generator=gen)
+    # Marks each training step for the graph trees (native reduce-overhead):
+    # the outputs of the step before may be overwritten from here on.
+    mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
     losses, times = [], []
     for i in range(args.steps):
+        if mark_step is not None:
+            mark_step()
         x = torch.randn(batch, width, device=dev, generator=gen)
         y = torch.tanh(x @ w_true)
         torch.cuda.synchronize()
@@ -179,15 +184,15 @@ def main():
             rc, res, err = run_child(args, "reduce-overhead", "cuemm", probe, 4, 1)
             probes[probe] = {"rc": rc, "ran": res is not None and rc == 0, "error": err}
 
-    rows = ["| torch.compile mode | allocator | graph trees | median step | first step (compile) | losses vs native | peak held |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| torch.compile mode | allocator | graph trees | median step | first step (compile) | loss: first, last "
+            "| losses vs native | peak held |", "|---|---|---|---|---|---|---|---|"]
     checks = {}
     for mode in MODES:
         nat = results.get((mode, "native"))
         for alloc in ALLOCATORS:
             r = results.get((mode, alloc))
             if r is None:
-                rows.append("| %s | %s | | | | no result (see compile-%s-%s.log) | |" % (mode, alloc, mode, alloc))
+                rows.append("| %s | %s | | | | | no result (see compile-%s-%s.log) | |" % (mode, alloc, mode, alloc))
                 continue
             if alloc == "native":
                 verdict = "(reference)"
@@ -200,12 +205,13 @@ def main():
                     status = 1
                 verdict = "%s (%s)" % (v, why)
             held = (r.get("cuemm") or r.get("native"))["peak_held"] / float(1 << 20)
-            rows.append("| %s | %s | %s | %.3f ms | %.1f s | %s | %.0f MiB |" % (
-                mode, alloc, "on" if r["cudagraph_trees"] else "off", r.get("median_step_s", float("nan")) * 1e3,
-                r["first_step_s"], verdict, held))
+            trees = "-" if mode == "default" else ("on" if r["cudagraph_trees"] else "off")
+            rows.append("| %s | %s | %s | %.3f ms | %.1f s | %.6g, %.6g | %s | %.0f MiB |" % (
+                mode, alloc, trees, r.get("median_step_s", float("nan")) * 1e3, r["first_step_s"],
+                r["losses"][0], r["losses"][-1], verdict, held))
             if alloc == "cuemm" and (r["cuemm"]["alloc_failures"] or r["cuemm"]["graph_failures"]):
                 status = 1
-                rows.append("|  | cuemm adapter failures | | | | %s | |" % r["cuemm"]["last_failure"])
+                rows.append("|  | cuemm adapter failures | | | | | %s | |" % r["cuemm"]["last_failure"])
     any_res = next((r for r in results.values() if r), None)
     head = "torch.compile proof: PyTorch %s on %s, %d steps, medians after %d warm-up steps, fresh process each" % (
         any_res["torch"] if any_res else "?", any_res["device"] if any_res else "?", args.steps, args.warmup)
