@@ -115,15 +115,18 @@ def setup_torch(deterministic=True):
 
 
 def warm_up(torch):
-    """One matmul on the default stream, forward and backward, before any
-    region: the libraries' lazily made buffers (the cuBLAS workspace of
-    the stream) go to the default tag, which is never suspended, and not
-    to a tag whose memory is gone while other work runs."""
+    """One matmul on the default stream, forward and backward, and one
+    random draw, before any region: the libraries' lazily made buffers (the
+    cuBLAS workspaces of the stream, the generator's state) go to the
+    default tag, which is never suspended, and not to a tag whose memory is
+    gone while other work runs."""
     a = torch.ones(64, 64, device="cuda", requires_grad=True)
     bias = torch.ones(64, device="cuda", requires_grad=True)
     # A plain matmul and a linear layer with its bias (cuBLASLt), forward
     # and backward (the autograd thread has a cuBLAS handle of its own).
     ((a @ a).sum() + torch.nn.functional.linear(a, a, bias).sum()).backward()
+    # The default CUDA generator, whatever device state it keeps.
+    torch.randn(16, device="cuda")
     torch.cuda.synchronize()
 
 
@@ -309,7 +312,7 @@ def part_alternate(args):
         with torch.no_grad():
             with ct.region("kv"):
                 kv = torch.empty(kv_bytes // 2, dtype=torch.bfloat16, device="cuda")
-                kv.normal_()  # the cache's pages, written as a server writes them
+                kv.fill_(float(r))  # the cache's pages, written as a server writes them
                 answer = server(probe).float()
         if ref_answer is None:
             ref_answer = answer.clone()
