@@ -98,6 +98,13 @@ def setup_torch(deterministic=True):
     import torch
     import cuemm.torch as ct
     ct.use()
+    # The default tag holds only the libraries' small buffers that live as
+    # long as the process (warm_up): a growth unit of 2 MiB for its manager,
+    # made by the first allocation below, so that what stays mapped while
+    # the tags are suspended is that small.  The tags' managers, made
+    # later, take the usual unit.
+    chunk = os.environ.get("CUEMM_POOL_CHUNK")
+    os.environ["CUEMM_POOL_CHUNK"] = "2MiB"
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -111,6 +118,10 @@ def setup_torch(deterministic=True):
                 fn(False)
     torch.cuda.init()
     warm_up(torch)
+    if chunk is None:
+        del os.environ["CUEMM_POOL_CHUNK"]
+    else:
+        os.environ["CUEMM_POOL_CHUNK"] = chunk
     return torch, ct
 
 
@@ -213,8 +224,9 @@ def part_train(args):
     res = {"config": cfg, "steps": n}
 
     # Reference: 2N uninterrupted steps on the default tag.
-    model = make_lm(torch, cfg["vocab"], cfg["d"], cfg["layers"], cfg["heads"], cfg["seed"])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    with ct.region("ref-weights"):
+        model = make_lm(torch, cfg["vocab"], cfg["d"], cfg["layers"], cfg["heads"], cfg["seed"])
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     ref = [train_step(torch, ct, model, opt, s, cfg, act="act", weights="ref-weights") for s in range(2 * n)]
     params = sum(p.numel() for p in model.parameters())
     del model, opt
