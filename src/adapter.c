@@ -12,10 +12,12 @@
  * free memory from their last destructors, after any exit handler of ours.
  *
  * Locking: dev_lock serializes making managers and naming tags (readers
- * load the slots atomically); fail_lock guards the failure counts and message; graph_lock
- * guards the graph pools and the table of blocks that belong to them, which
- * the fast paths consult only while a pool is open on the device or a block
- * of a pool is live (two atomic counters).
+ * load the slots atomically); fail_lock guards the failure counts and
+ * message; graph_lock guards the graph pools and the table of blocks that
+ * belong to them, which the fast paths consult only while a pool is open
+ * on the device or a block of a pool is live (two atomic counters).  The
+ * current tag and the count of tag managers are atomics the fast paths
+ * read once.
  */
 #include <inttypes.h>
 #include <limits.h>
