@@ -473,6 +473,26 @@ ok(cuemm_torch.tag_stats("weights")["live_bytes"] == 0 and cuemm_torch.tag_stats
    "freed from their tags under the default tag")
 ok(cuemm_lib.adapter_stats()["free_failures"] == 0, "no free failed")
 
+# CuPy's functions, on the stand-in (device None: CuPy's current device).
+saved_cupy = sys.modules.get("cupy")
+sys.modules["cupy"] = cupy
+with cuemm_cupy.region("cp"):
+    arr = malloc(MIB)
+ok(cuemm_cupy.tag_stats("cp")["live_bytes"] == MIB and put(arr.ptr, pattern[:MIB]),
+   "cuemm.cupy.region('cp'): CuPy's array is the tag's")
+cuemm_cupy.suspend("cp", keep=True)
+ok(cuemm_cupy.tag_pool_stats("cp")["suspended"] == 1 and cuemm_cupy.tag_pool_stats("cp")["mapped_bytes"] == 0,
+   "cuemm.cupy.suspend('cp', keep=True): nothing mapped")
+cuemm_cupy.resume("cp")
+ok(get(arr.ptr, MIB) == pattern[:MIB], "cuemm.cupy.resume('cp'): the array's contents back")
+del arr
+gc.collect()
+ok(cuemm_cupy.tag_stats("cp")["live_bytes"] == 0, "dropping the array frees it in its tag")
+if saved_cupy is None:
+    del sys.modules["cupy"]
+else:
+    sys.modules["cupy"] = saved_cupy
+
 # Numba's module-level functions (no Numba needed for these).
 with cuemm_numba.region("nb"):
     ok(cuemm_numba.current_tag() == "nb", "cuemm.numba.region sets the same tag")
