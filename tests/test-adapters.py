@@ -424,6 +424,7 @@ def get(ptr, n):
 
 
 MIB = 1 << 20
+saved_torch = sys.modules.get("torch")
 sys.modules["torch"] = torch  # the stand-in: device None is its current device
 pattern = bytes(range(256)) * (3 * MIB // 256)
 ok(cuemm_torch.current_tag() is None and tags.current_tag() is None, "the default tag is current at first")
@@ -503,7 +504,10 @@ ok(tags.pool_stats("nb")["suspended"] == 1, "cuemm.numba.suspend('nb', keep=True
 cuemm_numba.resume("nb", device=0)
 ok(get(n, MIB) == pattern[:MIB], "cuemm.numba.resume: contents back")
 free(n, MIB, 0, None)
-del sys.modules["torch"]
+if saved_torch is None:
+    del sys.modules["torch"]
+else:
+    sys.modules["torch"] = saved_torch
 
 cuemm_lib.empty_cache()
 ok(cuemm_lib.adapter_stats()["empty_cache_failures"] == 0, "empty_cache: no failure")
