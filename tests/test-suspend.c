@@ -188,6 +188,20 @@ static void test_cycle(void)
     free(buf);
     cuemm_snapshot_free(snap);
   }
+  CUdeviceptr base = 0;
+  size_t range = 0;
+  is(cuemm_mem_get_address_range(m, &base, &range, b.p[3] + 100), CUDA_SUCCESS, "the address range of a block "
+     "works while suspended");
+  ok(base == b.p[3] && range >= b.n[3], "and names the block (0x%llx, %zu bytes)", (unsigned long long)base, range);
+  {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cuemm_stats_print(m, f);
+    fclose(f);
+    like(buf, "suspended   the pool's memory is released", "the statistics table says suspended: %s", buf);
+    free(buf);
+  }
   is(pstats(m).suspended, 1, "still suspended");
 
   if (sim_present)
