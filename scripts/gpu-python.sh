@@ -126,9 +126,9 @@ else
 fi
 
 if "$vpy" -c 'import torch' 2>/dev/null; then
-  step "scripts/torch-proof.py --quick" 240 "$out/torch-proof.log" \
+  step "scripts/torch-proof.py --quick" 200 "$out/torch-proof.log" \
     "$vpy" "$src/scripts/torch-proof.py" --quick --out "$out/torch" --timeout 90
-  step "scripts/torch-compile-proof.py" 300 "$out/torch-compile-proof.log" \
+  step "scripts/torch-compile-proof.py" 330 "$out/torch-compile-proof.log" \
     "$vpy" "$src/scripts/torch-compile-proof.py" --out "$out/compile" --timeout 120
 else
   echo "| PyTorch | skipped: torch not importable | | |" >> "$out/steps.txt"

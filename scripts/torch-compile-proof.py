@@ -41,16 +41,15 @@ PROBES = ("trees-on", "trees-on-no-asserts")
 
 
 def child(args):
-    said = []
-    if args.allocator == "cuemm":
-        import warnings
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if args.allocator == "cuemm":
             import cuemm.torch
             cuemm.torch.use()
-        said = [str(w.message) for w in caught if "cuemm" in str(w.message)]
-    import torch
-    import torch._inductor.config as inductor_config
+        import torch
+        import torch._inductor.config as inductor_config  # where cuemm switches the graph trees off
+    said = [str(w.message) for w in caught if "cuemm" in str(w.message)]
     if args.probe:
         inductor_config.triton.cudagraph_trees = True
         if args.probe == "trees-on-no-asserts":

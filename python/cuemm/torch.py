@@ -22,7 +22,8 @@ What PyTorch's pluggable interface carries, and so what works:
     until it is released;
   - torch.compile, default mode and mode="reduce-overhead": use() switches
     torch._inductor.config.triton.cudagraph_trees off (with one
-    CuemmWarning), since CUDA graph trees need allocator calls PyTorch does
+    CuemmWarning; where inductor is not loaded yet, when torch.compile
+    first loads its config), since CUDA graph trees need allocator calls PyTorch does
     not make pluggable (GRAPH_TREES_OFF says which); reduce-overhead then
     captures plain CUDA graphs, which cuemm's graph hooks serve;
   - several devices: each device's allocations go to its own manager;
@@ -44,7 +45,8 @@ The library is found as cuemm._lib finds it (CUEMM_LIBRARY first).
 """
 
 import ctypes
-import importlib
+import importlib.abc
+import sys
 import warnings
 
 from cuemm import _lib, _tags
@@ -77,7 +79,8 @@ GRAPH_HOOKS = ("set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn", "set
 # C++ object of the caching allocator that restores its blocks and swaps
 # the deleters of live storages, so no answer from cuemm can stand in for
 # it.  Plain CUDA graphs (cudagraph_trees = False) need only the graph-pool
-# hooks, which cuemm has: use() switches the trees off, and says so once.
+# hooks, which cuemm has: use() switches the trees off, and says so once
+# (when inductor's config is loaded: at once, or at its first import).
 GRAPH_TREES_OFF = ("cuemm.torch: torch.compile(mode=\"reduce-overhead\") will capture plain CUDA graphs "
                    "(torch._inductor.config.triton.cudagraph_trees = False): CUDA graph trees need "
                    "getCheckpointState, setCheckpointPoolState and checkPoolLiveAllocations, which PyTorch "
@@ -145,19 +148,60 @@ def use(graphs=True):
     return alloc
 
 
+INDUCTOR_CONFIG = "torch._inductor.config"
+
+
 def _graph_trees_off():
-    """Switches torch.compile's CUDA graph trees off (see GRAPH_TREES_OFF);
-    returns whether they were on.  A torch without inductor has none."""
-    try:
-        config = importlib.import_module("torch._inductor.config")
-    except Exception:  # no inductor in this torch (or it cannot load): nothing to switch
-        return False
+    """Switches torch.compile's CUDA graph trees off (see GRAPH_TREES_OFF):
+    at once when inductor's config is loaded already, else when it is
+    first imported (by torch.compile; importing it here would load dynamo
+    and inductor into programs that never compile)."""
+    config = sys.modules.get(INDUCTOR_CONFIG)
+    if config is not None:
+        _trees_off_in(config, stacklevel=4)
+    elif not any(isinstance(f, _InductorConfigHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _InductorConfigHook())
+
+
+def _trees_off_in(config, stacklevel):
+    """Turns the trees off in inductor's config module; says so when they
+    were on.  Returns whether they were."""
     triton = getattr(config, "triton", None)
     if triton is None or not getattr(triton, "cudagraph_trees", False):
         return False
     triton.cudagraph_trees = False
-    warnings.warn(GRAPH_TREES_OFF, CuemmWarning, stacklevel=3)
+    warnings.warn(GRAPH_TREES_OFF, CuemmWarning, stacklevel=stacklevel)
     return True
+
+
+class _InductorConfigHook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """An import hook for torch._inductor.config alone: the module is found
+    and run by the finder that would have loaded it, then its trees are
+    switched off, and the hook removes itself."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != INDUCTOR_CONFIG:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                self._loader = spec.loader
+                spec.loader = self
+                return spec
+        return None
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        try:
+            self._loader.exec_module(module)
+        finally:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+        _trees_off_in(module, stacklevel=2)
 
 
 def is_used():
