@@ -276,8 +276,11 @@ def part_train(args):
     res["given_back"] = 1 - after["held"] / before["held"] if before["held"] else None
     res["held_after_frac"] = after["held"] / before["held"] if before["held"] else None
     res["adapter"] = ct.adapter_stats()
+    # The 1% target is for the full model: the quick one's few MiB are of
+    # the order of the default tag's chunk.
+    res["target_checked"] = not args.quick
     res["ok"] = (res["identical"] and hog.returncode == 0 and res["held_after_frac"] is not None
-                 and res["held_after_frac"] <= 0.01 and res["adapter"]["alloc_failures"] == 0)
+                 and (args.quick or res["held_after_frac"] <= 0.01) and res["adapter"]["alloc_failures"] == 0)
     return res
 
 
@@ -452,10 +455,10 @@ def report(results, args):
                   "| cuemm held, all tags (GiB) | %s | %s | %s |" % (fmt_gib(b["held"]), fmt_gib(a["held"]), fmt_gib(z["held"])),
                   "| nvidia-smi, this process (MiB) | %s | %s | |" % (b["smi"], a["smi"]),
                   "",
-                  "held after / before: %.4f%% (target at most 1%%; the default tag's part %.1f MiB before, %.1f MiB "
-                  "after); kept in host memory %.3f GiB; resume maps %.3f GiB"
-                  % (100 * (r["held_after_frac"] or 0), b["default_held"] / MiB, a["default_held"] / MiB,
-                     a["kept"] / GiB, a["need"] / GiB),
+                  "held after / before: %.4f%% (target at most 1%%%s; the default tag's part %.1f MiB before, "
+                  "%.1f MiB after); kept in host memory %.3f GiB; resume maps %.3f GiB"
+                  % (100 * (r["held_after_frac"] or 0), "" if r.get("target_checked") else ", not checked in quick mode",
+                     b["default_held"] / MiB, a["default_held"] / MiB, a["kept"] / GiB, a["need"] / GiB),
                   "suspend act %.1f ms, weights (keep) %.1f ms; resume weights %.1f ms, act %.1f ms"
                   % (1e3 * r["suspend_s"]["act"], 1e3 * r["suspend_s"]["weights_keep"],
                      1e3 * r["resume_s"]["weights_keep"], 1e3 * r["resume_s"]["act"]),
