@@ -349,6 +349,16 @@ typedef struct cuemm_config {
    * is ignored. */
   CUresult env_status;
   char env_error[256];
+
+  /* Not read from the environment; cuemm_config_init sets 0.  1: the
+   * manager is not its context's manager (cuemm_get and the drop-ins do not
+   * find it; it is reached through its pointer alone), so it may share the
+   * context with that one and with other such managers, each with its own
+   * pool and statistics.  Memory of one purpose (model weights, a KV cache)
+   * kept in a manager of its own is suspended and resumed on its own
+   * (cuemm_pool_suspend, docs/suspend.md).  Appended last, so the fields
+   * above keep their offsets. */
+  int secondary;
 } cuemm_config;
 
 /* Fills *cfg with the defaults, then applies the CUEMM_* variables of the
@@ -371,11 +381,11 @@ typedef struct cuemm_manager cuemm_manager;
  * context) with configuration `cfg` (NULL: cuemm_config_init's).  Reads the
  * device's total memory once, to turn the ratio into a byte threshold.
  * The manager is registered as its context's manager: cuemm_get and the
- * drop-in calls find it.
+ * drop-in calls find it (unless cfg->secondary: see there).
  * Errors: CUDA_ERROR_INVALID_VALUE for m == NULL or an invalid configuration
  * (message names the field or variable); CUDA_ERROR_INVALID_CONTEXT when ctx
  * is NULL and no context is current; CUDA_ERROR_ALREADY_ACQUIRED when the
- * context already has a manager; CUDA_ERROR_NOT_SUPPORTED for
+ * context already has a manager (and cfg->secondary is 0); CUDA_ERROR_NOT_SUPPORTED for
  * CUEMM_MEMORY=managed where the driver or device has no managed memory (or
  * no prefetch when managed_prefetch is set), and for CUEMM_MEMORY=system on
  * a device without CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS (the message
@@ -1517,8 +1527,8 @@ CUEMM_EXTERN void cuemm_torch_release_pool(int device, cuemm_torch_pool_id pool)
  * A tag's manager is made on first use, with cuemm_config_init's
  * configuration and the pool always on (CUEMM_POOL=vmm: suspending needs
  * it) when CUEMM_MEMORY is "device"; its event log, when CUEMM_LOG is set,
- * goes to that file name followed by "." and the tag.  It is not its
- * context's registered manager: cuemm_get finds the default one.  It lives
+ * goes to that file name followed by "." and the tag.  It is a secondary
+ * manager (cuemm_config.secondary): cuemm_get finds the default one.  It lives
  * as long as the process.  A tag is a name of 1 to 63 letters, digits,
  * '_', '-' and '.'; a process has at most 63 tags besides the default. */
 

@@ -31,7 +31,6 @@
 
 #include "error.h"
 #include "manager.h"
-#include "registry.h"
 
 #define MAX_DEVICES CUEMM__POOL_MAX_DEVICES
 
@@ -233,9 +232,11 @@ static CUresult tag_manager_slow(int t, int device, cuemm_manager **out)
     cuemm__error_append(" (%s \"%s\", device %d)", fn, tag_names[t], device);
     return r;
   }
-  /* A tag exists to be suspended, which needs the pool. */
+  /* A tag exists to be suspended, which needs the pool; it shares the
+   * context with the default manager, which stays the registered one. */
   if (cfg.memory == CUEMM_MEMORY_DEVICE)
     cfg.pool = CUEMM_POOL_VMM;
+  cfg.secondary = 1;
   /* Its own event log beside the default's, which opening the same file
    * would truncate. */
   char log[4096];
@@ -243,7 +244,7 @@ static CUresult tag_manager_slow(int t, int device, cuemm_manager **out)
     snprintf(log, sizeof log, "%s.%s", cfg.log_file, tag_names[t]);
     cfg.log_file = log;
   }
-  r = cuemm__create_unlisted(&m, cuemm_context(m0), &cfg);
+  r = cuemm_create(&m, cuemm_context(m0), &cfg);
   if (r != CUDA_SUCCESS) {
     char why[512];
     snprintf(why, sizeof why, "%s", cuemm_last_error());

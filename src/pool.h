@@ -218,6 +218,9 @@ static inline void cuemm__pool_set_suspended(cuemm__pool *p, int on)
   __atomic_store_n(&p->suspended, on, __ATOMIC_RELEASE);
 }
 static inline void cuemm__pool_set_kept(cuemm__pool *p, size_t bytes) { p->kept_bytes = bytes; }
+/* Bytes of physical memory the pool holds (0 once wholly suspended). */
+static inline size_t cuemm__pool_held(const cuemm__pool *p) { return __atomic_load_n(&p->mapped, __ATOMIC_RELAXED); }
+static inline int cuemm__pool_is_slab(const cuemm__pool *p) { return p->slab; }
 static inline void cuemm__pool_count(cuemm__pool *p, int resumed)
 {
   if (resumed)

@@ -41,14 +41,10 @@ static cuemm_manager *find_locked(unsigned long long id)
   return NULL;
 }
 
-/* Set while cuemm__create_unlisted runs on this thread: the manager made
- * stays out of the registry. */
-static _Thread_local int unlisted;
-
 static CUresult registry_add(cuemm_manager *m)
 {
-  if (unlisted)
-    return CUDA_SUCCESS; /* registry_remove finds nothing to take out */
+  if (m->cfg.secondary)
+    return CUDA_SUCCESS; /* one of several on its context, found through its pointer alone */
   CUresult r = CUDA_SUCCESS;
   pthread_mutex_lock(&reg_lock);
   if (find_locked(m->ctx_id)) {
@@ -87,14 +83,6 @@ static void registry_destroy(cuemm_manager *m, char *note, size_t cap)
 {
   (void)note, (void)cap; /* leaving the registry leaves nothing open */
   registry_remove(m);
-}
-
-CUresult cuemm__create_unlisted(cuemm_manager **m, CUcontext ctx, const cuemm_config *cfg)
-{
-  unlisted = 1;
-  CUresult r = cuemm_create(m, ctx, cfg);
-  unlisted = 0;
-  return r;
 }
 
 const cuemm__extension cuemm__registry_extension = {

@@ -167,7 +167,7 @@ CUEMM_EXTERN CUresult cuemm_pool_suspend(cuemm_manager *m, unsigned flags)
   if (!pool)
     return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "cuemm_pool_suspend: this manager has no pool; only a pool on "
                         "virtual memory (CUEMM_POOL=vmm) can release its memory and keep its addresses");
-  if (pool->slab)
+  if (cuemm__pool_is_slab(pool))
     return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "cuemm_pool_suspend: this pool is a slab (CUEMM_POOL_SLAB=1), "
                         "one cuMemAlloc allocation, whose memory cannot be released while keeping its addresses");
   cuemm__lock_acquire(&m->lock);
@@ -179,7 +179,7 @@ CUEMM_EXTERN CUresult cuemm_pool_suspend(cuemm_manager *m, unsigned flags)
     goto out;
   }
   if (cuemm__pool_is_suspended(pool)) {
-    if (__atomic_load_n(&pool->mapped, __ATOMIC_RELAXED) == 0) {
+    if (cuemm__pool_held(pool) == 0) {
       r = cuemm__error(CUDA_ERROR_ILLEGAL_STATE, "cuemm_pool_suspend: the manager is suspended already "
                        "(cuemm_pool_resume first)");
       goto out;

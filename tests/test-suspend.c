@@ -2,8 +2,9 @@
  * byte for byte at the same addresses, memory given back, the calls refused
  * while suspended, a failure of every driver call of both (nothing lost,
  * nothing leaked, a retry succeeds), out of memory at resumption, threads
- * allocating while another suspends, two managers on one context, and the
- * refusal of blocks sent to another process.
+ * allocating while another suspends, two managers on one context (the
+ * context's and secondary ones), and the refusal of blocks sent to another
+ * process.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -441,41 +442,54 @@ static void test_limits(void)
   CHECK_CU(cuemm_free(m, a));
   CHECK_CU(cuemm_pool_trim(m));
   is(pstats(m).mapped_bytes, 0, "a trim after a resumption releases what is wholly free");
+  CHECK_CU(cuemm_alloc(m, &a, 8 * MiB));
+  ok(pstats(m).mapped_bytes >= 8 * MiB, "the pool grows again");
+  CHECK_CU(cuemm_free(m, a));
+  CHECK_CU(cuemm_flush(m));
+  is(pstats(m).mapped_bytes, 0, "and with a release threshold of 0, a flush releases what its frees made wholly "
+     "free");
   CHECK_CU(cuemm_free(m, big));
   CHECK_CU(cuemm_destroy(m));
   sim_check_nothing_left(live0);
 }
 
-/* ---- two managers, one per purpose -------------------------------------------- */
+/* ---- two managers on one context ---------------------------------------------- */
 
-/* A context has one manager (cuemm_create refuses a second), so the two
- * purposes take a context each on the same device. */
+/* The context's manager holds the weights; a secondary one on the same
+ * context (cuemm_config.secondary) holds the KV cache.  Each suspends and
+ * resumes on its own. */
 static void test_two_managers(void)
 {
   size_t live0 = sim_live_baseline();
-  CUcontext prim, other;
-  CUdevice dev;
-  CHECK_CU(cuCtxGetCurrent(&prim));
-  CHECK_CU(cuCtxGetDevice(&dev));
-  CHECK_CU(cuCtxCreate(&other, NULL, 0, dev));
-  CHECK_CU(cuCtxSetCurrent(prim));
-  cuemm_manager *w = make_pool(0, 0), *kv;
+  cuemm_manager *w = make_pool(0, 0), *kv = NULL, *third = NULL, *got = NULL;
   cuemm_config c = test_config(10, 1.0);
   c.pool = CUEMM_POOL_VMM;
   c.pool_reserve = 256 * MiB;
-  CHECK_CU(cuemm_create(&kv, other, &c));
-  CUdeviceptr pw, pk;
+  is(cuemm_create(&kv, NULL, &c), CUDA_ERROR_ALREADY_ACQUIRED, "a second manager of the context is refused");
+  c.secondary = 1;
+  is(cuemm_create(&kv, NULL, &c), CUDA_SUCCESS, "a secondary one is made: %s", cuemm_last_error());
+  is(cuemm_create(&third, NULL, &c), CUDA_SUCCESS, "and another");
+  is(cuemm_get(&got), CUDA_SUCCESS, "cuemm_get");
+  ok(got == w, "cuemm_get finds the context's manager, not a secondary one");
+  is(cuemm_context(kv), cuemm_context(w), "both on one context");
+  CUdeviceptr pw, pk, pt;
   CHECK_CU(cuemm_alloc(w, &pw, 6 * MiB));
   CHECK_CU(cuemm_alloc(kv, &pk, 10 * MiB));
+  CHECK_CU(cuemm_alloc(third, &pt, MiB));
   fill(pw, 6 * MiB, 9);
   fill(pk, 10 * MiB, 10);
+  fill(pt, MiB, 11);
   is(cuemm_pool_suspend(kv, 0), CUDA_SUCCESS, "the KV manager suspends, contents discarded");
   is(pstats(w).suspended, 0, "the weights' manager is not suspended");
+  is(pstats(third).suspended, 0, "nor the third");
   CUdeviceptr q;
-  is(cuemm_alloc(w, &q, MiB), CUDA_SUCCESS, "and still serves");
+  is(cuemm_alloc(w, &q, MiB), CUDA_SUCCESS, "the weights' manager still serves");
   CHECK_CU(cuemm_free(w, q));
+  is(cuemm_mem_alloc(&q, MiB), CUDA_SUCCESS, "so do the drop-ins, on the context's manager");
+  CHECK_CU(cuemm_mem_free(q));
+  is(cuemm_alloc(kv, &q, MiB), CUDA_ERROR_ILLEGAL_STATE, "the KV manager refuses");
   is(cuemm_pool_suspend(w, CUEMM_SUSPEND_KEEP), CUDA_SUCCESS, "the weights' manager suspends, contents kept");
-  is(vmm_bytes(), 0, "simcuda: no pool memory held by either");
+  ok(holds(pt, MiB, 11), "the third manager's block is untouched");
   is(cuemm_pool_resume(w), CUDA_SUCCESS, "the weights come back");
   ok(holds(pw, 6 * MiB, 9), "weights intact");
   is(pstats(kv).suspended, 1, "the KV manager is still suspended");
@@ -484,10 +498,12 @@ static void test_two_managers(void)
   is(cuMemcpyDtoH(&byte, pk, 1), CUDA_SUCCESS, "its block is usable again at the same address");
   CHECK_CU(cuemm_free(w, pw));
   CHECK_CU(cuemm_free(kv, pk));
-  CHECK_CU(cuemm_destroy(w));
+  CHECK_CU(cuemm_free(third, pt));
   CHECK_CU(cuemm_destroy(kv));
-  CHECK_CU(cuCtxDestroy(other));
-  CHECK_CU(cuCtxSetCurrent(prim));
+  is(cuemm_get(&got), CUDA_SUCCESS, "cuemm_get after a secondary manager went");
+  ok(got == w, "still the context's manager");
+  CHECK_CU(cuemm_destroy(third));
+  CHECK_CU(cuemm_destroy(w));
   sim_check_nothing_left(live0);
 }
 
