@@ -1475,7 +1475,8 @@ CUEMM_EXTERN CUresult cuemm_adapter_get_stats(cuemm_adapter_stats *s);
  * its own threads).
  *
  * cuemm_torch_alloc: `size` bytes for work on `stream` of device `device`,
- * with cuemm_alloc_async on the device's manager (cuemm_device_manager).
+ * with cuemm_alloc_async on the device's manager (cuemm_device_manager),
+ * or on the current tag's manager of the device (see "Tags" below).
  * Size 0 returns NULL and is no failure: PyTorch asks for 0 bytes for empty
  * tensors and never frees a NULL pointer, as cudaMalloc gives NULL for 0
  * bytes.  Otherwise NULL means failure, the message saying why: out of
@@ -1488,9 +1489,10 @@ CUEMM_EXTERN CUresult cuemm_adapter_get_stats(cuemm_adapter_stats *s);
  * what happened.
  *
  * cuemm_torch_free: cuemm_free_async of p on `stream` (the block's own
- * stream) on device `device`'s manager; NULL does nothing; `size` is not
- * used.  A pointer the device's manager does not hold is refused (counted,
- * nothing freed).  */
+ * stream) on the manager of device `device` that handed it out (the
+ * device's, or a tag's); NULL does nothing; `size` is not used.  A pointer
+ * none of the device's managers holds is refused (counted, nothing
+ * freed).  */
 CUEMM_EXTERN void *cuemm_torch_alloc(size_t size, int device, CUstream stream);
 CUEMM_EXTERN void cuemm_torch_free(void *p, size_t size, int device, CUstream stream);
 
@@ -1498,9 +1500,10 @@ CUEMM_EXTERN void cuemm_torch_free(void *p, size_t size, int device, CUstream st
  *
  * cuemm_torch_record_stream (set_record_stream_fn, void(void *, cudaStream_t)):
  *   Tensor.record_stream: cuemm_record_stream on the manager that holds p
- *   (every device's manager is asked).
+ *   (every device's managers are asked, tags' included).
  * cuemm_torch_empty_cache (set_reset_fn, void(void)): torch.cuda.empty_cache:
- *   on every device's manager, cuemm_pool_trim (flushes, gives every cached
+ *   on every device's managers (tags' included, suspended ones skipped),
+ *   cuemm_pool_trim (flushes, gives every cached
  *   block back, releases every wholly free chunk; it synchronizes each
  *   context, as PyTorch's own empty_cache does), or cuemm_managed_trim,
  *   or cuemm_flush for a manager of neither.
@@ -1544,6 +1547,74 @@ typedef struct cuemm_torch_pool_id {
 CUEMM_EXTERN void cuemm_torch_begin_allocate_to_pool(int device, cuemm_torch_pool_id pool, void *filter);
 CUEMM_EXTERN void cuemm_torch_end_allocate_to_pool(int device, cuemm_torch_pool_id pool);
 CUEMM_EXTERN void cuemm_torch_release_pool(int device, cuemm_torch_pool_id pool);
+
+/* Tags.  A program that shares a GPU over time (an inference engine and a
+ * trainer taking turns, a service going idle) gives back the memory of one
+ * purpose while keeping another's: the KV cache discarded, the weights
+ * kept.  Each purpose is a tag: a name that gets its own manager on each
+ * device, over the same primary context as the device's manager, with its
+ * own pool, so that it can be suspended and resumed on its own
+ * (cuemm_adapter_suspend, cuemm_adapter_resume).  The device's manager
+ * (cuemm_device_manager) is the default tag, named NULL or "".
+ *
+ * cuemm_torch_alloc (and so CuPy's allocator, which calls it) allocates
+ * from the current tag's manager on the device.  The current tag is one
+ * for the whole process, not one per thread: PyTorch's backward pass
+ * allocates gradients on its autograd threads, which a tag set on the
+ * thread that runs the training step would not reach.  Two threads that
+ * want different tags at once cannot have them: the last one set holds.
+ * cuemm_torch_free, cuemm_torch_record_stream and the graph pools find the
+ * manager that handed a block out from the pointer, whatever the current
+ * tag (the default manager is asked first; while no tag has a manager, a
+ * free costs what it cost before tags).  cuemm_torch_empty_cache trims
+ * every tag's manager, skipping suspended ones.  A block captured into a
+ * CUDA graph's pool while a tag was current belongs to that tag's manager.
+ *
+ * A tag's manager is made on first use, with cuemm_config_init's
+ * configuration and the pool always on (CUEMM_POOL=vmm: suspending needs
+ * it) when CUEMM_MEMORY is "device"; its event log, when CUEMM_LOG is set,
+ * goes to that file name followed by "." and the tag.  It is a secondary
+ * manager (cuemm_config.secondary): cuemm_get finds the default one.  It lives
+ * as long as the process.  A tag is a name of 1 to 63 letters, digits,
+ * '_', '-' and '.'; a process has at most 63 tags besides the default. */
+
+/* Makes `tag` (NULL or "": the default) the current tag of the process;
+ * *previous (when not NULL) gets the tag current before, NULL for the
+ * default (the string lives as long as the process).  No manager is made
+ * until an allocation needs it.  Thread-safe (one atomic exchange).
+ * Errors: CUDA_ERROR_INVALID_VALUE for a name too long or with other
+ * characters (the message says which), CUDA_ERROR_OUT_OF_MEMORY past 63
+ * tags; the current tag then stays. */
+CUEMM_EXTERN CUresult cuemm_adapter_set_tag(const char *tag, const char **previous);
+/* The current tag; NULL for the default. */
+CUEMM_EXTERN const char *cuemm_adapter_get_tag(void);
+/* *m = the manager of `tag` (NULL or "": the default, as
+ * cuemm_device_manager) on device `device`, made on first use: for its
+ * statistics (cuemm_get_stats, cuemm_pool_get_stats), a snapshot, or a
+ * plugin that allocates from it (Numba's).  Thread-safe.  Errors: those of
+ * cuemm_adapter_set_tag's name, and of cuemm_device_manager, for the
+ * device, as reported. */
+CUEMM_EXTERN CUresult cuemm_adapter_tag_manager(const char *tag, int device, cuemm_manager **m);
+/* cuemm_pool_suspend(m, flags) of `tag`'s manager on `device` (NULL or "":
+ * the default manager), made first if the tag has none there yet, so that
+ * the tag's allocations are refused until it is resumed; and
+ * cuemm_pool_resume of it.  Everything cuemm_pool_suspend says holds: the
+ * context is synchronized, the tag's live blocks keep their addresses, and
+ * their contents survive only with CUEMM_SUSPEND_KEEP.  While a tag is
+ * suspended, cuemm_torch_alloc with the tag current returns NULL (counted
+ * as a failure, with the message saying the manager is suspended); frees of
+ * its blocks are accepted.
+ * Errors: those of the tag's name and of cuemm_adapter_tag_manager;
+ * cuemm_pool_suspend's and cuemm_pool_resume's, with the message prefixed
+ * by the call, tag and device; cuemm_adapter_resume of a tag that has no
+ * manager on the device: CUDA_ERROR_ILLEGAL_STATE.
+ * Thread-safety: as cuemm_pool_suspend. */
+CUEMM_EXTERN CUresult cuemm_adapter_suspend(const char *tag, int device, unsigned flags);
+CUEMM_EXTERN CUresult cuemm_adapter_resume(const char *tag, int device);
+/* cuemm_stream_release on every tag's manager of the device (CuPy calls it
+ * before it destroys a stream).  Errors: the first manager's failure, with
+ * its message; the other managers are still asked. */
+CUEMM_EXTERN CUresult cuemm_adapter_stream_release(int device, CUstream stream);
 
 #ifdef __cplusplus
 }

@@ -1,18 +1,23 @@
 /* adapter.c: owns what frameworks on the CUDA runtime need of cuemm: one
  * manager per device over its primary context (cuemm_device_manager), the
  * entry points of PyTorch's pluggable allocator (cuemm_torch_*), the pools
- * of CUDA graphs captured through them, and the count of their failures.
+ * of CUDA graphs captured through them, the count of their failures, and
+ * the tags: named managers of their own over the same primary context, one
+ * per (tag, device), which new allocations go to while their tag is
+ * current, so that each can be suspended and resumed on its own.
  *
  * It sits above the manager, like registry.c: it calls the public
  * functions (and reads which path a manager's blocks take), and no layer
  * below calls it.  The managers it makes are never destroyed: frameworks
  * free memory from their last destructors, after any exit handler of ours.
  *
- * Locking: dev_lock serializes making managers (readers load the slot
- * atomically); fail_lock guards the failure counts and message; graph_lock
- * guards the graph pools and the table of blocks that belong to them, which
- * the fast paths consult only while a pool is open on the device or a block
- * of a pool is live (two atomic counters).
+ * Locking: dev_lock serializes making managers and naming tags (readers
+ * load the slots atomically); fail_lock guards the failure counts and
+ * message; graph_lock guards the graph pools and the table of blocks that
+ * belong to them, which the fast paths consult only while a pool is open
+ * on the device or a block of a pool is live (two atomic counters).  The
+ * current tag and the count of tag managers are atomics the fast paths
+ * read once.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -132,6 +137,288 @@ static cuemm_manager *existing(int device)
 static inline int deferred_only(const cuemm_manager *m)
 {
   return !m->pool && !m->managed;
+}
+
+/* ---- tags ------------------------------------------------------------------------ */
+
+/* Tag 0 is the default: the device's manager above.  A name, once given a
+ * number, keeps it for the process's life, so a number read without the
+ * lock always names the same tag. */
+#define MAX_TAGS 64
+#define TAG_NAME_MAX 63
+
+static char tag_names[MAX_TAGS][TAG_NAME_MAX + 1];
+static _Atomic int ntag_names = 1;
+/* The current tag, process-wide and not per thread: PyTorch's backward
+ * pass allocates gradients on its autograd threads, which a tag of the
+ * thread that set it would miss. */
+static _Atomic int cur_tag;
+static _Atomic(cuemm_manager *) tag_mgr[MAX_TAGS][MAX_DEVICES];
+/* Tag managers made: while 0, every block is the default manager's and the
+ * frees take today's path. */
+static _Atomic int tag_mgrs;
+
+static const char *tag_name(int t)
+{
+  return t ? tag_names[t] : NULL;
+}
+
+/* *t = the number of `tag` (NULL or "": 0, the default), given one when
+ * `create` and it has none.  -1 with create 0 for a name never given. */
+static CUresult tag_number(const char *fn, const char *tag, int create, int *t)
+{
+  *t = 0;
+  if (!tag || !*tag)
+    return CUDA_SUCCESS;
+  size_t n = strlen(tag);
+  if (n > TAG_NAME_MAX)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: the tag \"%.20s...\" is %zu characters long; at most %d",
+                        fn, tag, n, TAG_NAME_MAX);
+  for (size_t i = 0; i < n; i++) {
+    char c = tag[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-' || c == '.'))
+      return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: the tag \"%s\" has the character 0x%02x at %zu: "
+                          "a tag is made of letters, digits, '_', '-' and '.'", fn, tag, (unsigned char)c, i);
+  }
+  int k = atomic_load_explicit(&ntag_names, memory_order_acquire);
+  for (int i = 1; i < k; i++)
+    if (!strcmp(tag_names[i], tag)) {
+      *t = i;
+      return CUDA_SUCCESS;
+    }
+  if (!create) {
+    *t = -1;
+    return CUDA_SUCCESS;
+  }
+  pthread_mutex_lock(&dev_lock);
+  k = atomic_load_explicit(&ntag_names, memory_order_relaxed);
+  for (int i = 1; i < k; i++)
+    if (!strcmp(tag_names[i], tag)) {
+      pthread_mutex_unlock(&dev_lock);
+      *t = i;
+      return CUDA_SUCCESS;
+    }
+  if (k == MAX_TAGS) {
+    pthread_mutex_unlock(&dev_lock);
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: the tag \"%s\" would be the %dth: cuemm keeps at most %d "
+                        "tags besides the default", fn, tag, MAX_TAGS, MAX_TAGS - 1);
+  }
+  memcpy(tag_names[k], tag, n + 1);
+  atomic_store_explicit(&ntag_names, k + 1, memory_order_release);
+  pthread_mutex_unlock(&dev_lock);
+  *t = k;
+  return CUDA_SUCCESS;
+}
+
+static CUresult tag_manager_slow(int t, int device, cuemm_manager **out)
+{
+  static const char fn[] = "cuemm_adapter_tag_manager";
+  cuemm_manager *m0;
+  /* The default manager first: it checks the ordinal and retains the
+   * primary context, and the frees look there first. */
+  CUresult r = cuemm_device_manager(device, &m0);
+  if (r != CUDA_SUCCESS)
+    return r;
+  pthread_mutex_lock(&dev_lock);
+  cuemm_manager *m = atomic_load_explicit(&tag_mgr[t][device], memory_order_acquire);
+  if (m) {
+    pthread_mutex_unlock(&dev_lock);
+    *out = m;
+    return CUDA_SUCCESS;
+  }
+  cuemm_config cfg;
+  if ((r = cuemm_config_init(&cfg)) != CUDA_SUCCESS) {
+    pthread_mutex_unlock(&dev_lock);
+    cuemm__error_append(" (%s \"%s\", device %d)", fn, tag_names[t], device);
+    return r;
+  }
+  /* A tag exists to be suspended, which needs the pool; it shares the
+   * context with the default manager, which stays the registered one. */
+  if (cfg.memory == CUEMM_MEMORY_DEVICE)
+    cfg.pool = CUEMM_POOL_VMM;
+  cfg.secondary = 1;
+  /* Its own event log beside the default's, which opening the same file
+   * would truncate. */
+  char log[4096];
+  if (cfg.log_file && *cfg.log_file) {
+    snprintf(log, sizeof log, "%s.%s", cfg.log_file, tag_names[t]);
+    cfg.log_file = log;
+  }
+  r = cuemm_create(&m, cuemm_context(m0), &cfg);
+  if (r != CUDA_SUCCESS) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", cuemm_last_error());
+    pthread_mutex_unlock(&dev_lock);
+    return cuemm__error(r, "%s: the manager of tag \"%s\" on device %d: %s", fn, tag_names[t], device, why);
+  }
+  atomic_store_explicit(&tag_mgr[t][device], m, memory_order_release);
+  atomic_fetch_add_explicit(&tag_mgrs, 1, memory_order_release);
+  pthread_mutex_unlock(&dev_lock);
+  *out = m;
+  return CUDA_SUCCESS;
+}
+
+/* *m = the manager of tag number t on `device`, made on first use. */
+static inline CUresult tag_manager(int t, int device, cuemm_manager **out)
+{
+  if (!t)
+    return cuemm_device_manager(device, out);
+  if (device >= 0 && device < MAX_DEVICES) {
+    cuemm_manager *m = atomic_load_explicit(&tag_mgr[t][device], memory_order_acquire);
+    if (m) {
+      *out = m;
+      return CUDA_SUCCESS;
+    }
+  }
+  return tag_manager_slow(t, device, out);
+}
+
+/* The manager of tag t on a device if it was made, else NULL. */
+static cuemm_manager *tag_existing(int t, int device)
+{
+  if (!t)
+    return existing(device);
+  if (device < 0 || device >= MAX_DEVICES)
+    return NULL;
+  return atomic_load_explicit(&tag_mgr[t][device], memory_order_acquire);
+}
+
+/* Whether m handed out p, still live: a block of its pool's reservation,
+ * or a block it holds outside the pool. */
+static int holds(cuemm_manager *m, CUdeviceptr p, int in_pool_only)
+{
+  if (m->pool)
+    if (cuemm__pool_contains(m->pool, p))
+      return 1;
+  if (in_pool_only)
+    return 0;
+  CUdeviceptr base = 0;
+  return cuemm_mem_get_address_range(m, &base, NULL, p) == CUDA_SUCCESS && base == p;
+}
+
+/* The manager of `device` that handed out p, the default one first; NULL
+ * when none did. */
+static __attribute__((noinline)) cuemm_manager *claim(int device, CUdeviceptr p)
+{
+  cuemm_manager *m0 = existing(device);
+  if (!m0)
+    return NULL;
+  int k = atomic_load_explicit(&ntag_names, memory_order_acquire);
+  /* Pool reservations first: one comparison each. */
+  if (holds(m0, p, 1))
+    return m0;
+  for (int t = 1; t < k; t++) {
+    cuemm_manager *m = tag_existing(t, device);
+    if (m && holds(m, p, 1))
+      return m;
+  }
+  /* Blocks beyond the pools, and managers without one. */
+  if (holds(m0, p, 0))
+    return m0;
+  for (int t = 1; t < k; t++) {
+    cuemm_manager *m = tag_existing(t, device);
+    if (m && holds(m, p, 0))
+      return m;
+  }
+  return NULL;
+}
+
+/* The manager a free of p on `device` goes to: the one that handed it out,
+ * else the default one (which refuses it with its message). */
+static inline cuemm_manager *owner(int device, CUdeviceptr p)
+{
+  cuemm_manager *m0 = existing(device);
+  if (__builtin_expect(atomic_load_explicit(&tag_mgrs, memory_order_acquire) == 0, 1))
+    return m0;
+  if (m0 && m0->pool && cuemm__pool_contains(m0->pool, p))
+    return m0; /* the default manager's pool: no call */
+  cuemm_manager *m = claim(device, p);
+  return m ? m : m0;
+}
+
+CUEMM_EXTERN CUresult cuemm_adapter_set_tag(const char *tag, const char **previous)
+{
+  int t;
+  CUresult r = tag_number("cuemm_adapter_set_tag", tag, 1, &t);
+  if (r != CUDA_SUCCESS)
+    return r;
+  int before = atomic_exchange(&cur_tag, t);
+  if (previous)
+    *previous = tag_name(before);
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN const char *cuemm_adapter_get_tag(void)
+{
+  return tag_name(atomic_load(&cur_tag));
+}
+
+CUEMM_EXTERN CUresult cuemm_adapter_tag_manager(const char *tag, int device, cuemm_manager **m)
+{
+  if (!m)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_adapter_tag_manager: m is NULL");
+  int t;
+  CUresult r = tag_number("cuemm_adapter_tag_manager", tag, 1, &t);
+  return r == CUDA_SUCCESS ? tag_manager(t, device, m) : r;
+}
+
+CUEMM_EXTERN CUresult cuemm_adapter_suspend(const char *tag, int device, unsigned flags)
+{
+  static const char fn[] = "cuemm_adapter_suspend";
+  int t;
+  cuemm_manager *m;
+  CUresult r = tag_number(fn, tag, 1, &t);
+  if (r == CUDA_SUCCESS)
+    r = tag_manager(t, device, &m);
+  if (r != CUDA_SUCCESS)
+    return r;
+  if ((r = cuemm_pool_suspend(m, flags)) != CUDA_SUCCESS) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", cuemm_last_error());
+    return cuemm__error(r, "%s(tag \"%s\", device %d): %s", fn, t ? tag_names[t] : "", device, why);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUresult cuemm_adapter_resume(const char *tag, int device)
+{
+  static const char fn[] = "cuemm_adapter_resume";
+  int t;
+  CUresult r = tag_number(fn, tag, 0, &t);
+  if (r != CUDA_SUCCESS)
+    return r;
+  cuemm_manager *m = t < 0 ? NULL : tag_existing(t, device);
+  if (!m)
+    return cuemm__error(CUDA_ERROR_ILLEGAL_STATE, "%s(tag \"%s\", device %d): the tag has no manager on the "
+                        "device: nothing was suspended", fn, tag ? tag : "", device);
+  if ((r = cuemm_pool_resume(m)) != CUDA_SUCCESS) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", cuemm_last_error());
+    return cuemm__error(r, "%s(tag \"%s\", device %d): %s", fn, t ? tag_names[t] : "", device, why);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN CUresult cuemm_adapter_stream_release(int device, CUstream stream)
+{
+  int k = atomic_load_explicit(&ntag_names, memory_order_acquire);
+  CUresult first = CUDA_SUCCESS;
+  char msg[512] = "";
+  for (int t = 0; t < k; t++) {
+    cuemm_manager *m = tag_existing(t, device);
+    if (!m || !m->pool)
+      continue; /* without a pool no block waits for a stream */
+    CUresult r = cuemm_stream_release(m, stream);
+    if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
+      first = r;
+      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+    }
+  }
+  if (first != CUDA_SUCCESS)
+    return cuemm__error(first, "cuemm_adapter_stream_release(device %d, stream %p): %s", device, (void *)stream,
+                        msg);
+  return CUDA_SUCCESS;
 }
 
 /* ---- failures ------------------------------------------------------------------ */
@@ -375,9 +662,8 @@ CUEMM_EXTERN void cuemm_torch_release_pool(int device, cuemm_torch_pool_id id)
   g->nheld = g->capheld = 0;
   pool_drop_if_done(g);
   pthread_mutex_unlock(&graph_lock);
-  cuemm_manager *m = existing(device);
-  for (size_t i = 0; m && i < nheld; i++)
-    if (cuemm_free(m, held[i]) != CUDA_SUCCESS)
+  for (size_t i = 0; existing(device) && i < nheld; i++)
+    if (cuemm_free(owner(device, held[i]), held[i]) != CUDA_SUCCESS)
       note_failure(F_FREE, "cuemm_torch_release_pool(device %d): the free of 0x%llx", device,
                    (unsigned long long)held[i]);
   free(held);
@@ -431,7 +717,8 @@ CUEMM_EXTERN void *cuemm_torch_alloc(size_t size, int device, CUstream stream)
   if (size == 0)
     return NULL;
   cuemm_manager *m;
-  CUresult r = cuemm_device_manager(device, &m);
+  int t = atomic_load_explicit(&cur_tag, memory_order_relaxed);
+  CUresult r = __builtin_expect(t == 0, 1) ? cuemm_device_manager(device, &m) : tag_manager(t, device, &m);
   if (r == CUDA_SUCCESS && size > (size_t)SSIZE_MAX)
     r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "the size is negative (%zd as ssize_t)", (ssize_t)size);
   CUdeviceptr p = 0;
@@ -444,7 +731,8 @@ CUEMM_EXTERN void *cuemm_torch_alloc(size_t size, int device, CUstream stream)
       r = cuemm_alloc_async(m, &p, size, stream);
   }
   if (r != CUDA_SUCCESS) {
-    note_failure(F_ALLOC, "cuemm_torch_alloc(%zu bytes, device %d, stream %p)", size, device, (void *)stream);
+    note_failure(F_ALLOC, "cuemm_torch_alloc(%zu bytes, device %d, stream %p%s%s%s)", size, device, (void *)stream,
+                 t ? ", tag \"" : "", t ? tag_names[t] : "", t ? "\"" : "");
     return NULL;
   }
   return (void *)(uintptr_t)p;
@@ -456,7 +744,7 @@ CUEMM_EXTERN void cuemm_torch_free(void *ptr, size_t size, int device, CUstream 
   if (!ptr)
     return;
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
-  cuemm_manager *m = existing(device);
+  cuemm_manager *m = owner(device, p);
   CUresult r;
   if (!m)
     r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "device %d has no manager: cuemm handed out nothing there", device);
@@ -480,8 +768,9 @@ CUEMM_EXTERN void cuemm_torch_free(void *ptr, size_t size, int device, CUstream 
 CUEMM_EXTERN void cuemm_torch_record_stream(void *ptr, CUstream stream)
 {
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+  int tagged = atomic_load_explicit(&tag_mgrs, memory_order_acquire) != 0;
   for (int i = 0; i < MAX_DEVICES; i++) {
-    cuemm_manager *m = existing(i);
+    cuemm_manager *m = tagged ? claim(i, p) : existing(i);
     if (!m)
       continue;
     CUresult r = deferred_only(m) ? cuemm_mem_get_address_range(m, NULL, NULL, p)
@@ -498,14 +787,20 @@ CUEMM_EXTERN void cuemm_torch_empty_cache(void)
   pthread_mutex_lock(&fail_lock);
   empty_caches++;
   pthread_mutex_unlock(&fail_lock);
-  for (int i = 0; i < MAX_DEVICES; i++) {
-    cuemm_manager *m = existing(i);
-    if (!m)
-      continue;
-    CUresult r = m->pool ? cuemm_pool_trim(m) : m->managed ? cuemm_managed_trim(m) : cuemm_flush(m);
-    if (r != CUDA_SUCCESS)
-      note_failure(F_EMPTY, "cuemm_torch_empty_cache (device %d)", i);
-  }
+  int k = atomic_load_explicit(&ntag_names, memory_order_acquire);
+  for (int i = 0; i < MAX_DEVICES; i++)
+    for (int t = 0; t < k; t++) {
+      cuemm_manager *m = tag_existing(t, i);
+      if (!m)
+        continue;
+      cuemm_pool_stats ps;
+      if (m->pool && cuemm_pool_get_stats(m, &ps) == CUDA_SUCCESS && ps.suspended)
+        continue; /* holds no memory to give back, and refuses the trim */
+      CUresult r = m->pool ? cuemm_pool_trim(m) : m->managed ? cuemm_managed_trim(m) : cuemm_flush(m);
+      if (r != CUDA_SUCCESS)
+        note_failure(F_EMPTY, "cuemm_torch_empty_cache (device %d%s%s%s)", i, t ? ", tag \"" : "",
+                     t ? tag_names[t] : "", t ? "\"" : "");
+    }
 }
 
 CUEMM_EXTERN void cuemm_torch_init(int device_count)

@@ -4,11 +4,12 @@
  * negative as ssize_t), streams (the legacy one and created ones), device
  * ordinals in and out of range, frees of NULL, foreign and freed pointers,
  * record_stream, empty_cache, the graph pools, the deferred path when
- * CUEMM_POOL=none is set explicitly, two devices, and frees from other
- * threads.  The managers live as long as the process, as they do under a
+ * CUEMM_POOL=none is set explicitly, two devices, frees from other
+ * threads, and tags (a manager per tag and device, current process-wide).  The managers live as long as the process, as they do under a
  * framework, so the cases follow each other on the same two managers.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,6 +374,324 @@ static void test_threads(void)
   is(test_stats(dev_manager(0)).live_count, 0, "nothing is live afterwards");
 }
 
+/* Tags: named managers over the same primary context. */
+static void *tag_worker(void *arg)
+{
+  void **out = arg;
+  CUcontext c;
+  CUdevice dev;
+  CHECK_CU(cuDeviceGet(&dev, 0));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&c, dev));
+  CHECK_CU(cuCtxSetCurrent(c));
+  *out = torch_alloc(8192, 0, NULL); /* as an autograd thread would */
+  CHECK_CU(cuCtxSetCurrent(NULL));
+  CHECK_CU(cuDevicePrimaryCtxRelease(dev));
+  return NULL;
+}
+
+static int holds_block(cuemm_manager *m, void *p)
+{
+  CUdeviceptr base = 0;
+  return cuemm_mem_get_address_range(m, &base, NULL, (CUdeviceptr)(uintptr_t)p) == CUDA_SUCCESS &&
+         base == (CUdeviceptr)(uintptr_t)p;
+}
+
+static void test_tags(void)
+{
+  cuemm_adapter_stats a0 = astats();
+  cuemm_manager *m0 = dev_manager(0);
+  const char *prev = "unset";
+  ok(cuemm_adapter_get_tag() == NULL, "the default tag is current at first");
+  char longname[80];
+  memset(longname, 'x', 64);
+  longname[64] = 0;
+  is(cuemm_adapter_set_tag(longname, &prev), CUDA_ERROR_INVALID_VALUE, "a 64-character tag is refused");
+  like(cuemm_last_error(), "64 characters long; at most 63", "the message gives the length");
+  is(cuemm_adapter_set_tag("kv cache", &prev), CUDA_ERROR_INVALID_VALUE, "a tag with a space is refused");
+  like(cuemm_last_error(), "character 0x20 at 2", "the message names the character");
+  ok(cuemm_adapter_get_tag() == NULL && !strcmp(prev, "unset"), "the current tag stays, *previous untouched");
+
+  CHECK_CU(cuemm_adapter_set_tag("weights", &prev));
+  ok(prev == NULL, "set_tag says the default was current");
+  ok(cuemm_adapter_get_tag() && !strcmp(cuemm_adapter_get_tag(), "weights"), "weights is current");
+  void *w = torch_alloc(1 << 20, 0, NULL);
+  ok(w != NULL, "1 MiB in tag weights");
+  cuemm_manager *mw = NULL;
+  CHECK_CU(cuemm_adapter_tag_manager("weights", 0, &mw));
+  ok(mw != NULL && mw != m0, "tag weights has a manager of its own");
+  ok(cuemm_context(mw) == cuemm_context(m0), "over the device's primary context");
+  cuemm_manager *cur = NULL;
+  CHECK_CU(cuemm_get(&cur));
+  ok(cur == m0, "cuemm_get still finds the default manager");
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(mw, &ps));
+  is(ps.enabled, 1, "the tag's manager has a pool");
+  ok(holds_block(mw, w) && !holds_block(m0, w), "the block is the tag's, not the default manager's");
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)w, 0x3c, 1 << 20));
+  is(byte_at(w), 0x3c, "the tag's memory is usable");
+
+  /* Process-wide: another thread's allocation goes to the tag too. */
+  void *fromthread = NULL;
+  pthread_t th;
+  pthread_create(&th, NULL, tag_worker, &fromthread);
+  pthread_join(th, NULL);
+  ok(fromthread && holds_block(mw, fromthread), "another thread's allocation joins the current tag");
+
+  /* A second tag, and a block beyond its pool. */
+  CHECK_CU(cuemm_adapter_set_tag("act", &prev));
+  ok(prev && !strcmp(prev, "weights"), "set_tag returns the previous tag");
+  void *a = torch_alloc(4096, 0, NULL);
+  cuemm_manager *ma = NULL;
+  CHECK_CU(cuemm_adapter_tag_manager("act", 0, &ma));
+  ok(ma != mw && ma != m0 && holds_block(ma, a), "tag act: a third manager, holding its block");
+  CHECK_CU(cuemm_adapter_set_tag(NULL, &prev));
+  ok(prev && !strcmp(prev, "act"), "back to the default");
+  void *d = torch_alloc(4096, 0, NULL);
+  ok(holds_block(m0, d), "the default tag allocates from the device's manager again");
+
+  /* Frees and record_stream find the owner from the pointer, whatever tag
+   * is current. */
+  CHECK_CU(cuemm_adapter_set_tag("act", NULL));
+  size_t livew = test_stats(mw).live_count;
+  cuemm_torch_record_stream(w, NULL);
+  torch_free(w, 1 << 20, 0, NULL);
+  torch_free(fromthread, 8192, 0, NULL);
+  is(test_stats(mw).live_count, livew - 2, "freed in tag weights's manager while act is current");
+  torch_free(d, 4096, 0, NULL);
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  torch_free(a, 4096, 0, NULL);
+  is(test_stats(ma).live_count, 0, "act's block freed under the default tag");
+  cuemm_adapter_stats a1 = astats();
+  is(a1.free_failures, a0.free_failures, "no free failed");
+  is(a1.record_stream_failures, a0.record_stream_failures, "record_stream of a tag's block is accepted");
+  torch_free(w, 1 << 20, 0, NULL);
+  is(astats().free_failures, a0.free_failures + 1, "a second free of a tag's block is refused");
+
+  /* Beyond the pool: a tag made with a small pool limit. */
+  setenv("CUEMM_POOL_LIMIT", "64MiB", 1);
+  CHECK_CU(cuemm_adapter_set_tag("big", NULL));
+  void *b = torch_alloc(96 * MIB, 0, NULL);
+  unsetenv("CUEMM_POOL_LIMIT");
+  cuemm_manager *mb = NULL;
+  CHECK_CU(cuemm_adapter_tag_manager("big", 0, &mb));
+  CHECK_CU(cuemm_pool_get_stats(mb, &ps));
+  ok(b && holds_block(mb, b) && ps.fallback_allocs == 1 && ps.limit_bytes == 64 * MIB,
+     "96 MiB in tag big, beyond its pool (64 MiB): cuMemAlloc");
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  torch_free(b, 96 * MIB, 0, NULL);
+  ok(!holds_block(mb, b), "freed from its manager under the default tag");
+  is(astats().free_failures, a0.free_failures + 1, "without failure");
+
+  /* A CUDA graph's pool captured inside a tag. */
+  cuemm_torch_pool_id id = { 7, 7 };
+  CHECK_CU(cuemm_adapter_set_tag("weights", NULL));
+  cuemm_torch_begin_allocate_to_pool(0, id, NULL);
+  void *g = torch_alloc(2048, 0, NULL);
+  cuemm_torch_end_allocate_to_pool(0, id);
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  ok(g && holds_block(mw, g), "a graph's block allocated in tag weights is the tag's");
+  torch_free(g, 2048, 0, NULL);
+  ok(holds_block(mw, g), "its free holds it for the graph");
+  cuemm_torch_release_pool(0, id);
+  ok(!holds_block(mw, g), "releasing the pool frees it in the tag's manager");
+  is(astats().free_failures, a0.free_failures + 1, "without failure");
+
+  /* The stream release reaches every tag's manager. */
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuemm_adapter_set_tag("act", NULL));
+  void *x = torch_alloc(4096, 0, s);
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  torch_free(x, 4096, 0, s);
+  is(test_stats(ma).stream_cached_count, 1, "act caches a block for the created stream");
+  CHECK_CU(cuStreamSynchronize(s));
+  unsigned long events = sim_calls("cuEventRecord");
+  CHECK_CU(cuemm_adapter_stream_release(0, s));
+  if (sim_present)
+    is(sim_calls("cuEventRecord"), events + 1, "cuemm_adapter_stream_release gave act's block its last event");
+  else
+    skip(1, SIM_REASON);
+  is(cuemm_adapter_stream_release(0, NULL), CUDA_ERROR_INVALID_VALUE, "the NULL stream is refused");
+  like(cuemm_last_error(), "cuemm_adapter_stream_release(device 0, stream", "the message names the call");
+  CHECK_CU(cuStreamDestroy(s));
+
+  /* Managers past the limit of tags. */
+  char name[16];
+  int refused = 0, made = 0;
+  for (int i = 0; i < 70 && !refused; i++) {
+    snprintf(name, sizeof name, "t%d", i);
+    CUresult r = cuemm_adapter_set_tag(name, NULL);
+    refused = r == CUDA_ERROR_OUT_OF_MEMORY;
+    made += r == CUDA_SUCCESS;
+  }
+  ok(refused, "tags past the limit are refused");
+  like(cuemm_last_error(), "at most 63 tags", "the message gives the limit");
+  is(made, 63 - 6, "63 tags in all (kw, kv, graph, weights, act, big, and these)");
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  cuemm_manager *none = NULL;
+  is(cuemm_adapter_tag_manager("weights", 99, &none), CUDA_ERROR_INVALID_DEVICE, "a tag's manager on device 99 is refused");
+  is(cuemm_adapter_tag_manager("weights", 0, NULL), CUDA_ERROR_INVALID_VALUE, "a NULL out pointer is refused");
+  is(astats().alloc_failures, a0.alloc_failures, "no allocation failed");
+}
+
+/* Suspending one tag keeps the other tags and the default working; with
+ * KEEP the tag's contents come back at the same addresses. */
+static void test_tag_suspend(void)
+{
+  cuemm_adapter_stats a0 = astats();
+  is(cuemm_adapter_resume("never-suspended", 0), CUDA_ERROR_ILLEGAL_STATE, "resume of a tag with no manager is refused");
+  like(cuemm_last_error(), "nothing was suspended", "and says why");
+  is(cuemm_adapter_suspend("bad tag", 0, 0), CUDA_ERROR_INVALID_VALUE, "suspend of a bad name is refused");
+
+  CHECK_CU(cuemm_adapter_set_tag("kw", NULL));
+  void *w = torch_alloc(3 * MIB, 0, NULL);
+  CHECK_CU(cuemm_adapter_set_tag("kv", NULL));
+  void *k = torch_alloc(5 * MIB, 0, NULL);
+  void *k2 = torch_alloc(MIB, 0, NULL);
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  void *d = torch_alloc(MIB, 0, NULL);
+  ok(w && k && d, "blocks in tags kw, kv and the default");
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)w, 0x11, 3 * MIB));
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)w + MIB, 0x22, 1));
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)d, 0x33, MIB));
+  cuemm_manager *mw = NULL, *mk = NULL;
+  CHECK_CU(cuemm_adapter_tag_manager("kw", 0, &mw));
+  CHECK_CU(cuemm_adapter_tag_manager("kv", 0, &mk));
+
+  CHECK_CU(cuemm_adapter_suspend("kv", 0, 0));
+  CHECK_CU(cuemm_adapter_suspend("kw", 0, CUEMM_SUSPEND_KEEP));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(mw, &ps));
+  ok(ps.suspended && ps.mapped_bytes == 0 && ps.kept_bytes >= 3 * MIB, "kw suspended: nothing mapped, 3 MiB kept");
+  CHECK_CU(cuemm_pool_get_stats(mk, &ps));
+  ok(ps.suspended && ps.mapped_bytes == 0 && ps.kept_bytes == 0, "kv suspended: nothing mapped, nothing kept");
+  is(cuemm_adapter_suspend("kw", 0, 0), CUDA_ERROR_ILLEGAL_STATE, "a second suspend is refused");
+  like(cuemm_last_error(), "cuemm_adapter_suspend(tag \"kw\", device 0)", "the message names the tag");
+
+  size_t kv_live = test_stats(mk).live_count;
+  cuemm_torch_free(k2, MIB, 0, NULL);
+  is(test_stats(mk).live_count, kv_live - 1, "a block of suspended kv freed while the default tag is current");
+  is(astats().free_failures, a0.free_failures, "the free is accepted");
+
+  /* The default tag still works, and a suspended tag refuses. */
+  void *d2 = torch_alloc(MIB, 0, NULL);
+  ok(d2 != NULL, "the default tag allocates while kw and kv are suspended");
+  torch_free(d2, MIB, 0, NULL);
+  is(byte_at(d), 0x33, "the default tag's contents are untouched");
+  CHECK_CU(cuemm_adapter_set_tag("kv", NULL));
+  ok(torch_alloc(4096, 0, NULL) == NULL, "an allocation in suspended kv returns NULL");
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  cuemm_adapter_stats a1 = astats();
+  is(a1.alloc_failures, a0.alloc_failures + 1, "counted as a failure");
+  like(a1.last_failure, "suspended", "saying the manager is suspended");
+  cuemm_torch_empty_cache();
+  is(astats().empty_cache_failures, a0.empty_cache_failures, "empty_cache skips suspended tags");
+
+  CHECK_CU(cuemm_adapter_resume("kw", 0));
+  CHECK_CU(cuemm_adapter_resume("kv", 0));
+  is(byte_at(w), 0x11, "kw's contents are back at the same address");
+  is(byte_at((char *)w + MIB), 0x22, "byte for byte");
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)k, 0x44, 5 * MIB));
+  is(byte_at((char *)k + 5 * MIB - 1), 0x44, "kv's block is usable again (contents discarded)");
+  is(cuemm_adapter_resume("kw", 0), CUDA_ERROR_ILLEGAL_STATE, "a resume of a resumed tag is refused");
+  torch_free(w, 3 * MIB, 0, NULL);
+  torch_free(k, 5 * MIB, 0, NULL);
+  torch_free(d, MIB, 0, NULL);
+  is(astats().free_failures, a0.free_failures, "every block freed");
+}
+
+/* A graph's pool captured in a tag: its blocks, held for the graph after
+ * their free, keep their contents through a suspension with KEEP, as a
+ * replay after the resume needs. */
+static void test_tag_graph(void)
+{
+  cuemm_adapter_stats a0 = astats();
+  cuemm_torch_pool_id id = { 9, 1 };
+  CHECK_CU(cuemm_adapter_set_tag("graph", NULL));
+  cuemm_torch_begin_allocate_to_pool(0, id, NULL);
+  void *in = torch_alloc(MIB, 0, NULL);
+  void *tmp = torch_alloc(2 * MIB, 0, NULL);
+  cuemm_torch_end_allocate_to_pool(0, id);
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  ok(in && tmp, "two blocks of a graph's pool in tag graph");
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)in, 0x61, MIB));
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)tmp, 0x62, 2 * MIB));
+  torch_free(tmp, 2 * MIB, 0, NULL); /* freed during the capture: held for the graph */
+  is(astats().graph_blocks_held, a0.graph_blocks_held + 1, "the freed one is held for the graph");
+  CHECK_CU(cuemm_adapter_suspend("graph", 0, CUEMM_SUSPEND_KEEP));
+  cuemm_manager *mg = NULL;
+  CHECK_CU(cuemm_adapter_tag_manager("graph", 0, &mg));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(mg, &ps));
+  ok(ps.suspended && ps.mapped_bytes == 0 && ps.kept_bytes >= 3 * MIB, "suspended with both blocks' contents kept");
+  CHECK_CU(cuemm_adapter_resume("graph", 0));
+  ok(byte_at(in) == 0x61 && byte_at((char *)in + MIB - 1) == 0x61, "the graph's input is back");
+  ok(byte_at(tmp) == 0x62 && byte_at((char *)tmp + 2 * MIB - 1) == 0x62, "and the block held for it");
+  cuemm_torch_release_pool(0, id);
+  torch_free(in, MIB, 0, NULL);
+  CHECK_CU(cuemm_flush(mg));
+  is(test_stats(mg).live_count, 0, "releasing the graph frees both in the tag's manager");
+  is(astats().free_failures, a0.free_failures, "without failure");
+}
+
+/* Tags suspended and resumed from one thread while others allocate and
+ * free on the default tag. */
+#define SUSPEND_ROUNDS 20
+static _Atomic int stop_workers;
+
+static void *default_worker(void *arg)
+{
+  long *count = arg;
+  CUcontext c;
+  CUdevice dev;
+  CHECK_CU(cuDeviceGet(&dev, 0));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&c, dev));
+  CHECK_CU(cuCtxSetCurrent(c));
+  while (!atomic_load(&stop_workers)) {
+    void *p = torch_alloc(4096 + (size_t)(*count % 7) * 65536, 0, NULL);
+    if (p) {
+      CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)p, 1, 4096));
+      torch_free(p, 0, 0, NULL);
+      ++*count;
+    }
+  }
+  CHECK_CU(cuCtxSetCurrent(NULL));
+  CHECK_CU(cuDevicePrimaryCtxRelease(dev));
+  return NULL;
+}
+
+static void test_tag_suspend_threads(void)
+{
+  cuemm_adapter_stats a0 = astats();
+  CHECK_CU(cuemm_adapter_set_tag("kw", NULL));
+  void *w = torch_alloc(2 * MIB, 0, NULL);
+  CHECK_CU(cuemm_adapter_set_tag(NULL, NULL));
+  CHECK_CU(cuMemsetD8((CUdeviceptr)(uintptr_t)w, 0x5c, 2 * MIB));
+  long counts[2] = { 0, 0 };
+  pthread_t th[2];
+  atomic_store(&stop_workers, 0);
+  for (int i = 0; i < 2; i++)
+    pthread_create(&th[i], NULL, default_worker, &counts[i]);
+  int kept = 1;
+  for (int r = 0; r < SUSPEND_ROUNDS; r++) {
+    CHECK_CU(cuemm_adapter_suspend("kw", 0, CUEMM_SUSPEND_KEEP));
+    CHECK_CU(cuemm_adapter_suspend("kv", 0, 0));
+    CHECK_CU(cuemm_adapter_resume("kv", 0));
+    CHECK_CU(cuemm_adapter_resume("kw", 0));
+    kept &= byte_at((char *)w + (size_t)r * 4096) == 0x5c;
+  }
+  atomic_store(&stop_workers, 1);
+  for (int i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
+  ok(kept, "%d suspensions of kw (kept) and kv while two threads allocate on the default tag: contents intact",
+     SUSPEND_ROUNDS);
+  ok(counts[0] > 0 && counts[1] > 0, "both threads allocated meanwhile (%ld and %ld pairs)", counts[0], counts[1]);
+  cuemm_adapter_stats a1 = astats();
+  is(a1.alloc_failures, a0.alloc_failures, "none of their allocations failed");
+  is(a1.free_failures, a0.free_failures, "nor a free");
+  torch_free(w, 2 * MIB, 0, NULL);
+}
+
 int main(void)
 {
   sim_init();
@@ -389,6 +708,10 @@ int main(void)
   test_deferred_device();
   test_graph_pools();
   test_threads();
+  test_tag_suspend();
+  test_tag_graph();
+  test_tag_suspend_threads();
+  test_tags();
   cuemm_torch_empty_cache();
   is(astats().empty_cache_failures, 0, "the last empty_cache succeeded too");
   return tap_done();

@@ -377,18 +377,20 @@ del mp
 gc.collect()
 
 # Streams the program lets go of are released in cuemm before CuPy may
-# destroy them (cuemm_stream_release), and only then.
+# destroy them (cuemm_adapter_stream_release: every tag's manager), and only then.
 lib = cuemm_lib.load()
-real_release = lib.cuemm_stream_release
+import cuemm._tags  # noqa: E402
+lib = cuemm._tags.lib()  # the tag calls typed before one is replaced below
+real_release = lib.cuemm_adapter_stream_release
 released = []
 
 
-def counting_release(m, handle):
+def counting_release(device, handle):
     released.append(handle)
-    return real_release(m, handle)
+    return real_release(device, handle)
 
 
-lib.cuemm_stream_release = counting_release
+lib.cuemm_adapter_stream_release = counting_release
 kept = [k for k in cuemm_cupy._streams if k[1] == stream.value]
 ok(len(kept) == 1, "the created stream is kept while cuemm may hold its blocks", cuemm_cupy._streams)
 ok(cuemm_cupy.sweep_streams() == 0 and released == [], "a sweep leaves a stream the program still holds")
@@ -411,7 +413,7 @@ for _ in range(2):
     malloc(64)
 cuemm_cupy.SWEEP_EVERY = old_every
 ok(released == [stream.value, stream.value], "every SWEEP_EVERY allocations a sweep runs by itself", released)
-lib.cuemm_stream_release = real_release
+lib.cuemm_adapter_stream_release = real_release
 
 z = malloc(0)
 ok(z.ptr == 0 and z.mem.size == 0 and z.mem.device_id == 0, "malloc(0): a null pointer with its device")
@@ -431,6 +433,111 @@ h2 = cuemm_lib.stats(0)
 ok(h2["host_live_bytes"] == h0["host_live_bytes"], "dropping it frees it (deferred)")
 ok(state["pinned"](0).ptr == 0, "pinned malloc(0): a null pointer")
 ok(cuemm_cupy.stats()["live_bytes"] == h2["live_bytes"], "cuemm_cupy.stats() reads the current device's manager")
+
+# ---- tags: region, suspend, resume ------------------------------------------------------
+
+import cuemm._tags as tags  # noqa: E402
+import cuemm.numba as cuemm_numba  # noqa: E402
+
+cuda.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+cuda.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+
+
+def put(ptr, data):
+    return cuda.cuMemcpyHtoD_v2(ptr, data, len(data)) == 0
+
+
+def get(ptr, n):
+    buf = ctypes.create_string_buffer(n)
+    ok_ = cuda.cuCtxSynchronize() == 0 and cuda.cuMemcpyDtoH_v2(buf, ptr, n) == 0
+    return buf.raw if ok_ else None
+
+
+MIB = 1 << 20
+saved_torch = sys.modules.get("torch")
+sys.modules["torch"] = torch  # the stand-in: device None is its current device
+pattern = bytes(range(256)) * (3 * MIB // 256)
+ok(cuemm_torch.current_tag() is None and tags.current_tag() is None, "the default tag is current at first")
+with cuemm_torch.region("weights") as t:
+    ok(t == "weights" and cuemm_torch.current_tag() == "weights", "region('weights'): the tag is current")
+    w = alloc(3 * MIB, 0, None)
+    with cuemm_torch.region("kv"):
+        k = alloc(2 * MIB, 0, None)
+        ok(cuemm_cupy.current_tag() == "kv", "regions nest (cuemm.cupy sees the same tag)")
+        kv_array = malloc(MIB)  # CuPy's allocator, in the same tag
+    ok(cuemm_torch.current_tag() == "weights", "the inner region's exit restores the outer tag")
+ok(cuemm_torch.current_tag() is None, "and the outer one the default")
+d = alloc(MIB, 0, None)
+ok(w and k and d and put(w, pattern) and put(k, b"\x77" * (2 * MIB)) and put(d, b"\x55" * MIB),
+   "blocks in tags weights and kv and the default, written")
+ok(cuemm_torch.tag_stats("weights")["live_bytes"] == 3 * MIB, "tag_stats('weights'): its 3 MiB live")
+ok(cuemm_torch.tag_stats("kv")["live_bytes"] == 3 * MIB, "tag_stats('kv'): 2 MiB from torch, 1 MiB from CuPy")
+ok(tags.tag_manager("weights") != cuemm_lib.device_manager(0), "a tag has a manager of its own")
+e = raises(lambda: cuemm_torch.region("no spaces").__enter__(), cuemm_lib.CuemmError)
+ok(isinstance(e, cuemm_lib.CuemmError) and "character 0x20" in str(e), "a bad tag name: CuemmError saying why", e)
+ok(cuemm_torch.current_tag() is None, "and the tag stays")
+
+cuemm_torch.suspend("kv")
+cuemm_torch.suspend("weights", keep=True)
+ps = cuemm_torch.tag_pool_stats("weights")
+ok(ps["suspended"] == 1 and ps["mapped_bytes"] == 0 and ps["kept_bytes"] >= 3 * MIB,
+   "suspend('weights', keep=True): nothing mapped, its contents kept", ps)
+ps = cuemm_torch.tag_pool_stats("kv")
+ok(ps["suspended"] == 1 and ps["mapped_bytes"] == 0 and ps["kept_bytes"] == 0, "suspend('kv'): nothing mapped", ps)
+e = raises(lambda: cuemm_torch.suspend("kv"), cuemm_lib.CuemmError)
+ok(isinstance(e, cuemm_lib.CuemmError) and "kv" in str(e), "a second suspend: CuemmError naming the tag", e)
+with cuemm_torch.region("kv"):
+    ok(alloc(4096, 0, None) is None, "an allocation in suspended kv: NULL")
+ok("suspended" in cuemm_lib.adapter_stats()["last_failure"], "and the failure says the manager is suspended")
+ok(get(d, 4) == b"\x55" * 4, "the default tag's memory is untouched")
+cuemm_torch.resume("weights")
+cuemm_torch.resume("kv")
+ok(get(w, 3 * MIB) == pattern, "resume('weights'): 3 MiB back byte for byte at the same address")
+ok(put(k, b"\x78" * 16) and get(k, 16) == b"\x78" * 16, "kv's block is usable again")
+e = raises(lambda: cuemm_torch.resume("weights"), cuemm_lib.CuemmError)
+ok(isinstance(e, cuemm_lib.CuemmError), "a resume of a resumed tag: CuemmError", e)
+del kv_array
+gc.collect()
+for ptr, size in ((w, 3 * MIB), (k, 2 * MIB), (d, MIB)):
+    free(ptr, size, 0, None)
+ok(cuemm_torch.tag_stats("weights")["live_bytes"] == 0 and cuemm_torch.tag_stats("kv")["live_bytes"] == 0,
+   "freed from their tags under the default tag")
+ok(cuemm_lib.adapter_stats()["free_failures"] == 0, "no free failed")
+
+# CuPy's functions, on the stand-in (device None: CuPy's current device).
+saved_cupy = sys.modules.get("cupy")
+sys.modules["cupy"] = cupy
+with cuemm_cupy.region("cp"):
+    arr = malloc(MIB)
+ok(cuemm_cupy.tag_stats("cp")["live_bytes"] == MIB and put(arr.ptr, pattern[:MIB]),
+   "cuemm.cupy.region('cp'): CuPy's array is the tag's")
+cuemm_cupy.suspend("cp", keep=True)
+ok(cuemm_cupy.tag_pool_stats("cp")["suspended"] == 1 and cuemm_cupy.tag_pool_stats("cp")["mapped_bytes"] == 0,
+   "cuemm.cupy.suspend('cp', keep=True): nothing mapped")
+cuemm_cupy.resume("cp")
+ok(get(arr.ptr, MIB) == pattern[:MIB], "cuemm.cupy.resume('cp'): the array's contents back")
+del arr
+gc.collect()
+ok(cuemm_cupy.tag_stats("cp")["live_bytes"] == 0, "dropping the array frees it in its tag")
+if saved_cupy is None:
+    del sys.modules["cupy"]
+else:
+    sys.modules["cupy"] = saved_cupy
+
+# Numba's module-level functions (no Numba needed for these).
+with cuemm_numba.region("nb"):
+    ok(cuemm_numba.current_tag() == "nb", "cuemm.numba.region sets the same tag")
+    n = alloc(MIB, 0, None)
+ok(put(n, pattern[:MIB]), "a block in tag nb")
+cuemm_numba.suspend("nb", keep=True, device=0)
+ok(tags.pool_stats("nb")["suspended"] == 1, "cuemm.numba.suspend('nb', keep=True)")
+cuemm_numba.resume("nb", device=0)
+ok(get(n, MIB) == pattern[:MIB], "cuemm.numba.resume: contents back")
+free(n, MIB, 0, None)
+if saved_torch is None:
+    del sys.modules["torch"]
+else:
+    sys.modules["torch"] = saved_torch
 
 cuemm_lib.empty_cache()
 ok(cuemm_lib.adapter_stats()["empty_cache_failures"] == 0, "empty_cache: no failure")

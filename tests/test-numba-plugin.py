@@ -424,5 +424,45 @@ ok(cn.load_library().cuemm_destroy(pm.handle) == 0, "the pool manager is destroy
 del cn.Manager._by_handle[pm.handle]
 ok(cuda.cuCtxDestroy_v2(ctx2) == 0, "and its context")
 
+# ---- tags: the plugin's device allocations follow the current tag ----------
+
+import cuemm._tags as tags  # noqa: E402
+
+nb = cls(context=types.SimpleNamespace(handle=ctx.value, device=types.SimpleNamespace(id=0)))
+nb._cuemm = m  # what initialize() sets, which needs Numba's driver module
+ok(nb._allocating_manager() is m, "with the default tag current, allocations go to the context's manager")
+with cn.region("nb-weights"):
+    ok(cn.current_tag() == "nb-weights", "cuemm.numba.region sets the tag")
+    tm = nb._allocating_manager()
+    q = tm.alloc(1 << 20)
+ok(tm is not m and tm.handle == tags.tag_manager("nb-weights", 0),
+   "inside region('nb-weights'): the tag's own manager on the context's device")
+ok(nb._allocating_manager() is m, "after the region, the context's manager again")
+cuda.cuCtxSetCurrent(ctx)
+data = bytes(range(256)) * 4096
+ok(cuda.cuMemcpyHtoD_v2(q, data, len(data)) == 0, "1 MiB written into the tag's block")
+nb.suspend("nb-weights", keep=True)
+ps = tags.pool_stats("nb-weights")
+ok(ps["suspended"] == 1 and ps["mapped_bytes"] == 0 and ps["kept_bytes"] >= len(data),
+   "the plugin's suspend(tag, keep=True): nothing mapped, the contents kept", ps)
+e = raises(lambda: tm.alloc(4096), cn.CuemmError)
+ok(isinstance(e, cn.CuemmError) and e.result == 401 and "suspended" in e.msg,
+   "an allocation in the suspended tag: CUDA_ERROR_ILLEGAL_STATE saying so", e)
+p = m.alloc(4096)
+ok(p != 0, "the context's own manager still allocates")
+m.free(p)
+nb.resume("nb-weights")
+back = ctypes.create_string_buffer(len(data))
+ok(cuda.cuCtxSynchronize() == 0 and cuda.cuMemcpyDtoH_v2(back, q, len(data)) == 0 and back.raw == data,
+   "the plugin's resume(tag): the contents back at the same address")
+e = raises(lambda: nb.resume("nb-weights"), cn.CuemmError)
+ok(isinstance(e, cn.CuemmError) and e.result == 401 and "not suspended" in e.msg,
+   "a second resume: the plugin's CuemmError, CUDA_ERROR_ILLEGAL_STATE", e)
+tm.free(q)
+tm.flush()
+m.flush()
+ok(tm.stats()["live_count"] == 0, "the tag's block freed through its manager")
+cuda.cuCtxSetCurrent(None)
+
 gc.collect()
 done()

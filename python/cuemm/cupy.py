@@ -36,10 +36,11 @@ import ctypes
 import sys
 import threading
 
-from cuemm import _lib
+from cuemm import _lib, _tags
 
 __all__ = ["use", "is_used", "malloc", "malloc_pinned", "stats", "pool_stats", "adapter_stats",
-           "empty_cache", "sweep_streams", "OutOfMemoryError"]
+           "empty_cache", "sweep_streams", "OutOfMemoryError", "region", "suspend", "resume",
+           "current_tag", "tag_stats", "tag_pool_stats"]
 
 _cupy = None
 _used = False
@@ -152,10 +153,9 @@ def _keep_stream(device, stream):
 
 
 def _release_stream(device, handle):
-    rc = _lib.load().cuemm_stream_release(_manager(device), handle)
-    if rc != _lib.CUDA_SUCCESS:
-        raise _lib.CuemmError(rc, "cuemm_stream_release(stream 0x%x of device %d): %s"
-                                   % (handle, device, _lib.last_error()))
+    _manager(device)
+    # Every tag's manager on the device may hold blocks freed on it.
+    _tags.stream_release(device, handle)
 
 
 def sweep_streams():
@@ -252,3 +252,44 @@ def empty_cache():
     CuPy's pool), after the streams the program let go of are released."""
     sweep_streams()
     _lib.empty_cache()
+
+
+# ---- tags: suspend and resume (docs/suspend-frameworks.md) ----------------
+
+def region(tag):
+    """A context manager: CuPy allocations made inside (malloc, on any
+    thread: the tag is process-wide) go to `tag`'s manager on their device,
+    so that suspend(tag) can give them back.  Nests; the tag current before
+    comes back at the exit.  Pinned host memory is not tagged."""
+    return _tags.region(tag)
+
+
+def current_tag():
+    """The current tag (None: the default)."""
+    return _tags.current_tag()
+
+
+def suspend(tag, keep=False, device=None):
+    """Gives the physical memory of `tag`'s arrays on the device back to the
+    driver (device None: CuPy's current device), after synchronizing it;
+    the arrays keep their addresses, and with keep=True their contents,
+    which come back at resume().  Do not use them on the GPU, or allocate
+    in the tag, until resume()."""
+    _tags.suspend(tag, _device(device), keep=keep)
+
+
+def resume(tag, device=None):
+    """Maps memory again under `tag`'s arrays (and copies kept contents
+    back).  Raises cuemm.CuemmError (code 2) when the device lacks the
+    memory; the tag then stays suspended."""
+    _tags.resume(tag, _device(device))
+
+
+def tag_stats(tag, device=None):
+    """cuemm's statistics of `tag`'s manager on the device, as a dict."""
+    return _tags.stats(tag, _device(device))
+
+
+def tag_pool_stats(tag, device=None):
+    """The pool statistics of `tag`'s manager on the device, as a dict."""
+    return _tags.pool_stats(tag, _device(device))

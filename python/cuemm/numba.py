@@ -36,9 +36,11 @@ import threading
 import weakref
 
 from cuemm import _lib as _cuemm_lib
+from cuemm import _tags
 
 __all__ = ["use", "CuemmMemoryManager", "CuemmError", "Manager", "load_library",
-           "install_extents", "INTERFACE", "INTERFACE_VERSION"]
+           "install_extents", "INTERFACE", "INTERFACE_VERSION",
+           "region", "suspend", "resume", "current_tag"]
 
 INTERFACE_VERSION = 1
 
@@ -578,9 +580,32 @@ class CuemmMemoryManager(_ManagerBase):
     def _ctx(self):
         return weakref.proxy(self.context)
 
+    # -- tags: suspend and resume (docs/suspend-frameworks.md)
+    def _device_id(self):
+        return int(self.context.device.id)
+
+    def _allocating_manager(self):
+        """The manager device allocations go to: the current tag's on this
+        context's device, else this context's."""
+        tag = _tags.current_tag()
+        if tag is None:
+            return self.cuemm
+        return Manager._wrap(_tag_call(_tags.tag_manager, tag, self._device_id()))
+
+    def suspend(self, tag, keep=False):
+        """Suspends `tag`'s manager on this context's device (its memory
+        goes back to the driver; addresses kept, contents too with
+        keep=True).  Synchronizes the context first.  Raises CuemmError."""
+        _tag_call(_tags.suspend, tag, self._device_id(), keep=keep)
+
+    def resume(self, tag):
+        """Resumes `tag`'s manager on this context's device.  Raises
+        CuemmError (result 2, out of memory: the tag stays suspended)."""
+        _tag_call(_tags.resume, tag, self._device_id())
+
     # -- device memory
     def memalloc(self, size):
-        m = self.cuemm
+        m = self._allocating_manager()
         ptr = m.alloc(size)
         key = ptr
         allocations = self.allocations
@@ -698,3 +723,45 @@ def use():
         raise ImportError("cuemm.numba: Numba imports but its CUDA driver module does not "
                           "(numba.cuda.cudadrv.driver); install numba-cuda")
     cuda.set_memory_manager(CuemmMemoryManager)
+
+
+# ---- tags, module-level (the plugin's methods on the current context's device)
+
+def _tag_call(fn, *args, **kwargs):
+    """A call of cuemm._tags, its failure raised as this module's CuemmError
+    (Numba's CudaAPIError where Numba is present)."""
+    try:
+        return fn(*args, **kwargs)
+    except _cuemm_lib.CuemmError as e:
+        raise CuemmError(e.code, e.msg) from None
+
+
+def _current_device(device):
+    if device is not None:
+        return int(device)
+    try:
+        from numba import cuda
+        return int(cuda.get_current_device().id)
+    except Exception:  # no Numba, or no context yet: device 0
+        return 0
+
+
+def region(tag):
+    """A context manager: device allocations the plugin makes inside go to
+    `tag`'s manager (process-wide, as in cuemm.torch.region)."""
+    return _tags.region(tag)
+
+
+def current_tag():
+    """The current tag (None: the default)."""
+    return _tags.current_tag()
+
+
+def suspend(tag, keep=False, device=None):
+    """Suspends `tag`'s manager on the device (None: Numba's current one)."""
+    _tag_call(_tags.suspend, tag, _current_device(device), keep=keep)
+
+
+def resume(tag, device=None):
+    """Resumes `tag`'s manager on the device (None: Numba's current one)."""
+    _tag_call(_tags.resume, tag, _current_device(device))

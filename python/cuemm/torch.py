@@ -26,7 +26,10 @@ What PyTorch's pluggable interface carries, and so what works:
     first loads its config), since CUDA graph trees need allocator calls PyTorch does
     not make pluggable (GRAPH_TREES_OFF says which); reduce-overhead then
     captures plain CUDA graphs, which cuemm's graph hooks serve;
-  - several devices: each device's allocations go to its own manager.
+  - several devices: each device's allocations go to its own manager;
+  - tags (region(), suspend(), resume()): allocations made inside
+    region(tag) go to a manager of the tag's own, whose memory suspend()
+    gives back to the driver without losing a tensor's address.
 What it does not carry: torch.cuda.memory_stats(), memory_allocated(),
 max_memory_reserved() and the rest of the statistics raise under a
 pluggable allocator (PyTorch's getDeviceStats is not pluggable); use
@@ -46,11 +49,12 @@ import importlib.abc
 import sys
 import warnings
 
-from cuemm import _lib
+from cuemm import _lib, _tags
 
 __all__ = ["use", "is_used", "CuemmWarning", "stats", "pool_stats", "adapter_stats", "empty_cache",
            "memory_allocated", "max_memory_allocated", "memory_reserved",
-           "max_memory_reserved", "ALLOC", "FREE", "HOOKS"]
+           "max_memory_reserved", "region", "suspend", "resume", "current_tag", "tag_stats",
+           "tag_pool_stats", "ALLOC", "FREE", "HOOKS"]
 
 ALLOC = "cuemm_torch_alloc"
 FREE = "cuemm_torch_free"
@@ -265,6 +269,54 @@ def memory_reserved(device=None):
 def max_memory_reserved(device=None):
     """The most bytes cuemm held from the driver (peak_held_bytes)."""
     return stats(device)["peak_held_bytes"]
+
+
+# ---- tags: suspend and resume (docs/suspend-frameworks.md) ----------------
+
+def region(tag):
+    """A context manager: PyTorch allocations made inside (on any thread:
+    the tag is process-wide, so the backward pass's gradients follow it)
+    go to `tag`'s manager on their device, so that suspend(tag) can give
+    them back to the driver.  Nests; the tag current before comes back at
+    the exit.  Frees of the tag's tensors may happen anywhere.  Needs use()
+    for PyTorch's allocations to reach cuemm."""
+    return _tags.region(tag)
+
+
+def current_tag():
+    """The current tag (None: the default)."""
+    return _tags.current_tag()
+
+
+def suspend(tag, keep=False, device=None):
+    """Gives the physical memory of `tag`'s tensors on the device back to
+    the driver (device None: torch's current device).  The device is
+    synchronized first.  The tensors stay valid Python objects with the
+    same addresses; with keep=True their contents are copied to pinned host
+    memory and come back at resume(), else they are garbage after it.  Do
+    not touch them on the GPU, or allocate in the tag, until resume(); CUDA
+    graphs whose memory is the tag's may be replayed again after resume()
+    (keep=True keeps their inputs and outputs)."""
+    _tags.suspend(tag, _device(device), keep=keep)
+
+
+def resume(tag, device=None):
+    """Maps memory again under `tag`'s tensors on the device (and copies
+    kept contents back).  Raises cuemm.CuemmError (code 2, out of memory,
+    with the bytes needed and free) when the device lacks the memory: the
+    tag stays suspended, and resume() can be tried again."""
+    _tags.resume(tag, _device(device))
+
+
+def tag_stats(tag, device=None):
+    """cuemm's statistics of `tag`'s manager on the device, as a dict."""
+    return _tags.stats(tag, _device(device))
+
+
+def tag_pool_stats(tag, device=None):
+    """The pool statistics of `tag`'s manager on the device (suspended,
+    suspended_need_bytes, kept_bytes, mapped_bytes, ...), as a dict."""
+    return _tags.pool_stats(tag, _device(device))
 
 
 # The C entry points with PyTorch's types, for tests and tools that call
