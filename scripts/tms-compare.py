@@ -214,6 +214,21 @@ def find_tms_preload():
         found += glob.glob(os.path.join(d, "torch_memory_saver_cpp*.so"))
     if not found:
         return None, "torch_memory_saver is importable (%s) but its preload library is not beside it" % pkg
+    # Its wheel ships one build per CUDA major (_cu12, _cu13) and an
+    # unsuffixed one that needs libcudart.so.12: take the torch's own, read
+    # from its version ("2.11.0+cu130") so that torch is not imported here.
+    major = None
+    try:
+        import importlib.metadata as md
+        local = md.version("torch").partition("+")[2]
+        if local.startswith("cu") and len(local) >= 4:
+            major = local[2:-1]
+    except Exception:
+        pass
+    if major:
+        mine = [f for f in found if "_cu%s." % major in os.path.basename(f)]
+        if mine:
+            return mine[0], None
     return sorted(found)[0], None
 
 
