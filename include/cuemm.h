@@ -428,7 +428,12 @@ CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m);
  * Errors: CUDA_ERROR_INVALID_VALUE for p == NULL or size == 0 (as cuMemAlloc);
  * CUDA_ERROR_OUT_OF_MEMORY when the retry failed too, or size exceeds the
  * device's memory; the message names the size (and, for the pool, its
- * mapped and used bytes and its largest free block); a driver error of the
+ * mapped and used bytes and its largest free block), then the device (its
+ * ordinal and PCI bus id), the bytes requested, the bytes the manager holds
+ * and the device's free and total bytes as cuMemGetInfo gives them
+ * ("; device 1 (PCI 0000:3b:00.0): 4096 bytes requested, 3145728 held by
+ * this manager, 1048576 free of 85017755648 on the device (cuMemGetInfo)";
+ * a figure the driver cannot give is left out); a driver error of the
  * pool's growth (cuMemCreate, cuMemMap, cuMemSetAccess) as reported, with
  * the call named, after the growth step was undone.
  * With cuemm_config.memory = CUEMM_MEMORY_MANAGED or CUEMM_MEMORY_SYSTEM,
