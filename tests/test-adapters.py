@@ -1,5 +1,5 @@
-"""test-adapters.py: the framework adapters (python/cuemm_torch.py,
-python/cuemm_cupy.py, on cuemm_lib) without the frameworks: they import
+"""test-adapters.py: the framework adapters (python/cuemm/torch.py,
+python/cuemm/cupy.py, on cuemm._lib) without the frameworks: they import
 and refuse clearly when PyTorch or CuPy is absent; with stand-ins for
 `torch` and `cupy` put in sys.modules, use() wires the framework the way
 the real one is wired (PyTorch: the pluggable allocator made from the
@@ -19,7 +19,11 @@ import types
 
 build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
 src = os.environ.get("top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path[:0] = [os.path.join(build, "python"), os.path.join(src, "python")]
+# CUEMM_PYTHON_INSTALLED=1: the package as installed (pip or make install),
+# found through the interpreter's own path, not the source tree.
+installed = os.environ.get("CUEMM_PYTHON_INSTALLED") == "1"
+if not installed:
+    sys.path[:0] = [os.path.join(src, "python")]
 
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,11 +37,22 @@ from taputil import done, ok, raises  # noqa: E402
 real = {name: sys.modules.get(name) for name in ("torch", "cupy")}
 sys.modules["torch"] = None
 sys.modules["cupy"] = None
-import cuemm_lib  # noqa: E402
-import cuemm_torch  # noqa: E402
-import cuemm_cupy  # noqa: E402
+import cuemm._lib as cuemm_lib  # noqa: E402
+import cuemm.torch as cuemm_torch  # noqa: E402
+import cuemm.cupy as cuemm_cupy  # noqa: E402
 
-ok(True, "cuemm_torch and cuemm_cupy import without their frameworks")
+ok(True, "cuemm.torch and cuemm.cupy import without their frameworks")
+import warnings  # noqa: E402
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import cuemm_lib as old_lib  # noqa: E402
+    import cuemm_torch as old_torch  # noqa: E402
+    import cuemm_cupy as old_cupy  # noqa: E402
+ok(old_lib is cuemm_lib and old_torch is cuemm_torch and old_cupy is cuemm_cupy,
+   "the old names cuemm_lib, cuemm_torch, cuemm_cupy are the package's modules")
+ok(sorted(str(w.message).split()[0] for w in caught if issubclass(w.category, DeprecationWarning))
+   == ["cuemm_cupy", "cuemm_lib", "cuemm_torch"], "each warns once that it is deprecated",
+   [str(w.message) for w in caught])
 e = raises(cuemm_torch.use, ImportError)
 ok(isinstance(e, ImportError) and "PyTorch is not importable" in str(e),
    "cuemm_torch.use() without torch: ImportError saying so", e)
@@ -53,24 +68,30 @@ for name, mod in real.items():
 
 # ---- finding the library ---------------------------------------------------------
 
-pp = os.pathsep.join([os.path.join(build, "python"), os.path.join(src, "python")])
-env = dict(os.environ, CUEMM_LIBRARY="/nonexistent/libcuemm.so.0", PYTHONPATH=pp)
-r = subprocess.run([sys.executable, "-c", "import cuemm_lib; cuemm_lib.load()"], env=env,
+env = dict(os.environ, CUEMM_LIBRARY="/nonexistent/libcuemm.so.0")
+if not installed:
+    env["PYTHONPATH"] = os.path.join(src, "python")
+r = subprocess.run([sys.executable, "-c", "import cuemm; cuemm.load()"], env=env,
                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
 ok(r.returncode != 0 and "/nonexistent/libcuemm.so.0 (CUEMM_LIBRARY)" in r.stdout
    and "cannot load libcuemm" in r.stdout, "a CUEMM_LIBRARY that does not load: OSError naming it", r.stdout)
 
 lib_path = os.path.join(build, ".libs", "libcuemm.so.0")
 no_bindings = os.environ.get("CUEMM_PLUGIN_SKIP", "")
-if not no_bindings and not os.path.exists(lib_path):
+if installed:
+    lib_path = None  # the installed package finds its own
+elif not no_bindings and not os.path.exists(lib_path):
     no_bindings = "no shared library built (%s)" % lib_path
 if no_bindings:
     print("# bindings not exercised: " + no_bindings)
     done()
 
-os.environ["CUEMM_LIBRARY"] = lib_path
+if lib_path is not None:
+    os.environ["CUEMM_LIBRARY"] = lib_path
 lib = cuemm_lib.load()
-ok(cuemm_lib.loaded_path() == lib_path, "CUEMM_LIBRARY is the library loaded")
+ok(lib_path is None or cuemm_lib.loaded_path() == lib_path, "CUEMM_LIBRARY is the library loaded (%s)"
+   % cuemm_lib.loaded_path())
+lib_path = cuemm_lib.loaded_path()
 
 # ---- PyTorch, a stand-in -------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""test-numba-plugin.py: the Numba plugin (python/cuemm_numba.py) imports, has
+"""test-numba-plugin.py: the Numba plugin (python/cuemm/numba.py) imports, has
 the whole EMM interface (version 1), and its ctypes bindings work against
 libcuemm on the suite's driver (simcuda unless CUEMM_TEST_DRIVER=system).
 Prints TAP.  Numba is not needed; where it is importable, the plugin is also
@@ -13,7 +13,11 @@ import sys
 import traceback
 
 build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
-sys.path.insert(0, os.path.join(build, "python"))
+src = os.environ.get("top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# CUEMM_PYTHON_INSTALLED=1: the package as installed (pip or make install),
+# found through the interpreter's own path, not the source tree.
+if os.environ.get("CUEMM_PYTHON_INSTALLED") != "1":
+    sys.path.insert(0, os.path.join(src, "python"))
 
 # The interface Numba defines for EMM plugins, version 1
 # (numba.cuda.BaseCUDAMemoryManager): method -> parameters after self.
@@ -40,12 +44,19 @@ def params(fn):
 # ---- import and interface --------------------------------------------------
 
 try:
-    import cuemm_numba as cn
+    import cuemm.numba as cn
 except Exception:
     print("1..1")
-    ok(False, "cuemm_numba imports", traceback.format_exc())
+    ok(False, "cuemm.numba imports", traceback.format_exc())
     sys.exit(1)
-ok(True, "cuemm_numba imports from %s" % os.path.dirname(cn.__file__))
+ok(True, "cuemm.numba imports from %s" % os.path.dirname(cn.__file__))
+import warnings  # noqa: E402
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import cuemm_numba  # noqa: E402
+ok(cuemm_numba is cn, "the old name cuemm_numba is the same module")
+ok(any(issubclass(w.category, DeprecationWarning) and "cuemm.numba" in str(w.message) for w in caught),
+   "importing it warns that it is deprecated, naming cuemm.numba", [str(w.message) for w in caught])
 
 cls = getattr(cn, "_numba_memory_manager", None)
 ok(cls is cn.CuemmMemoryManager, "_numba_memory_manager is the plugin class")
@@ -56,7 +67,6 @@ for name, want in sorted(EMM_V1.items()):
        "has %s" % (params(fn) if callable(fn) else fn))
 ok(isinstance(inspect.getattr_static(cls, "interface_version"), property),
    "interface_version is a property")
-ok(not cn.LIBDIR.startswith("@"), "the build wrote libdir into the module (%s)" % cn.LIBDIR)
 
 # Numba calls cls(context=None) in set_memory_manager to read the version:
 # that must not load anything.
@@ -102,8 +112,10 @@ ok([cn.as_address(x) for x in (None, 0x1000, ctypes.c_void_p(0x2000), ctypes.c_v
 
 # ---- finding the library ----------------------------------------------------
 
-env = dict(os.environ, CUEMM_LIBRARY="/nonexistent/libcuemm.so.0", PYTHONPATH=os.path.join(build, "python"))
-r = subprocess.run([sys.executable, "-c", "import cuemm_numba as c; c.load_library()"],
+env = dict(os.environ, CUEMM_LIBRARY="/nonexistent/libcuemm.so.0")
+if os.environ.get("CUEMM_PYTHON_INSTALLED") != "1":
+    env["PYTHONPATH"] = os.path.join(src, "python")
+r = subprocess.run([sys.executable, "-c", "import cuemm.numba as c; c.load_library()"],
                    env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
 ok(r.returncode != 0 and "/nonexistent/libcuemm.so.0 (CUEMM_LIBRARY)" in r.stdout
    and "cannot load libcuemm" in r.stdout,
@@ -111,15 +123,18 @@ ok(r.returncode != 0 and "/nonexistent/libcuemm.so.0 (CUEMM_LIBRARY)" in r.stdou
 
 lib = os.path.join(build, ".libs", "libcuemm.so.0")
 no_bindings = os.environ.get("CUEMM_PLUGIN_SKIP", "")
-if not no_bindings and not os.path.exists(lib):
+if os.environ.get("CUEMM_PYTHON_INSTALLED") == "1":
+    lib = None  # the installed package finds its own
+elif not no_bindings and not os.path.exists(lib):
     no_bindings = "no shared library built (%s)" % lib
 if no_bindings:
     print("# bindings not exercised: " + no_bindings)
     done()
 
-os.environ["CUEMM_LIBRARY"] = lib
+if lib is not None:
+    os.environ["CUEMM_LIBRARY"] = lib
 cn.load_library()
-ok(cn.loaded_library() == lib, "CUEMM_LIBRARY is the library loaded")
+ok(lib is None or cn.loaded_library() == lib, "CUEMM_LIBRARY is the library loaded (%s)" % cn.loaded_library())
 version = cn.load_library().cuemm_version_string().decode()
 ok(version.count(".") == 2, "cuemm_version_string through ctypes: %s" % version)
 

@@ -1,12 +1,13 @@
-"""cuemm_lib: libcuemm for cuemm's framework adapters (cuemm_torch,
-cuemm_cupy): finding and loading it, its per-device managers, their
+"""cuemm._lib: libcuemm for the package's modules (cuemm.torch, cuemm.cupy,
+cuemm.numba): finding and loading it, its per-device managers, their
 statistics and the adapters' failures.
 
-libcuemm is found as cuemm_numba finds it: the path in CUEMM_LIBRARY (when
-set, nothing else is tried); the library installed with this module
-(LIBDIR below); the dynamic loader's idea of "cuemm"
-(ctypes.util.find_library); libcuemm.so.0 through the loader's search path.
-The module is pure ctypes and imports no framework.
+libcuemm is found in this order (candidates()): the path in CUEMM_LIBRARY
+(when set, nothing else is tried); the libcuemm.so.0 inside the package
+(what a wheel ships); the libdir `make install` recorded in cuemm._config;
+the dynamic loader's idea of "cuemm" (ctypes.util.find_library);
+libcuemm.so.0 through the loader's search path.  The module is pure ctypes
+and imports no framework.
 """
 
 import ctypes
@@ -17,8 +18,16 @@ import threading
 __all__ = ["CuemmError", "load", "loaded_path", "last_error", "device_manager",
            "stats", "pool_stats", "adapter_stats", "empty_cache"]
 
-# Replaced by the build with the directory `make install` puts libcuemm in.
-LIBDIR = "@libdir@"
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+SONAME = "libcuemm.so.0"
+try:  # written by `make install` only: the libdir it put libcuemm in
+    from cuemm._config import LIBDIR
+except ImportError:
+    LIBDIR = None
+
+HOW_TO_INSTALL = ("Set CUEMM_LIBRARY to the path of libcuemm.so.0, or install cuemm with pip "
+                  "(pip install . in its source tree: the package then holds the library) or with "
+                  "make install (the package then loads it from the libdir).")
 
 CUDA_SUCCESS = 0
 CU_MEMHOSTALLOC_PORTABLE = 0x01
@@ -126,8 +135,11 @@ def candidates():
     if env:
         return [("CUEMM_LIBRARY", env)]
     out = []
-    if LIBDIR and not LIBDIR.startswith("@"):
-        out.append(("installed", os.path.join(LIBDIR, "libcuemm.so.0")))
+    bundled = os.path.join(PACKAGE_DIR, SONAME)
+    if os.path.exists(bundled):
+        out.append(("inside the package", bundled))
+    if LIBDIR:
+        out.append(("installed by make install", os.path.join(LIBDIR, SONAME)))
     found = ctypes.util.find_library("cuemm")
     if found:
         out.append(("find_library('cuemm')", found))
@@ -161,9 +173,7 @@ def load():
             _lib, _lib_path = lib, path
             return lib
         raise OSError(
-            "cuemm: cannot load libcuemm; tried:\n  " + "\n  ".join(tried) +
-            "\nSet CUEMM_LIBRARY to the path of libcuemm.so.0, or install cuemm "
-            "(make install) so that its libdir holds it.")
+            "cuemm: cannot load libcuemm; tried:\n  " + "\n  ".join(tried) + "\n" + HOW_TO_INSTALL)
 
 
 def loaded_path():

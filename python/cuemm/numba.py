@@ -1,14 +1,14 @@
-"""cuemm_numba: cuemm as Numba's CUDA memory manager (an EMM plugin).
+"""cuemm.numba: cuemm as Numba's CUDA memory manager (an EMM plugin).
 
 Use it without changing the program:
 
-    NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba python3 app.py
+    NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba python3 app.py
 
 or from the program, before any CUDA work:
 
-    import cuemm_numba
+    import cuemm.numba
     from numba import cuda
-    cuda.set_memory_manager(cuemm_numba.CuemmMemoryManager)
+    cuda.set_memory_manager(cuemm.numba.CuemmMemoryManager)
 
 Device allocations, pinned and mapped host allocations and pinned ranges all
 go through libcuemm's manager of Numba's context, so frees are deferred and
@@ -22,10 +22,8 @@ block.  Managed memory
 (cuda.managed_array) is not part of the plugin interface; it stays with
 Numba's own code.
 
-libcuemm is found in this order: the path in CUEMM_LIBRARY (when set, nothing
-else is tried); the library installed with this module (LIBDIR below); the
-dynamic loader's idea of "cuemm" (ctypes.util.find_library); libcuemm.so.0
-through the loader's search path.
+libcuemm is found as cuemm._lib finds it (cuemm._lib.candidates():
+CUEMM_LIBRARY first, then the copy inside the package).
 
 The module is pure ctypes.  Without Numba it still imports: the low-level
 Manager class works on its own, and the plugin class raises when used.
@@ -33,18 +31,15 @@ Manager class works on its own, and the plugin class raises when used.
 
 import contextlib
 import ctypes
-import ctypes.util
 import inspect
-import os
 import sys
 import threading
 import weakref
 
+from cuemm import _lib as _cuemm_lib
+
 __all__ = ["CuemmMemoryManager", "CuemmError", "Manager", "load_library",
            "install_extents", "INTERFACE", "INTERFACE_VERSION"]
-
-# Replaced by the build with the directory `make install` puts libcuemm in.
-LIBDIR = "@libdir@"
 
 INTERFACE_VERSION = 1
 
@@ -223,17 +218,7 @@ _lib_lock = threading.Lock()
 
 
 def _candidates():
-    env = os.environ.get("CUEMM_LIBRARY", "")
-    if env:
-        return [("CUEMM_LIBRARY", env)]
-    out = []
-    if LIBDIR and not LIBDIR.startswith("@"):
-        out.append(("installed", os.path.join(LIBDIR, "libcuemm.so.0")))
-    found = ctypes.util.find_library("cuemm")
-    if found:
-        out.append(("find_library('cuemm')", found))
-    out.append(("loader search path", "libcuemm.so.0"))
-    return out
+    return _cuemm_lib.candidates()
 
 
 def load_library():
@@ -261,9 +246,8 @@ def load_library():
             _lib, _lib_path = lib, path
             return lib
         raise OSError(
-            "cuemm_numba: cannot load libcuemm; tried:\n  " + "\n  ".join(tried) +
-            "\nSet CUEMM_LIBRARY to the path of libcuemm.so.0, or install cuemm "
-            "(make install) so that its libdir holds it.")
+            "cuemm.numba: cannot load libcuemm; tried:\n  " + "\n  ".join(tried) +
+            "\n" + _cuemm_lib.HOW_TO_INSTALL)
 
 
 def loaded_library():
@@ -509,7 +493,7 @@ class Manager(object):
 
 def _need_numba():
     if _nbdrv is None:
-        raise RuntimeError("cuemm_numba: Numba (numba-cuda) is not importable here; "
+        raise RuntimeError("cuemm.numba: Numba (numba-cuda) is not importable here; "
                            "the plugin needs it")
 
 
