@@ -953,6 +953,16 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m);
  * message on stderr, counted in cuemm_stats.log_lost, and the program's
  * allocations go on. */
 
+/* Writes every row of the manager's event log still buffered (by any of
+ * its threads, running or not) to the file now, so that a program, or a
+ * tool collecting the logs of many processes (cuemm.dask.gather_logs),
+ * reads a complete file while the program runs.  Does nothing when the
+ * manager has no log.  Thread-safe; the threads writing rows wait for the
+ * moment their buffer is written.
+ * Errors: CUDA_ERROR_INVALID_VALUE for m == NULL.  A file that cannot be
+ * written stops the log as described above (cuemm_stats.log_lost). */
+CUEMM_EXTERN CUresult cuemm_log_flush(cuemm_manager *m);
+
 /* Writes the manager's statistics as a short table to `f` (NULL: stderr):
  * live and peak bytes, held and peak held bytes and the footprint (peak
  * held / peak live), allocations, frees, flushes, growth steps, releases,

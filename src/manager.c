@@ -681,6 +681,15 @@ CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p)
   return cuemm__free_device(m, p, NULL);
 }
 
+/* ---- the event log ---------------------------------------------------------- */
+
+CUEMM_EXTERN CUresult cuemm_log_flush(cuemm_manager *m)
+{
+  CHECK_MANAGER(m, "cuemm_log_flush");
+  cuemm__log_flush(m->log);
+  return CUDA_SUCCESS;
+}
+
 /* ---- defer scopes --------------------------------------------------------- */
 
 CUEMM_EXTERN CUresult cuemm_defer_cleanup_begin(cuemm_manager *m)
