@@ -129,7 +129,7 @@ def run_mode(mode, a, out):
     res = {"mode": mode, "cluster": kind}
     try:
         if mode == "cuemm":
-            client.register_plugin(cd.CuemmPlugin(cupy=True, numba=False,
+            client.register_plugin(cd.CuemmPlugin(cupy=True,
                                                   log=os.path.join(out, "cuemm-dask-%p.csv")))
             res["status"] = cd.worker_status(client)
         res["devices"] = client.run(install_tracking, mode)

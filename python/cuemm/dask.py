@@ -104,6 +104,31 @@ def _managers_made():
         return 0
 
 
+def _numba_existing_context(cn, cuda):
+    """set_memory_manager serves contexts Numba makes from now on; a context
+    it made before (dask-cuda makes one when a worker starts, to pin its
+    device) keeps the manager it was made with.  Such a context gets cuemm's
+    in place of Numba's own while it holds no memory; one that holds memory
+    keeps Numba's, and the record says so."""
+    drv = getattr(cn, "_nbdrv", None)
+    if drv is None or not getattr(getattr(drv, "driver", None), "is_initialized", False):
+        return "cuemm"
+    ctx = cuda.current_context()
+    mm = getattr(ctx, "memory_manager", None)
+    if isinstance(mm, cn.CuemmMemoryManager):
+        return "cuemm"
+    held = len(getattr(ctx, "allocations", None) or {}) + len(getattr(mm, "allocations", None) or {})
+    if held:
+        raise RuntimeError("Numba's context on this device was made before the plugin ran and holds %d "
+                           "allocations: it keeps Numba's memory manager (register the plugin before the "
+                           "workers allocate, or start the workers with NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba)"
+                           % held)
+    new = cn._construct(cn.CuemmMemoryManager, context=ctx)
+    new.initialize()
+    ctx.memory_manager = new
+    return "cuemm (put into the context Numba had made before the plugin ran)"
+
+
 def _setup_worker(env, cupy, numba, torch):
     """What CuemmPlugin.setup does, in the worker's process; returns the
     record kept for worker_status()."""
@@ -139,7 +164,7 @@ def _setup_worker(env, cupy, numba, torch):
             from cuemm import numba as cn
             from numba import cuda
             cuda.set_memory_manager(cn.CuemmMemoryManager)
-            rec["frameworks"]["numba"] = "cuemm"
+            rec["frameworks"]["numba"] = _numba_existing_context(cn, cuda)
         except Exception as e:
             rec["frameworks"]["numba"] = "not switched: %s" % e
             rec["errors"].append("numba: %s" % e)
