@@ -2,6 +2,7 @@
 
 Importing it gives the module cuemm.numba itself (the same object: its state
 and functions are shared).  Use cuemm.numba instead.
+NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba keeps working through it.
 """
 
 import sys

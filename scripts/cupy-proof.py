@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """cupy-proof.py: a CuPy workload of mixed sizes on CuPy's own memory pool
-and on cuemm (cuemm_cupy.use()), each in a fresh process, and a table.
+and on cuemm (cuemm.cupy.use()), each in a fresh process, and a table.
 
 The workload, the same in both runs (seeded): iterations of a random mix of
   fft       1-D and 2-D complex FFTs (cupy.fft) of sizes 2^10 .. 2^22
@@ -85,7 +85,7 @@ def workload(cp, rng, iters, warm, sample):
 
 def child(args):
     if args.mode == "cuemm":
-        import cuemm_cupy
+        import cuemm.cupy as cuemm_cupy
         cuemm_cupy.use()
     import cupy as cp
     cp.cuda.Device(0).use()
@@ -109,7 +109,7 @@ def child(args):
         res["peak_held"] = high[0]
         res["pool_used_now"] = pool.used_bytes()
     else:
-        import cuemm_cupy
+        import cuemm.cupy as cuemm_cupy
         st = cuemm_cupy.stats(0)
         res["peak_held"] = st["peak_held_bytes"]
         res["peak_live"] = st["peak_bytes"]

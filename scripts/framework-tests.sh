@@ -8,8 +8,8 @@
 #       CUEMM_LIBRARY and PYTHONPATH already naming libcuemm and python/).
 #       Runs `python -m pytest -rA FILE...` twice, each at most SECONDS:
 #       with the framework's default allocator, then with cuemm switched in
-#       at start-up by a sitecustomize.py that calls cuemm_torch.use() or
-#       cuemm_cupy.use() (in pytest-xdist's workers too).  TESTS_ARGS
+#       at start-up by a sitecustomize.py that calls cuemm.torch.use() or
+#       cuemm.cupy.use() (in pytest-xdist's workers too).  TESTS_ARGS
 #       replaces pytest's arguments besides the files (default "-v": its
 #       per-test lines survive a run cut short by the time limit).
 #       Writes OUTDIR/tests-FW-default.log, tests-FW-cuemm.log and
@@ -93,11 +93,11 @@ cat > "$site/sitecustomize.py" <<'PY'
 import os
 _which = os.environ.get("CUEMM_USE", "")
 if _which == "torch":
-    import cuemm_torch
-    cuemm_torch.use()
+    import cuemm.torch
+    cuemm.torch.use()
 elif _which == "cupy":
-    import cuemm_cupy
-    cuemm_cupy.use()
+    import cuemm.cupy
+    cuemm.cupy.use()
 PY
 echo "== $fw's own tests, default allocator then cuemm (at most $secs s each): $*"
 # shellcheck disable=SC2086

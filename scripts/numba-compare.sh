@@ -1,14 +1,14 @@
 #!/bin/sh
 # numba-compare.sh: runs numba-cuda's own test suite twice the same way, with
 # Numba's default memory manager and with cuemm's plugin
-# (NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba), and lists the tests that pass
+# (NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba), and lists the tests that pass
 # under the default manager but not under cuemm.
 #
 #   scripts/numba-compare.sh EXTRA_PYTHONPATH [OUTDIR]
 #
 # Run it in a configured and built cuemm tree (./configure && make): it uses
-# .libs/libcuemm.so.0 (CUEMM_LIBRARY) and python/cuemm_numba.py (PYTHONPATH)
-# from there, or from CUEMM_BUILDDIR; no `make install` is needed.
+# .libs/libcuemm.so.0 (CUEMM_LIBRARY) from there, or from CUEMM_BUILDDIR, and
+# the package cuemm of the source tree (python/, on PYTHONPATH); no `make install` is needed.
 #
 # EXTRA_PYTHONPATH is put in front of PYTHONPATH for both runs: a
 # colon-separated list of folders.  A .whl file in the list, or .whl files in a
@@ -50,9 +50,9 @@ mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
 b=$(cd "$b" && pwd)
 lib=$b/.libs/libcuemm.so.0
-mod=$b/python
+mod=$(cd "$(dirname "$0")/.." && pwd)/python
 test -f "$lib" || { echo "numba-compare: no $lib; run ./configure && make first" >&2; exit 1; }
-test -f "$mod/cuemm_numba.py" || { echo "numba-compare: no $mod/cuemm_numba.py (configure found no Python?)" >&2; exit 1; }
+test -f "$mod/cuemm/numba.py" || { echo "numba-compare: no $mod/cuemm/numba.py" >&2; exit 1; }
 
 # The extra path, wheels unpacked.
 path=
@@ -99,18 +99,17 @@ cat "$out/env.txt"
 
 # Fails early, and says why, if the plugin cannot be used (Numba's own
 # message for a plugin that fails to import hides the cause).
-CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba "$py" -c '
-import cuemm_numba
-print("plugin: libcuemm from", cuemm_numba.loaded_library(), "- IPC export:", cuemm_numba.has_ipc())
+CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba "$py" -c '
+import cuemm.numba
+print("plugin: libcuemm from", cuemm.numba.loaded_library(), "- IPC export:", cuemm.numba.has_ipc())
 from numba import cuda
 ctx = cuda.current_context()
 print("Numba uses", type(ctx.memory_manager).__module__, "- memory info", ctx.get_memory_info())
 ' 2>&1 | tee "$out/plugin-check.txt"
-grep -q "Numba uses cuemm_numba" "$out/plugin-check.txt" || { echo "numba-compare: the plugin does not work" >&2; exit 1; }
+grep -q "Numba uses cuemm.numba" "$out/plugin-check.txt" || { echo "numba-compare: the plugin does not work" >&2; exit 1; }
 case " $runs " in
 *" cuemm-pool "*)
-  CUEMM_POOL=vmm CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba "$py" -c '
-import cuemm_numba
+  CUEMM_POOL=vmm CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba "$py" -c '
 from numba import cuda
 a = cuda.device_array(1000, dtype="u1")
 st = cuda.current_context().memory_manager.cuemm.stats()
@@ -130,11 +129,11 @@ for r in $runs; do
     env -u NUMBA_CUDA_MEMORY_MANAGER PYTHONPATH=$base_pp "$py" -m numba.runtests $args > "$out/default.log" 2>&1 ;;
   cuemm)
     # shellcheck disable=SC2086
-    env -u CUEMM_POOL CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba \
+    env -u CUEMM_POOL CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba \
       "$py" -m numba.runtests $args > "$out/cuemm.log" 2>&1 ;;
   cuemm-pool)
     # shellcheck disable=SC2086
-    CUEMM_POOL=vmm CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba \
+    CUEMM_POOL=vmm CUEMM_LIBRARY=$lib PYTHONPATH=$mod:$base_pp NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba \
       "$py" -m numba.runtests $args > "$out/cuemm-pool.log" 2>&1 ;;
   *) echo "numba-compare: unknown run $r" >&2; exit 2 ;;
   esac

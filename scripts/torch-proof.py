@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """torch-proof.py: real PyTorch workloads on PyTorch's own allocator and on
-cuemm (cuemm_torch.use()), each run in a fresh process, one after the other
+cuemm (cuemm.torch.use()), each run in a fresh process, one after the other
 on the same GPU, and a table of what they took.
 
 Workloads (the model code of scripts/torch-trace.py):
@@ -27,8 +27,9 @@ log (CUEMM_LOG) to OUTDIR/cuemm-WORKLOAD.csv, for tools/cuemm-replay.
 Usage:
   torch-proof.py [--out DIR] [--workloads gpt2,resnet50,serve,graph] [--quick]
                  [--seed S] [--timeout SECONDS]
-It needs libcuemm and python/ on the paths (CUEMM_LIBRARY, PYTHONPATH), as
-scripts/gpu-frameworks.sh sets them.  Writes DIR/torch-proof.md (the table)
+It needs the package cuemm importable: installed (pip install ., as
+scripts/gpu-python.sh does), or python/ on PYTHONPATH with CUEMM_LIBRARY
+naming libcuemm, as scripts/gpu-frameworks.sh sets them.  Writes DIR/torch-proof.md (the table)
 and DIR/torch-proof.json (every figure).
 """
 import argparse
@@ -180,7 +181,7 @@ def graph(torch, tt, rng, quick):
 
 def child(args):
     if args.mode == "cuemm":
-        import cuemm_torch
+        import cuemm.torch as cuemm_torch
         cuemm_torch.use()
     import torch
     if not torch.cuda.is_available():
@@ -203,7 +204,7 @@ def child(args):
         res["peak_held"] = torch.cuda.max_memory_reserved()
         res["peak_live"] = torch.cuda.max_memory_allocated()
     else:
-        import cuemm_torch
+        import cuemm.torch as cuemm_torch
         st = cuemm_torch.stats(0)
         res["peak_held"] = st["peak_held_bytes"]
         res["peak_live"] = st["peak_bytes"]
@@ -213,7 +214,7 @@ def child(args):
         try:
             ps = cuemm_torch.pool_stats(0)
             res["cuemm"].update({k: ps[k] for k in ("grow_steps", "releases", "chunks_released", "chunks")})
-        except Exception as e:  # pool_stats is a helper of cuemm_torch; its absence must not lose the run
+        except Exception as e:  # pool_stats is a helper of cuemm.torch; its absence must not lose the run
             res["cuemm"]["pool_stats_error"] = str(e)
         ad = cuemm_torch.adapter_stats()
         res["adapter"] = {k: ad[k] for k in ("alloc_failures", "free_failures", "record_stream_failures",

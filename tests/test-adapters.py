@@ -13,8 +13,10 @@ work when called through PyTorch's function types, on the suite's driver
 import ctypes
 import gc
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import types
 
 build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
@@ -92,6 +94,10 @@ lib = cuemm_lib.load()
 ok(lib_path is None or cuemm_lib.loaded_path() == lib_path, "CUEMM_LIBRARY is the library loaded (%s)"
    % cuemm_lib.loaded_path())
 lib_path = cuemm_lib.loaded_path()
+if installed:
+    pkg = os.path.dirname(os.path.abspath(cuemm_lib.__file__))
+    ok(not pkg.startswith(os.path.abspath(os.path.join(src, "python"))), "the package imported is the installed one (%s)" % pkg)
+    ok(lib_path == os.path.join(pkg, "libcuemm.so.0"), "libcuemm is the one inside the package (%s)" % lib_path)
 
 # ---- PyTorch, a stand-in -------------------------------------------------------------
 
@@ -228,6 +234,66 @@ cuemm_torch._allocator = None
 torch3, calls3 = fake_torch()
 a3 = with_module("torch", torch3, lambda: cuemm_torch.use(graphs=False))
 ok(not any(k in a3.allocator().set for k in cuemm_torch.GRAPH_HOOKS), "use(graphs=False) leaves them unset")
+
+# torch.compile: use() switches CUDA graph trees off, saying so once.
+cfg = types.ModuleType("torch._inductor.config")
+cfg.triton = types.SimpleNamespace(cudagraph_trees=True)
+
+
+def use_with_inductor(torch_mod):
+    sys.modules["torch._inductor.config"] = cfg
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with_module("torch", torch_mod, cuemm_torch.use)
+            with_module("torch", torch_mod, cuemm_torch.use)
+    finally:
+        del sys.modules["torch._inductor.config"]
+    return [w for w in caught if issubclass(w.category, cuemm_torch.CuemmWarning)]
+
+
+cuemm_torch._allocator = None
+said = use_with_inductor(fake_torch()[0])
+ok(cfg.triton.cudagraph_trees is False, "use(): torch._inductor.config.triton.cudagraph_trees is off")
+ok(len(said) == 1 and "cudagraph_trees = False" in str(said[0].message)
+   and "getCheckpointState" in str(said[0].message) and "reduce-overhead" in str(said[0].message),
+   "one CuemmWarning, naming the setting, the mode and what PyTorch lacks", [str(w.message) for w in said])
+cuemm_torch._allocator = None
+ok(use_with_inductor(fake_torch()[0]) == [] and cfg.triton.cudagraph_trees is False,
+   "trees off already: nothing to say")
+
+# Inductor not loaded yet: use() loads nothing of it, and the trees go off
+# when torch.compile first imports its config (a stand-in torch package on
+# disk, in a child process).
+fake_root = tempfile.mkdtemp(prefix="cuemm-faketorch-")
+os.makedirs(os.path.join(fake_root, "torch", "_inductor"))
+for rel, text in (("torch/__init__.py", ""), ("torch/_inductor/__init__.py", ""),
+                  ("torch/_inductor/config.py", "class triton:\n    cudagraph_trees = True\n")):
+    with open(os.path.join(fake_root, rel), "w") as f:
+        f.write(text)
+probe = """
+import sys, warnings
+sys.path.insert(0, %r)
+import cuemm.torch as ct
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    ct._graph_trees_off()
+    ct._graph_trees_off()
+    print("loaded before:", "torch._inductor" in sys.modules)
+    import torch._inductor.config as c
+    print("trees:", c.triton.cudagraph_trees)
+    print("hook left:", any(isinstance(f, ct._InductorConfigHook) for f in sys.meta_path))
+print("warnings:", len([w for w in caught if issubclass(w.category, ct.CuemmWarning)]))
+""" % fake_root
+env = dict(os.environ)
+if not installed:
+    env["PYTHONPATH"] = os.path.join(src, "python")
+r = subprocess.run([sys.executable, "-c", probe], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                   universal_newlines=True)
+ok(r.returncode == 0 and "loaded before: False" in r.stdout, "inductor not loaded: use() does not load it", r.stdout)
+ok("trees: False" in r.stdout and "hook left: False" in r.stdout and "warnings: 1" in r.stdout,
+   "its first import turns the trees off, says so once, and the hook is gone", r.stdout)
+shutil.rmtree(fake_root, ignore_errors=True)
 
 # ---- CuPy, a stand-in ------------------------------------------------------------------
 

@@ -85,6 +85,8 @@ except Exception as e:
     skip("signatures match Numba's BaseCUDAMemoryManager", why)
     ok(isinstance(raises(lambda: dummy.initialize(), RuntimeError), RuntimeError),
        "without Numba, initialize raises RuntimeError saying so")
+    e = raises(cn.use, ImportError)
+    ok(isinstance(e, ImportError) and "install numba-cuda" in str(e), "without Numba, use() raises ImportError saying so", e)
 else:
     base = nbdrv.BaseCUDAMemoryManager
     ok(issubclass(cls, base), "subclass of Numba's BaseCUDAMemoryManager")
@@ -93,6 +95,27 @@ else:
     bad = [n for n in EMM_V1 if params(getattr(base, n)) != params(getattr(cls, n))]
     ok(not bad, "signatures match Numba's BaseCUDAMemoryManager", bad)
     skip("without Numba, initialize raises RuntimeError saying so", "Numba is importable")
+    skip("without Numba, use() raises ImportError saying so", "Numba is importable")
+    saved = nbdrv._memory_manager if hasattr(nbdrv, "_memory_manager") else None
+    cn.use()
+    ok(getattr(nbdrv, "_memory_manager", None) is cls, "use(): Numba's memory manager is the plugin")
+    if hasattr(nbdrv, "_memory_manager"):
+        nbdrv._memory_manager = saved
+    # Numba's own resolution of NUMBA_CUDA_MEMORY_MANAGER (it imports the
+    # module named and takes its _numba_memory_manager), by both names.
+    for name in ("cuemm.numba", "cuemm_numba"):
+        if not hasattr(nbdrv, "_ensure_memory_manager"):
+            skip("NUMBA_CUDA_MEMORY_MANAGER=%s: Numba takes the plugin" % name, "no _ensure_memory_manager here")
+            continue
+        env = dict(os.environ, NUMBA_CUDA_MEMORY_MANAGER=name)
+        if os.environ.get("CUEMM_PYTHON_INSTALLED") != "1":
+            env["PYTHONPATH"] = os.path.join(src, "python")
+        r = subprocess.run([sys.executable, "-c", "from numba.cuda.cudadrv import driver as d\n"
+                            "d._ensure_memory_manager()\nm = d._memory_manager\n"
+                            "print(m.__module__ + '.' + m.__name__)"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+        ok(r.returncode == 0 and r.stdout.strip().splitlines()[-1:] == ["cuemm.numba.CuemmMemoryManager"],
+           "NUMBA_CUDA_MEMORY_MANAGER=%s: Numba takes the plugin" % name, r.stdout)
 
 # as_address reads every binding's pointers.
 
@@ -135,6 +158,10 @@ if lib is not None:
     os.environ["CUEMM_LIBRARY"] = lib
 cn.load_library()
 ok(lib is None or cn.loaded_library() == lib, "CUEMM_LIBRARY is the library loaded (%s)" % cn.loaded_library())
+if lib is None:
+    pkg = os.path.dirname(os.path.abspath(cn.__file__))
+    ok(not pkg.startswith(os.path.abspath(os.path.join(src, "python"))), "the package imported is the installed one (%s)" % pkg)
+    ok(cn.loaded_library() == os.path.join(pkg, "libcuemm.so.0"), "libcuemm is the one inside the package")
 version = cn.load_library().cuemm_version_string().decode()
 ok(version.count(".") == 2, "cuemm_version_string through ctypes: %s" % version)
 

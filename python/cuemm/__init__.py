@@ -6,13 +6,26 @@
 
 Each framework module imports without its framework and says what is
 missing when use() is called.  This module holds what needs no framework:
-the library (load(), loaded_path(), last_error()), the statistics of a
-device's manager and a snapshot of its blocks.  docs/python.md has the rest.
+the library (load(), loaded_path(), last_error(), library_version()), the
+statistics of a device's manager (stats() and pool_stats() as dicts,
+stats_text() and print_stats() as cuemm_stats_print's table) and a snapshot
+of its blocks (snapshot(): a Snapshot dataclass of Chunk and Block
+dataclasses).  docs/python.md has the rest.
 """
 
 from cuemm._version import __version__
 from cuemm._lib import (CuemmError, load, loaded_path, last_error, device_manager, stats,
                         pool_stats, adapter_stats, empty_cache)
+from cuemm._report import Block, Chunk, Snapshot, snapshot, stats_text, print_stats
 
-__all__ = ["__version__", "CuemmError", "load", "loaded_path", "last_error", "device_manager",
-           "stats", "pool_stats", "adapter_stats", "empty_cache"]
+
+def library_version():
+    """cuemm_version_string() of the libcuemm loaded: __version__ when the
+    package and the library come from one build."""
+    lib = load()
+    return lib.cuemm_version_string().decode()
+
+
+__all__ = ["__version__", "library_version", "CuemmError", "load", "loaded_path", "last_error",
+           "device_manager", "stats", "pool_stats", "adapter_stats", "empty_cache",
+           "snapshot", "Snapshot", "Block", "Chunk", "stats_text", "print_stats"]

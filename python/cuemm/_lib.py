@@ -107,6 +107,7 @@ _vp = ctypes.c_void_p
 _P = ctypes.POINTER
 _PROTOTYPES = {
     "cuemm_last_error": (ctypes.c_char_p, ()),
+    "cuemm_version_string": (ctypes.c_char_p, ()),
     "cuemm_device_manager": (ctypes.c_int, (ctypes.c_int, _P(_vp))),
     "cuemm_get_stats": (ctypes.c_int, (_vp, _P(Stats))),
     "cuemm_pool_get_stats": (ctypes.c_int, (_vp, _P(PoolStats))),

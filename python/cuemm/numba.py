@@ -7,8 +7,7 @@ Use it without changing the program:
 or from the program, before any CUDA work:
 
     import cuemm.numba
-    from numba import cuda
-    cuda.set_memory_manager(cuemm.numba.CuemmMemoryManager)
+    cuemm.numba.use()   # numba.cuda.set_memory_manager(cuemm.numba.CuemmMemoryManager)
 
 Device allocations, pinned and mapped host allocations and pinned ranges all
 go through libcuemm's manager of Numba's context, so frees are deferred and
@@ -38,7 +37,7 @@ import weakref
 
 from cuemm import _lib as _cuemm_lib
 
-__all__ = ["CuemmMemoryManager", "CuemmError", "Manager", "load_library",
+__all__ = ["use", "CuemmMemoryManager", "CuemmError", "Manager", "load_library",
            "install_extents", "INTERFACE", "INTERFACE_VERSION"]
 
 INTERFACE_VERSION = 1
@@ -682,3 +681,20 @@ class CuemmMemoryManager(_ManagerBase):
 
 
 _numba_memory_manager = CuemmMemoryManager
+
+
+def use():
+    """Makes cuemm Numba's memory manager from the program, as
+    NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba does from the environment
+    (numba.cuda.set_memory_manager(CuemmMemoryManager)); call it before any
+    CUDA work.  Raises ImportError when Numba (numba-cuda) is not
+    importable."""
+    try:
+        from numba import cuda
+    except ImportError as e:
+        raise ImportError("cuemm.numba: Numba is not importable here (%s); install numba-cuda, or use "
+                          "cuemm.torch or cuemm.cupy for the other frameworks" % e) from e
+    if _nbdrv is None:
+        raise ImportError("cuemm.numba: Numba imports but its CUDA driver module does not "
+                          "(numba.cuda.cudadrv.driver); install numba-cuda")
+    cuda.set_memory_manager(CuemmMemoryManager)

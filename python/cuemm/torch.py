@@ -20,6 +20,12 @@ What PyTorch's pluggable interface carries, and so what works:
   - CUDA graphs (set_begin_allocate_to_pool and friends, where the torch
     has them): blocks allocated during a capture are kept for the graph
     until it is released;
+  - torch.compile, default mode and mode="reduce-overhead": use() switches
+    torch._inductor.config.triton.cudagraph_trees off (with one
+    CuemmWarning; where inductor is not loaded yet, when torch.compile
+    first loads its config), since CUDA graph trees need allocator calls PyTorch does
+    not make pluggable (GRAPH_TREES_OFF says which); reduce-overhead then
+    captures plain CUDA graphs, which cuemm's graph hooks serve;
   - several devices: each device's allocations go to its own manager.
 What it does not carry: torch.cuda.memory_stats(), memory_allocated(),
 max_memory_reserved() and the rest of the statistics raise under a
@@ -36,10 +42,13 @@ The library is found as cuemm._lib finds it (CUEMM_LIBRARY first).
 """
 
 import ctypes
+import importlib.abc
+import sys
+import warnings
 
 from cuemm import _lib
 
-__all__ = ["use", "is_used", "stats", "pool_stats", "adapter_stats", "empty_cache",
+__all__ = ["use", "is_used", "CuemmWarning", "stats", "pool_stats", "adapter_stats", "empty_cache",
            "memory_allocated", "max_memory_allocated", "memory_reserved",
            "max_memory_reserved", "ALLOC", "FREE", "HOOKS"]
 
@@ -55,6 +64,28 @@ HOOKS = (
     ("set_release_pool", "cuemm_torch_release_pool"),
 )
 GRAPH_HOOKS = ("set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn", "set_release_pool")
+
+# torch.compile(mode="reduce-overhead") builds CUDA graph trees by default.
+# Trees keep their memory pool's bookkeeping with three calls of the
+# allocator that PyTorch (2.11) does not let a pluggable allocator answer:
+# getCheckpointState after every recording (unconditionally),
+# setCheckpointPoolState when a tree changes path, and
+# checkPoolLiveAllocations for the slow-path assertions (on by default).
+# None has a hook in CUDAPluggableAllocator, and the checkpoint state is a
+# C++ object of the caching allocator that restores its blocks and swaps
+# the deleters of live storages, so no answer from cuemm can stand in for
+# it.  Plain CUDA graphs (cudagraph_trees = False) need only the graph-pool
+# hooks, which cuemm has: use() switches the trees off, and says so once
+# (when inductor's config is loaded: at once, or at its first import).
+GRAPH_TREES_OFF = ("cuemm.torch: torch.compile(mode=\"reduce-overhead\") will capture plain CUDA graphs "
+                   "(torch._inductor.config.triton.cudagraph_trees = False): CUDA graph trees need "
+                   "getCheckpointState, setCheckpointPoolState and checkPoolLiveAllocations, which PyTorch "
+                   "offers no pluggable allocator")
+
+
+class CuemmWarning(UserWarning):
+    """What cuemm.torch changed in PyTorch's settings, and why."""
+
 
 TOO_LATE = ("cuemm.torch.use() must run before PyTorch initializes CUDA (its first CUDA tensor, "
             "torch.cuda.init(), or anything else that does): %s.  Call it right after `import torch`.")
@@ -109,7 +140,64 @@ def use(graphs=True):
     except RuntimeError as e:
         raise RuntimeError(TOO_LATE % ("change_current_allocator refused: %s" % e)) from e
     _allocator, _hooks = alloc, tuple(hooked)
+    _graph_trees_off()
     return alloc
+
+
+INDUCTOR_CONFIG = "torch._inductor.config"
+
+
+def _graph_trees_off():
+    """Switches torch.compile's CUDA graph trees off (see GRAPH_TREES_OFF):
+    at once when inductor's config is loaded already, else when it is
+    first imported (by torch.compile; importing it here would load dynamo
+    and inductor into programs that never compile)."""
+    config = sys.modules.get(INDUCTOR_CONFIG)
+    if config is not None:
+        _trees_off_in(config, stacklevel=4)
+    elif not any(isinstance(f, _InductorConfigHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _InductorConfigHook())
+
+
+def _trees_off_in(config, stacklevel):
+    """Turns the trees off in inductor's config module; says so when they
+    were on.  Returns whether they were."""
+    triton = getattr(config, "triton", None)
+    if triton is None or not getattr(triton, "cudagraph_trees", False):
+        return False
+    triton.cudagraph_trees = False
+    warnings.warn(GRAPH_TREES_OFF, CuemmWarning, stacklevel=stacklevel)
+    return True
+
+
+class _InductorConfigHook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """An import hook for torch._inductor.config alone: the module is found
+    and run by the finder that would have loaded it, then its trees are
+    switched off, and the hook removes itself."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != INDUCTOR_CONFIG:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                self._loader = spec.loader
+                spec.loader = self
+                return spec
+        return None
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        try:
+            self._loader.exec_module(module)
+        finally:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+        _trees_off_in(module, stacklevel=2)
 
 
 def is_used():

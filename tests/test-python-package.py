@@ -1,0 +1,127 @@
+"""test-python-package.py: the package cuemm (python/cuemm) apart from its
+framework adapters: its version is configure.ac's AC_INIT and the loaded
+library's cuemm_version_string(); the build's search for cuda.h
+(python/backend/cuemm_build_backend.py) takes CUDA_HOME, then the toolkit
+roots, then NVIDIA's PyPI package, asks pip for that package only when no
+toolkit has the header, and says what to set when nothing has it;
+cuemm.snapshot(), stats_text() and print_stats() report what the device's
+manager holds, on the suite's driver (simcuda unless
+CUEMM_TEST_DRIVER=system).  With CUEMM_PYTHON_INSTALLED=1 the installed
+package is tested instead of the source tree's.  Prints TAP."""
+
+import io
+import os
+import re
+import sys
+import tempfile
+
+build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
+src = os.environ.get("top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+installed = os.environ.get("CUEMM_PYTHON_INSTALLED") == "1"
+if not installed:
+    sys.path.insert(0, os.path.join(src, "python"))
+sys.path.insert(0, os.path.join(src, "python", "backend"))
+
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from taputil import done, ok, raises, skip  # noqa: E402
+
+import cuemm  # noqa: E402
+
+# ---- the version ---------------------------------------------------------------
+
+with open(os.path.join(src, "configure.ac")) as f:
+    ac = re.search(r"AC_INIT\(\[cuemm\],\s*\[([^\]]+)\]", f.read()).group(1)
+ok(cuemm.__version__ == ac, "cuemm.__version__ is configure.ac's AC_INIT version (%s, %s)" % (cuemm.__version__, ac))
+
+# ---- where the build finds cuda.h ------------------------------------------------
+
+try:
+    import cuemm_build_backend as bb
+except ImportError as e:  # setuptools absent: the backend cannot be imported
+    bb = None
+    for name in ("CUDA_HOME with cuda.h", "CUDA_HOME without it", "a toolkit root", "the PyPI package",
+                 "nothing", "extra requirements"):
+        skip("cuda.h search: " + name, "no setuptools (%s)" % e)
+if bb is not None:
+    tmp = tempfile.mkdtemp(prefix="cuemm-cudah-")
+
+    def header(path):
+        os.makedirs(path, exist_ok=True)
+        open(os.path.join(path, "cuda.h"), "w").close()
+        return path
+
+    home_inc = header(os.path.join(tmp, "home", "include"))
+    root_inc = header(os.path.join(tmp, "root", "include"))
+    pkg_inc = header(os.path.join(tmp, "site", "nvidia", "cu13", "include"))
+    none = os.path.join(tmp, "none")
+    site, nosite = [os.path.join(tmp, "site")], [none]
+
+    got = bb.find_cuda_include({"CUDA_HOME": os.path.join(tmp, "home")}, (os.path.join(tmp, "root"),), site)
+    ok(got == home_inc, "cuda.h search: CUDA_HOME first", got)
+    e = raises(lambda: bb.find_cuda_include({"CUDA_HOME": none}, (os.path.join(tmp, "root"),), site),
+               bb.CudaHeaderMissing)
+    ok(isinstance(e, bb.CudaHeaderMissing) and "CUDA_HOME is %s" % none in str(e)
+       and os.path.join(none, "include", "cuda.h") in str(e),
+       "cuda.h search: a CUDA_HOME without it stops the build, naming it", e)
+    got = bb.find_cuda_include({}, (none, os.path.join(tmp, "root")), site)
+    ok(got == root_inc, "cuda.h search: then the toolkit roots, in order", got)
+    got = bb.find_cuda_include({}, (none,), site)
+    ok(got == pkg_inc, "cuda.h search: then the PyPI package (nvidia/cu13/include)", got)
+    e = raises(lambda: bb.find_cuda_include({}, (none,), nosite), bb.CudaHeaderMissing)
+    ok(isinstance(e, bb.CudaHeaderMissing) and "cuda.h not found" in str(e) and "Set CUDA_HOME" in str(e)
+       and "nvidia-cuda-runtime" in str(e) and os.path.join(none, "include", "cuda.h") in str(e),
+       "cuda.h search: nothing found names the files tried, CUDA_HOME and the package", e)
+    ok(bb.extra_requires({}, (none,)) == ["nvidia-cuda-runtime"]
+       and bb.extra_requires({}, (os.path.join(tmp, "root"),)) == []
+       and bb.extra_requires({"CUDA_HOME": none}, (os.path.join(tmp, "root"),)) == [],
+       "extra requirements: the package only where no toolkit has cuda.h")
+
+# ---- reports ---------------------------------------------------------------------
+
+lib_path = os.path.join(build, ".libs", "libcuemm.so.0")
+no_bindings = os.environ.get("CUEMM_PLUGIN_SKIP", "")
+if installed:
+    lib_path = None
+elif not no_bindings and not os.path.exists(lib_path):
+    no_bindings = "no shared library built (%s)" % lib_path
+if no_bindings:
+    print("# bindings not exercised: " + no_bindings)
+    done()
+if lib_path is not None:
+    os.environ["CUEMM_LIBRARY"] = lib_path
+
+ok(cuemm.library_version() == cuemm.__version__,
+   "cuemm_version_string() of the library is cuemm.__version__ (%s)" % cuemm.library_version())
+
+lib = cuemm.load()
+p = lib.cuemm_torch_alloc(3 << 20, 0, None)
+ok(bool(p), "a 3 MiB block through the adapters' entry point")
+s = cuemm.snapshot(0)
+mine = [b for b in s.blocks if b.ptr == p]
+ok(isinstance(s, cuemm.Snapshot) and len(mine) == 1, "snapshot(): a Snapshot listing the block once", s.blocks)
+b = mine[0] if mine else None
+ok(b is not None and isinstance(b, cuemm.Block) and b.state == "live" and b.requested == 3 << 20
+   and b.size >= 3 << 20 and b.chunk >= 0 and b.stream_ordered,
+   "the block: live, 3 MiB requested, in a chunk of the pool, stream-ordered", b)
+ok(len(s.chunks) >= 1 and all(isinstance(c, cuemm.Chunk) and c.size > 0 for c in s.chunks)
+   and b is not None and s.chunks[b.chunk].base <= b.ptr < s.chunks[b.chunk].base + s.chunks[b.chunk].size,
+   "its chunk holds it", s.chunks)
+ok(s.stats["live_bytes"] == cuemm.stats(0)["live_bytes"] and s.pool["enabled"] == 1,
+   "with the statistics and the pool's of the same moment", s.stats)
+ok(sum(x.size for x in s.blocks if x.chunk >= 0) == s.pool["mapped_bytes"],
+   "the pool's blocks tile its mapped memory")
+lib.cuemm_torch_free(p, 3 << 20, 0, None)
+after = [x for x in cuemm.snapshot(0).blocks if x.ptr == p]
+ok(len(after) == 1 and after[0].state == "cached", "freed on its stream: cached", after)
+
+text = cuemm.stats_text(0)
+ok(re.search(r"live +0 B now in 0 allocations; 3\.00 MiB at peak", text) is not None,
+   "stats_text(): cuemm_stats_print's table", text)
+out = io.StringIO()
+cuemm.print_stats(0, file=out)
+ok(out.getvalue() == cuemm.stats_text(0), "print_stats(file=...) writes that table")
+e = raises(lambda: cuemm.snapshot(9), cuemm.CuemmError)
+ok(isinstance(e, cuemm.CuemmError) and "cuemm_device_manager(9)" in str(e),
+   "snapshot of a device that does not exist: CuemmError", e)
+done()
