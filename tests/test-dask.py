@@ -7,12 +7,16 @@ client sets the CUEMM_* settings in each worker before cuemm makes a
 manager there (CUEMM_POOL, the release threshold and the event log,
 checked in the workers' environment and in their pools' figures); a
 workload with no framework allocates through libcuemm (ctypes) in each
-worker; gather_stats brings back both workers' counts and bytes, exactly;
+worker; where Numba (numba-cuda) is importable, each worker makes its Numba
+context first, as dask-cuda's workers do, the plugin puts cuemm's memory
+manager into it, and a Numba device array counts in cuemm's figures;
+gather_stats brings back both workers' counts and bytes, exactly;
 gather_logs brings back both workers' event logs with every row, though the
 rows are still in the workers' thread buffers when it runs.  Prints TAP;
 skips with the reason when dask or distributed is not importable."""
 
 import ctypes
+import importlib.util
 import os
 import subprocess
 import sys
@@ -58,6 +62,22 @@ def workload():
     for i in FREED:
         _lib.check(lib.cuemm_free(m, ptrs[i]), "cuemm_free")
     return os.getpid()
+
+
+def numba_context():
+    """In a worker: Numba's context of device 0 made now, with Numba's own
+    memory manager, as dask-cuda makes it when a worker starts."""
+    from numba import cuda
+    return type(cuda.current_context().memory_manager).__name__
+
+
+def numba_workload(dask_worker):
+    """In a worker: one Numba device array of 8192 bytes, kept by the worker
+    (this function is shipped by value: its own globals do not last)."""
+    import numpy as np
+    from numba import cuda
+    dask_worker.cuemm_test_array = cuda.device_array(8192, dtype=np.uint8)
+    return type(cuda.current_context().memory_manager).__name__
 
 
 def worker_view():
@@ -142,6 +162,13 @@ def main():
         plugin = cd.CuemmPlugin(pool="vmm", pool_release_threshold="64MiB",
                                 env={"CUEMM_LOG": os.path.join(logs, "w-%p.csv")})
         ok(isinstance(plugin, distributed.WorkerPlugin), "CuemmPlugin is a distributed.WorkerPlugin")
+        # With Numba (numba-cuda) importable, each worker makes its Numba
+        # context before the plugin runs, as dask-cuda's workers do.
+        have_numba = importlib.util.find_spec("numba") is not None
+        if have_numba:
+            before = client.run(numba_context)
+            ok(all(v != "CuemmMemoryManager" for v in before.values()),
+               "Numba: each worker's context made first, with Numba's own manager", before)
         client.register_plugin(plugin)
         st = cd.worker_status(client)
         ok(len(st) == 2 and len({v["pid"] for v in st.values()}) == 2, "the plugin ran in both worker processes", st)
@@ -151,6 +178,15 @@ def main():
         ok(all(v["managers_before"] == 0 and not v["errors"] for v in st.values()),
            "before any cuemm manager there, with no error", st)
 
+        if have_numba:
+            ok(all(v["frameworks"].get("numba") == "cuemm (put into the context Numba had made before the plugin ran)"
+                   for v in st.values()), "Numba: the plugin put cuemm's manager into that context", st)
+            after = client.run(numba_workload)
+            ok(all(v == "CuemmMemoryManager" for v in after.values()),
+               "Numba: a device array allocated there goes through cuemm", after)
+        else:
+            print("# Numba (numba-cuda) is not importable: its checks are left out")
+        extra_allocs, extra_live = (1, 8192) if have_numba else (0, 0)
         pids = client.run(workload)
         ok(sorted(pids.values()) == sorted(v["pid"] for v in st.values()), "the workload ran in both workers", pids)
         view = client.run(worker_view)
@@ -159,16 +195,17 @@ def main():
 
         rows = cd.gather_stats(client)
         ok(len(rows) == 2 and {r["worker"] for r in rows} == set(pids), "gather_stats: a row for each worker", rows)
-        ok(all(r.get("allocs") == 7 and r.get("frees") == 3 and r.get("alloc_failures") == 0 for r in rows),
-           "gather_stats: 7 allocations and 3 frees counted in each worker", rows)
-        ok(all(r.get("live_bytes") == LIVE and r.get("peak_bytes", 0) >= LIVE for r in rows),
-           "gather_stats: %d live bytes in each worker" % LIVE, rows)
+        ok(all(r.get("allocs") == 7 + extra_allocs and r.get("frees") == 3 and r.get("alloc_failures") == 0
+               for r in rows), "gather_stats: %d allocations and 3 frees counted in each worker" % (7 + extra_allocs),
+           rows)
+        ok(all(r.get("live_bytes") == LIVE + extra_live and r.get("peak_bytes", 0) >= LIVE + extra_live for r in rows),
+           "gather_stats: %d live bytes in each worker" % (LIVE + extra_live), rows)
         ok(all(r.get("held_bytes", 0) >= LIVE and r.get("pool_mapped", 0) > 0 and r.get("peak_held_bytes", 0) >=
                r.get("held_bytes", 0) and r.get("footprint") is not None and r["footprint"] >= 1 for r in rows),
            "gather_stats: held bytes from the pool, peak held and footprint", rows)
         table = cd.format_stats(rows)
         ok(all(a in table for a in pids) and "total (sum)" in table and "footprint" in table
-           and ("%.1f" % (2 * LIVE / float(MiB))) in table.splitlines()[-1],
+           and ("%.1f" % (2 * (LIVE + extra_live) / float(MiB))) in table.splitlines()[-1],
            "format_stats: one line per worker and the total of live bytes", table)
         print("# " + table.replace("\n", "\n# "))
 
@@ -180,9 +217,10 @@ def main():
                 lines = f.read().splitlines()
             counts[addr] = (lines[:1], sum(1 for ln in lines[1:] if ",allocate," in ln),
                             sum(1 for ln in lines[1:] if ",free," in ln), os.path.basename(path))
-        ok(all(c[0] == ["Thread,Time,Action,Pointer,Size,Stream,Seq,Manager,Call,Held,Events"] and c[1] == 7 and c[2] == 3
-               for c in counts.values()),
-           "gather_logs: each log has the header, 7 allocate and 3 free rows (flushed from the live workers)", counts)
+        ok(all(c[0] == ["Thread,Time,Action,Pointer,Size,Stream,Seq,Manager,Call,Held,Events"]
+               and c[1] == 7 + extra_allocs and c[2] == 3 for c in counts.values()),
+           "gather_logs: each log has the header, %d allocate and 3 free rows (flushed from the live workers)"
+           % (7 + extra_allocs), counts)
         ok(all(c[3] == "cuemm-%s-%d.csv" % (__import__("socket").gethostname(), pids[a]) for a, c in counts.items()),
            "gather_logs: files named after the worker's host and pid", counts)
     finally:
