@@ -254,7 +254,7 @@ def report(out):
 
         spread = max(diff(r) for r in nat[1:])
         floor = 1e-5 * max(abs(x) for x in ref)
-        tol = max(spread, floor)
+        tol = spread if spread > 0 else floor
         lines.append("")
         lines.append("| allocator | run | median step | peak held rank 0 | peak held rank 1 | peak live rank 0 | "
                      "max loss difference from native run 1 | streams allocated on (rank 0, 1) | adapter failures |")
@@ -279,7 +279,7 @@ def report(out):
                for k, v in (("native", nat), ("cuemm", cu))}
         lines.append("")
         lines.append("- losses: native run-to-run spread %.3g; cuemm's largest difference from native run 1 %.3g; "
-                     "tolerance %.3g (the spread, or 1e-5 of the loss where native runs agree exactly): %s"
+                     "tolerance %.3g (the spread; 1e-5 of the loss only where the native runs agree exactly): %s"
                      % (spread, max(diff(r) for r in cu), tol, "within" if ok_loss else "OUTSIDE"))
         lines.append("- step time cuemm/native %.3f (medians of the runs' medians: %.1f / %.1f ms); "
                      "peak held per rank cuemm/native %.3f (%.2f / %.2f GiB, the larger rank)"
