@@ -223,6 +223,14 @@ def main():
            % (7 + extra_allocs), counts)
         ok(all(c[3] == "cuemm-%s-%d.csv" % (__import__("socket").gethostname(), pids[a]) for a, c in counts.items()),
            "gather_logs: files named after the worker's host and pid", counts)
+
+        # A worker that joins later gets the plugin too.
+        cluster.scale(3)
+        client.wait_for_workers(3, timeout=60)
+        st = cd.worker_status(client)
+        new = [v for a, v in st.items() if a not in pids]
+        ok(len(st) == 3 and len(new) == 1 and new[0]["env"].get("CUEMM_POOL") == "vmm" and not new[0]["errors"],
+           "a worker that joins later is set up by the plugin as well", st)
     finally:
         client.close()
         cluster.close()
