@@ -274,7 +274,7 @@ void cuemm__note_held(cuemm_manager *m)
  * free), appended to the message already set.  Driver calls made here only
  * add to the message: one that fails leaves its figure out, never replaces
  * the message.  Lock held; the caller's context is restored. */
-static void oom_where(cuemm_manager *m, size_t size)
+void cuemm__oom_where(cuemm_manager *m, size_t size)
 {
   const cuemm__driver_table *d = m->drv;
   char bus[32] = "";
@@ -375,7 +375,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
       else
         cuemm__error(r, "cuemm_alloc: out of pool memory for %zu bytes (%s) after flushing %zu pending frees "
                      "(%zu bytes), trimming and retrying; %s", size, state, count, bytes, why);
-      oom_where(m, size);
+      cuemm__oom_where(m, size);
     }
   }
   if (r == CUDA_SUCCESS) {
@@ -444,7 +444,7 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
   if (kind == CUEMM__KIND_DEVICE && size > m->st.total_bytes) {
     r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, more than the device's %zu bytes of memory",
                      fn, size, m->st.total_bytes);
-    oom_where(m, size);
+    cuemm__oom_where(m, size);
     goto failed;
   }
   cuemm__ctx_guard g;
@@ -478,7 +478,7 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
                                                  : " after flushing %zu pending frees (%zu bytes) and retrying",
                           m->pending.count, m->pending.bytes);
       if (kind == CUEMM__KIND_DEVICE)
-        oom_where(m, size);
+        cuemm__oom_where(m, size);
     }
     goto failed;
   }
@@ -512,7 +512,7 @@ static __attribute__((noinline)) CUresult pool_refuse(cuemm_manager *m, cuemm__p
   cuemm__lock_acquire(&m->lock);
   m->st.alloc_failures++;
   CUresult r = cuemm__pool_refuse(pool, size);
-  oom_where(m, size);
+  cuemm__oom_where(m, size);
   cuemm__lock_release(&m->lock);
   return r;
 }

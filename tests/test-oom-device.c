@@ -6,8 +6,9 @@
  * manager holds and what the driver says is free on the device.  Checked on
  * the last device (device 1 where there are two) and on device 0, for each
  * way a device allocation runs out: a request larger than the device, the
- * pool's hard limit, the pool out of room after its flush and retry, and (on
- * simcuda) cuMemAlloc failing; the free figure is the manager's device's even
+ * pool's hard limit, the pool out of room after its flush and retry (on the
+ * deferred and the stream-ordered path), managed memory past its limit, and
+ * (on simcuda) cuMemAlloc failing; the free figure is the manager's device's even
  * while another device's context is current, and that context is current
  * again afterwards; driver calls failing while the message is made leave
  * their figure out and keep the rest.
@@ -19,7 +20,7 @@
 #include "testutil.h"
 
 #define MiB ((size_t)1 << 20)
-#define PER_DEVICE 17
+#define PER_DEVICE 21
 #define SIM_ONLY 12
 
 static char msg[2048];
@@ -121,6 +122,23 @@ static void on_device(int ordinal, CUcontext ctx, CUcontext other)
   CHECK_CU(cuemm_free(m, a));
   CHECK_CU(cuemm_destroy(m));
   CHECK_CU(cuStreamDestroy(s));
+
+  /* Managed memory past its limit (CUEMM_MANAGED_LIMIT). */
+  cuemm_config mc = test_config(1000, 1.0);
+  mc.memory = CUEMM_MEMORY_MANAGED;
+  mc.managed_limit = 64 * MiB;
+  CHECK_CU(cuemm_create(&m, ctx, &mc));
+  CHECK_CU(cuemm_alloc(m, &a, 40 * MiB));
+  is(cuemm_alloc(m, &p, 40 * MiB), CUDA_ERROR_OUT_OF_MEMORY, "device %d: managed memory past its limit", ordinal);
+  grab();
+  like(msg, "out of managed memory for 41943040 bytes", "device %d: the managed pool's message, as before", ordinal);
+  like(msg, dev, "device %d: and the device", ordinal);
+  cuemm_managed_stats ms;
+  CHECK_CU(cuemm_managed_get_stats(m, &ms));
+  snprintf(want, sizeof want, "41943040 bytes requested, %zu held by this manager, ", ms.held_bytes);
+  like(msg, want, "device %d: requested and held (%zu bytes of segments)", ordinal, ms.held_bytes);
+  CHECK_CU(cuemm_free(m, a));
+  CHECK_CU(cuemm_destroy(m));
 
   if (!sim_present) {
     skip(SIM_ONLY, SIM_REASON);
