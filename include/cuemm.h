@@ -474,7 +474,12 @@ CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m);
  * Errors: CUDA_ERROR_INVALID_VALUE for p == NULL or size == 0 (as cuMemAlloc);
  * CUDA_ERROR_OUT_OF_MEMORY when the retry failed too, or size exceeds the
  * device's memory; the message names the size (and, for the pool, its
- * mapped and used bytes and its largest free block); a driver error of the
+ * mapped and used bytes and its largest free block), then the device (its
+ * ordinal and PCI bus id), the bytes requested, the bytes the manager holds
+ * and the device's free and total bytes as cuMemGetInfo gives them
+ * ("; device 1 (PCI 0000:3b:00.0): 4096 bytes requested, 3145728 held by
+ * this manager, 1048576 free of 85017755648 on the device (cuMemGetInfo)";
+ * a figure the driver cannot give is left out); a driver error of the
  * pool's growth (cuMemCreate, cuMemMap, cuMemSetAccess) as reported, with
  * the call named, after the growth step was undone.
  * With cuemm_config.memory = CUEMM_MEMORY_MANAGED or CUEMM_MEMORY_SYSTEM,
@@ -1080,6 +1085,16 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m);
  * that cannot be written later (a full disk) stops the log with one
  * message on stderr, counted in cuemm_stats.log_lost, and the program's
  * allocations go on. */
+
+/* Writes every row of the manager's event log still buffered (by any of
+ * its threads, running or not) to the file now, so that a program, or a
+ * tool collecting the logs of many processes (cuemm.dask.gather_logs),
+ * reads a complete file while the program runs.  Does nothing when the
+ * manager has no log.  Thread-safe; the threads writing rows wait for the
+ * moment their buffer is written.
+ * Errors: CUDA_ERROR_INVALID_VALUE for m == NULL.  A file that cannot be
+ * written stops the log as described above (cuemm_stats.log_lost). */
+CUEMM_EXTERN CUresult cuemm_log_flush(cuemm_manager *m);
 
 /* Writes the manager's statistics as a short table to `f` (NULL: stderr):
  * live and peak bytes, held and peak held bytes and the footprint (peak

@@ -353,6 +353,7 @@ static CUresult take_slow(cuemm_manager *m, size_t size, CUdeviceptr *p, uint32_
       else
         cuemm__error(r, "cuemm_alloc: out of managed memory for %zu bytes after flushing %zu pending frees (%zu "
                      "bytes), releasing free segments and retrying; %s", size, count, bytes, why);
+      cuemm__oom_where(m, size);
     }
   }
   if (r == CUDA_SUCCESS)

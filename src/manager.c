@@ -273,6 +273,31 @@ void cuemm__note_held(cuemm_manager *m)
     m->st.peak_held_bytes = h;
 }
 
+/* What an operator needs first when one rank of many runs out of memory:
+ * which device (ordinal, and the PCI bus id that nvidia-smi prints), and the
+ * figures (what was asked, what this manager holds, what the driver says is
+ * free), appended to the message already set.  Driver calls made here only
+ * add to the message: one that fails leaves its figure out, never replaces
+ * the message.  Lock held; the caller's context is restored. */
+void cuemm__oom_where(cuemm_manager *m, size_t size)
+{
+  const cuemm__driver_table *d = m->drv;
+  char bus[32] = "";
+  if (d->DeviceGetPCIBusId && d->DeviceGetPCIBusId(bus, (int)sizeof bus, m->dev) != CUDA_SUCCESS)
+    bus[0] = 0;
+  size_t f = 0, t = 0;
+  int have_free = 0, pushed = 0;
+  CUcontext cur = NULL, popped = NULL;
+  if (d->CtxGetCurrent(&cur) == CUDA_SUCCESS && (cur == m->ctx || (pushed = d->CtxPushCurrent(m->ctx) == CUDA_SUCCESS)))
+    have_free = d->MemGetInfo(&f, &t) == CUDA_SUCCESS;
+  if (pushed)
+    d->CtxPopCurrent(&popped);
+  cuemm__error_append("; device %d%s%s%s: %zu bytes requested, %zu held by this manager", (int)m->dev,
+                      bus[0] ? " (PCI " : "", bus, bus[0] ? ")" : "", size, cuemm__held_bytes(m));
+  if (have_free)
+    cuemm__error_append(", %zu free of %zu on the device (cuMemGetInfo)", f, t);
+}
+
 /* The stream-ordered path's live bytes count in the peak, sampled: its
  * threads keep their counts apart.  Lock held. */
 static void note_stream_peak(cuemm_manager *m)
@@ -355,6 +380,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
       else
         cuemm__error(r, "cuemm_alloc: out of pool memory for %zu bytes (%s) after flushing %zu pending frees "
                      "(%zu bytes), trimming and retrying; %s", size, state, count, bytes, why);
+      cuemm__oom_where(m, size);
     }
   }
   if (r == CUDA_SUCCESS) {
@@ -435,6 +461,7 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
   if (kind == CUEMM__KIND_DEVICE && size > m->st.total_bytes) {
     r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, more than the device's %zu bytes of memory",
                      fn, size, m->st.total_bytes);
+    cuemm__oom_where(m, size);
     goto failed;
   }
   cuemm__ctx_guard g;
@@ -463,10 +490,13 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
   if (r != CUDA_SUCCESS) {
     cuemm__ctx_leave(m, &g, r);
     cuemm__driver_error(r, "%s(%zu bytes)", call, size);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
       cuemm__error_append(m->pending.defer_depth ? " after a retry; a defer scope is open, so %zu pending frees (%zu bytes) were held back"
                                                  : " after flushing %zu pending frees (%zu bytes) and retrying",
                           m->pending.count, m->pending.bytes);
+      if (kind == CUEMM__KIND_DEVICE)
+        cuemm__oom_where(m, size);
+    }
     goto failed;
   }
   /* The allocation is recorded; a failed restore is reported, and the
@@ -498,8 +528,13 @@ static __attribute__((noinline)) CUresult pool_refuse(cuemm_manager *m, cuemm__p
 {
   cuemm__lock_acquire(&m->lock);
   m->st.alloc_failures++;
-  CUresult r = cuemm__pool_is_suspended(pool) ? cuemm__pool_refuse_suspended(pool, "cuemm_alloc")
-                                              : cuemm__pool_refuse(pool, size);
+  CUresult r;
+  if (cuemm__pool_is_suspended(pool)) {
+    r = cuemm__pool_refuse_suspended(pool, "cuemm_alloc");
+  } else {
+    r = cuemm__pool_refuse(pool, size);
+    cuemm__oom_where(m, size);
+  }
   cuemm__lock_release(&m->lock);
   return r;
 }
@@ -666,6 +701,15 @@ CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p)
   if (__builtin_expect(m->log != NULL, 0))
     return free_logged(m, p);
   return cuemm__free_device(m, p, NULL);
+}
+
+/* ---- the event log ---------------------------------------------------------- */
+
+CUEMM_EXTERN CUresult cuemm_log_flush(cuemm_manager *m)
+{
+  CHECK_MANAGER(m, "cuemm_log_flush");
+  cuemm__log_flush(m->log);
+  return CUDA_SUCCESS;
 }
 
 /* ---- defer scopes --------------------------------------------------------- */

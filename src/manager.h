@@ -100,6 +100,10 @@ void cuemm__account_alloc(cuemm_manager *m, size_t size);
 size_t cuemm__held_bytes(const cuemm_manager *m);
 /* Raises peak_held_bytes to what is held now.  Lock held. */
 void cuemm__note_held(cuemm_manager *m);
+/* Appends to the thread's message what an out-of-memory failure of m needs
+ * said: the device (ordinal, PCI bus id), the bytes requested, held by m
+ * and free of total on the device.  Lock held. */
+void cuemm__oom_where(cuemm_manager *m, size_t size);
 
 /* cuemm_get_stats and cuemm_pool_get_stats with the lock held. */
 void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s);

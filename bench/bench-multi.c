@@ -1,0 +1,230 @@
+/* bench-multi.c: one process driving two GPUs, a thread per device.
+ *
+ * Each device has its own manager (a pool over its primary context) and its
+ * own thread; the thread works on 4 streams of its device in turn, each
+ * stream keeping 16 live blocks: it allocates a block with
+ * cuemm_alloc_async and frees the stream's oldest with cuemm_free_async (a
+ * pair), at sizes 256 B .. 1 MiB in a fixed mix.  Measured for a fixed time,
+ * after a warm-up that fills the pools:
+ *   - device 0 alone (one thread), device 1 alone;
+ *   - both at once, a thread each: the aggregate pairs per second, against
+ *     one device's (the mean of the two alone); two devices share nothing in
+ *     cuemm but the process, so the target is at least 1.9x;
+ *   - the same with the driver's stream-ordered pool (cuMemAllocAsync +
+ *     cuMemFreeAsync on each device's default pool, release threshold at the
+ *     maximum), where the driver has it.
+ * Medians of the rounds; the devices' managers' held bytes at the end.
+ * With one device it says so and stops (exit status 0).
+ *
+ * Usage: bench-multi [--quick]
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BENCH_NAME "bench-multi"
+#include "bench.h"
+
+#define STREAMS 4
+#define LIVE 16
+#define NDEV 2
+#define CHECK_EVERY 64
+
+static const size_t sizes[] = { 256, 4096, 24576, 65536, 3072, 200704, 1 << 20, 512, 131072, 8192, 524288, 1536 };
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+typedef struct device_side {
+  int ordinal;
+  CUdevice dev;
+  CUcontext ctx;
+  cuemm_manager *m;
+  CUstream s[STREAMS];
+  int driver_pool; /* cuMemAllocAsync usable here */
+} device_side;
+
+static device_side sides[NDEV];
+
+typedef struct worker {
+  device_side *d;
+  int driver;              /* 1: the driver's pool instead of cuemm */
+  pthread_barrier_t *start;
+  atomic_int *stop;
+  unsigned long long pairs;
+} worker;
+
+static void alloc_on(const worker *w, CUdeviceptr *p, size_t size, CUstream s)
+{
+  if (w->driver)
+    CHECK(cuMemAllocAsync(p, size, s));
+  else
+    CHECK(cuemm_alloc_async(w->d->m, p, size, s));
+}
+
+static void free_on(const worker *w, CUdeviceptr p, CUstream s)
+{
+  if (w->driver)
+    CHECK(cuMemFreeAsync(p, s));
+  else
+    CHECK(cuemm_free_async(w->d->m, p, s));
+}
+
+static void *work(void *arg)
+{
+  worker *w = arg;
+  CHECK(cuCtxSetCurrent(w->d->ctx));
+  CUdeviceptr live[STREAMS][LIVE];
+  unsigned k = (unsigned)w->d->ordinal * 5; /* the devices start at other points of the mix */
+  for (int s = 0; s < STREAMS; s++)
+    for (int i = 0; i < LIVE; i++)
+      alloc_on(w, &live[s][i], sizes[k++ % NSIZES], w->d->s[s]);
+  /* Warm-up: a few rounds of the loop below, so the pools have grown. */
+  for (int r = 0; r < 4 * LIVE; r++)
+    for (int s = 0; s < STREAMS; s++) {
+      int i = r % LIVE;
+      free_on(w, live[s][i], w->d->s[s]);
+      alloc_on(w, &live[s][i], sizes[k++ % NSIZES], w->d->s[s]);
+    }
+  pthread_barrier_wait(w->start);
+  unsigned long long n = 0;
+  int i = 0;
+  while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
+    for (int c = 0; c < CHECK_EVERY; c++) {
+      int s = c % STREAMS;
+      free_on(w, live[s][i], w->d->s[s]);
+      alloc_on(w, &live[s][i], sizes[k++ % NSIZES], w->d->s[s]);
+      if (s == STREAMS - 1)
+        i = (i + 1) % LIVE;
+    }
+    n += CHECK_EVERY;
+  }
+  w->pairs = n;
+  for (int s = 0; s < STREAMS; s++) {
+    for (int j = 0; j < LIVE; j++)
+      free_on(w, live[s][j], w->d->s[s]);
+    CHECK(cuStreamSynchronize(w->d->s[s]));
+  }
+  return NULL;
+}
+
+/* Aggregate pairs per second of a thread on each device in `which` (a bit
+ * per device) for `ms` milliseconds. */
+static double run(unsigned which, int driver, double ms)
+{
+  pthread_t t[NDEV];
+  worker w[NDEV];
+  pthread_barrier_t start;
+  atomic_int stop = 0;
+  int n = 0;
+  for (int d = 0; d < NDEV; d++)
+    n += (which >> d) & 1;
+  pthread_barrier_init(&start, NULL, (unsigned)n + 1);
+  for (int d = 0, j = 0; d < NDEV; d++) {
+    if (!((which >> d) & 1))
+      continue;
+    w[j] = (worker){ &sides[d], driver, &start, &stop, 0 };
+    pthread_create(&t[j], NULL, work, &w[j]);
+    j++;
+  }
+  pthread_barrier_wait(&start);
+  double t0 = now_ns();
+  struct timespec sl = { (time_t)(ms / 1000), (long)((ms - (double)(long)(ms / 1000) * 1000) * 1e6) };
+  nanosleep(&sl, NULL);
+  atomic_store(&stop, 1);
+  unsigned long long total = 0;
+  for (int j = 0; j < n; j++) {
+    pthread_join(t[j], NULL);
+    total += w[j].pairs;
+  }
+  double secs = (now_ns() - t0) / 1e9;
+  pthread_barrier_destroy(&start);
+  return (double)total / secs;
+}
+
+int main(int argc, char **argv)
+{
+  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  cuemm_driver_info info;
+  CHECK(cuemm_driver_load());
+  CHECK(cuemm_driver_get_info(&info));
+  int count = 0;
+  CHECK(cuDeviceGetCount(&count));
+  printf("# " BENCH_NAME ": cuemm %s, driver %d (%s), %d devices%s\n", cuemm_version_string(), info.version,
+         info.path, count, quick ? ", quick mode" : "");
+  if (count < NDEV) {
+    printf("# " BENCH_NAME ": skipped: it compares two devices driven at once with one, and this machine shows %d "
+           "device%s (check CUDA_VISIBLE_DEVICES)\n", count, count == 1 ? "" : "s");
+    return 0;
+  }
+  int driver_pool = 1;
+  for (int d = 0; d < NDEV; d++) {
+    device_side *x = &sides[d];
+    char name[128], bus[32];
+    x->ordinal = d;
+    CHECK(cuDeviceGet(&x->dev, d));
+    CHECK(cuDeviceGetName(name, sizeof name, x->dev));
+    CHECK(cuDeviceGetPCIBusId(bus, sizeof bus, x->dev));
+    CHECK(cuDevicePrimaryCtxRetain(&x->ctx, x->dev));
+    CHECK(cuCtxSetCurrent(x->ctx));
+    cuemm_config c;
+    CHECK(cuemm_config_init(&c));
+    c.pool = CUEMM_POOL_VMM;
+    c.pool_release_threshold = (size_t)1 << 46;
+    CHECK(cuemm_create(&x->m, x->ctx, &c));
+    for (int s = 0; s < STREAMS; s++)
+      CHECK(cuStreamCreate(&x->s[s], CU_STREAM_NON_BLOCKING));
+    x->driver_pool = bench_async_setup(x->dev);
+    driver_pool &= x->driver_pool;
+    printf("# device %d: %s, PCI %s\n", d, name, bus);
+  }
+  CHECK(cuCtxSetCurrent(NULL));
+
+  double ms = quick ? 50 : 300;
+  int rounds = quick ? 1 : 7;
+  printf("\n## alloc+free pairs, a thread per device, %d streams each, %d live blocks per stream, sizes 256 B .. "
+         "1 MiB: Mpairs/s (median of %d rounds of %.0f ms)\n", STREAMS, LIVE, rounds, ms);
+  static const struct { const char *name; unsigned which; } configs[] = {
+    { "device 0 alone", 1u }, { "device 1 alone", 2u }, { "devices 0 and 1 at once", 3u } };
+  double med[2][3];
+  for (int drv = 0; drv < 2; drv++) {
+    for (int k = 0; k < 3; k++) {
+      double v[16];
+      for (int r = 0; r < rounds; r++)
+        v[r] = drv && !driver_pool ? 0 : run(configs[k].which, drv, ms) / 1e6;
+      med[drv][k] = median(v, rounds);
+    }
+  }
+  double one_c = (med[0][0] + med[0][1]) / 2, one_d = (med[1][0] + med[1][1]) / 2;
+  printf("%-26s %14s %12s %18s %12s\n", "", "cuemm", "vs one", "AllocAsync+Free", "vs one");
+  for (int k = 0; k < 3; k++) {
+    printf("%-26s %14.2f %11.2fx", configs[k].name, med[0][k], med[0][k] / one_c);
+    if (driver_pool)
+      printf(" %18.2f %11.2fx\n", med[1][k], med[1][k] / one_d);
+    else
+      printf(" %18s %12s\n", "n/a", "");
+  }
+  double ratio = med[0][2] / one_c;
+  printf("\nboth devices / one device (cuemm): %.2fx (target at least 1.9x): %s\n", ratio,
+         ratio >= 1.9 ? "met" : "NOT met");
+
+  printf("\n## each device's manager at the end\n");
+  for (int d = 0; d < NDEV; d++) {
+    cuemm_stats st;
+    CHECK(cuemm_get_stats(sides[d].m, &st));
+    printf("device %d: held %.1f MiB, peak held %.1f MiB, %llu allocations, %llu failed\n", d,
+           (double)st.held_bytes / (1 << 20), (double)st.peak_held_bytes / (1 << 20),
+           (unsigned long long)st.allocs, (unsigned long long)st.alloc_failures);
+  }
+  for (int d = 0; d < NDEV; d++) {
+    CHECK(cuCtxSetCurrent(sides[d].ctx));
+    for (int s = 0; s < STREAMS; s++) {
+      CHECK(cuemm_stream_release(sides[d].m, sides[d].s[s]));
+      CHECK(cuStreamDestroy(sides[d].s[s]));
+    }
+    CHECK(cuemm_destroy(sides[d].m));
+    CHECK(cuCtxSetCurrent(NULL));
+    CHECK(cuDevicePrimaryCtxRelease(sides[d].dev));
+  }
+  return 0;
+}

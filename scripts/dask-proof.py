@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""dask-proof.py: a Dask cluster of two GPU workers on CuPy's memory pool and
+on cuemm (cuemm.dask.CuemmPlugin), for scripts/gpu-multi.sh.
+
+    scripts/dask-proof.py OUTDIR [--n N] [--repeats R]
+
+For each allocator in turn, a fresh dask_cuda.LocalCUDACluster of two
+workers, one per GPU (CUDA_VISIBLE_DEVICES 0 and 1; a distributed
+SpecCluster of two Nannies, each given one GPU, where dask_cuda is not
+importable), runs the same dask.array workload on CuPy chunks of mixed sizes
+R times (the first a warm-up): a random N x N float64 matrix in row and
+column chunks of 1000 to 4000, elementwise work, reductions (sum, mean, std
+along each axis), a matrix product x @ x.T reduced by rows, and a rechunk to
+square chunks of another size, which moves most of the data between the
+workers, reduced again.  Results are compared between the allocators (they
+must be equal to within 1e-9 of each result's largest magnitude: the
+order in which dask sums partial results may differ from run to run); the table gives the wall time of
+each repeat after the warm-up (median), and the peak memory each worker held
+from the driver: CuPy's pool's total_bytes() at its highest (read after
+every allocation) and cuemm's peak_held_bytes (cuemm.dask.gather_stats).
+The cuemm run also writes each worker's statistics table and event logs
+(cuemm.dask.gather_logs) to OUTDIR.  Writes OUTDIR/dask-proof.md and .json;
+exit status 1 when the results differ or a run failed.
+
+NVLink multicast stays off: NCCL_NVLS_ENABLE=0 and
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are set for this process and its workers.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+GiB = float(1 << 30)
+
+# ---- in the workers ---------------------------------------------------------------
+
+_track = {"peak": 0, "held": None}
+
+
+def install_tracking(mode):
+    """Puts a thin wrapper around the worker's CuPy allocator that keeps the
+    highest figure of what the allocator holds, read after each allocation
+    (CuPy's pool has no peak figure of its own).  The same wrapper runs in
+    both modes, so that both pay for it."""
+    import cupy
+    if mode == "cupy":
+        pool = cupy.get_default_memory_pool()
+        inner, held = pool.malloc, pool.total_bytes
+    else:
+        import cuemm.cupy
+        inner, held = cuemm.cupy.malloc, (lambda: 0)
+    _track["peak"] = 0
+
+    def malloc(size):
+        p = inner(size)
+        h = held()
+        if h > _track["peak"]:
+            _track["peak"] = h
+        return p
+
+    cupy.cuda.set_allocator(malloc)
+    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())["name"].decode()
+
+
+def tracked_peak():
+    return _track["peak"]
+
+
+def workload(n, seed):
+    """The dask.array graph: a dict of small results (dask arrays)."""
+    import cupy
+    import dask.array as da
+    sizes = [1000, 3000, 2000, 4000]
+    chunks, left, i = [], n, 0
+    while left > 0:
+        c = min(sizes[i % len(sizes)], left)
+        chunks.append(c)
+        left -= c
+        i += 1
+    rs = da.random.RandomState(seed, RandomState=cupy.random.RandomState)
+    x = rs.random_sample((n, n), chunks=(tuple(chunks), tuple(reversed(chunks))))
+    y = da.sin(x) * 2.0 + x ** 2 - 1.0
+    out = {
+        "sum0": y.sum(axis=0),
+        "mean1": y.mean(axis=1),
+        "std0": x.std(axis=0),
+        "total": y.sum(),
+        "gram_rows": (x @ x.T).sum(axis=1),
+        "rechunked": (y.rechunk((2500, 2500)) * x.rechunk((2500, 2500))).sum(axis=1),
+    }
+    # Brought back as NumPy arrays, converted in the workers: the client
+    # itself makes no CUDA allocation.
+    import numpy as np
+    return {k: v.map_blocks(cupy.asnumpy, dtype=v.dtype, meta=np.empty((0,) * v.ndim, dtype=v.dtype))
+            for k, v in out.items()}
+
+
+# ---- the driver ---------------------------------------------------------------------
+
+def make_cluster():
+    try:
+        from dask_cuda import LocalCUDACluster
+        return LocalCUDACluster(n_workers=2, CUDA_VISIBLE_DEVICES="0,1", threads_per_worker=1,
+                                dashboard_address=None, silence_logs=40), "dask_cuda.LocalCUDACluster"
+    except ImportError as e:
+        why = str(e)
+    from distributed import Nanny, Scheduler, SpecCluster
+    workers = {i: {"cls": Nanny, "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": "%d,%d" % (i, 1 - i),
+                                                                    "NCCL_NVLS_ENABLE": "0",
+                                                                    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}}}
+               for i in range(2)}
+    return (SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
+                        silence_logs=40),
+            "distributed.SpecCluster of 2 Nannies (dask_cuda not importable: %s)" % why)
+
+
+def run_mode(mode, a, out):
+    import dask
+    import numpy as np
+    from distributed import Client
+    import cuemm.dask as cd
+    t0 = time.time()
+    cluster, kind = make_cluster()
+    client = Client(cluster)
+    res = {"mode": mode, "cluster": kind}
+    try:
+        if mode == "cuemm":
+            client.register_plugin(cd.CuemmPlugin(cupy=True,
+                                                  log=os.path.join(out, "cuemm-dask-%p.csv")))
+            res["status"] = cd.worker_status(client)
+        res["devices"] = client.run(install_tracking, mode)
+        res["startup_s"] = time.time() - t0
+        times, result = [], None
+        for r in range(a.repeats):
+            graph = workload(a.n, a.seed)
+            t = time.perf_counter()
+            got = dask.compute(graph)[0]
+            times.append(time.perf_counter() - t)
+            result = {k: np.asarray(v) for k, v in got.items()}
+        res["times_s"] = times
+        res["median_s"] = statistics.median(times[1:] if len(times) > 1 else times)
+        if mode == "cuemm":
+            rows = cd.gather_stats(client)
+            res["peaks"] = {r["worker"]: r.get("peak_held_bytes") for r in rows}
+            res["stats_rows"] = rows
+            table = cd.format_stats(rows)
+            res["table"] = table
+            with open(os.path.join(out, "dask-cuemm-stats.txt"), "w") as f:
+                f.write(table + "\n")
+            res["logs"] = cd.gather_logs(client, os.path.join(out, "dask-logs"))
+            res["adapter_failures"] = client.run(lambda: __import__("cuemm").adapter_stats()["alloc_failures"])
+        else:
+            res["peaks"] = client.run(tracked_peak)
+        return res, result
+    finally:
+        client.close()
+        cluster.close()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("out")
+    p.add_argument("--n", type=int, default=20000)
+    p.add_argument("--repeats", type=int, default=4)
+    p.add_argument("--seed", type=int, default=42)
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    out = os.path.abspath(a.out)
+    try:
+        import cupy  # noqa: F401
+        import dask.array  # noqa: F401
+        import distributed  # noqa: F401
+        import cuemm.dask  # noqa: F401
+    except ImportError as e:
+        print("dask-proof: skipped: %s is not importable" % e)
+        return 2
+    import numpy as np
+    runs, results, failed = {}, {}, []
+    for mode in ("cupy", "cuemm"):
+        try:
+            runs[mode], results[mode] = run_mode(mode, a, out)
+        except Exception as e:
+            import traceback
+            traceback.print_exc()
+            failed.append("%s run failed: %s" % (mode, e))
+    lines = ["### Dask: two GPU workers, dask.array on CuPy chunks of mixed sizes (N = %d, %d repeats, "
+             "the first a warm-up)" % (a.n, a.repeats), ""]
+    maxrel = None
+    if len(results) == 2:
+        maxrel = 0.0
+        for k in results["cupy"]:
+            x, y = results["cupy"][k], results["cuemm"][k]
+            # Relative to the result's largest magnitude: elements near zero
+            # (sums of signed terms) would make an element-wise ratio meaningless.
+            den = max(float(np.max(np.abs(x))), 1e-300)
+            maxrel = max(maxrel, float(np.max(np.abs(x - y))) / den)
+        if maxrel > 1e-9:
+            failed.append("results differ (largest relative difference %.3g)" % maxrel)
+    if runs:
+        any_run = next(iter(runs.values()))
+        lines.append("cluster: %s; devices: %s" % (any_run["cluster"], ", ".join(sorted(set(
+            any_run.get("devices", {}).values())))))
+        lines.append("")
+        lines.append("| allocator | median wall time | repeats | peak held, worker 1 | peak held, worker 2 |")
+        lines.append("|---|---|---|---|---|")
+        for mode in ("cupy", "cuemm"):
+            r = runs.get(mode)
+            if not r:
+                lines.append("| %s | failed | | | |" % mode)
+                continue
+            pk = [r["peaks"][w] for w in sorted(r["peaks"])]
+            lines.append("| %s | %.3f s | %s | %.2f GiB | %.2f GiB |" % (
+                "CuPy's pool" if mode == "cupy" else "cuemm", r["median_s"],
+                ", ".join("%.3f" % t for t in r["times_s"]), pk[0] / GiB, pk[-1] / GiB))
+        if len(runs) == 2:
+            c, u = runs["cupy"], runs["cuemm"]
+            tc, tu = c["median_s"], u["median_s"]
+            mc = max(c["peaks"].values())
+            mu = max(u["peaks"].values())
+            lines.append("")
+            lines.append("- time cuemm/CuPy pool %.3f; peak held (the larger worker) cuemm/CuPy pool %.3f "
+                         "(target: at most 1): %s" % (tu / tc if tc else float("nan"), mu / mc if mc else float("nan"),
+                                                      "met" if mu <= mc else "NOT met"))
+            lines.append("- results: largest relative difference %.3g (%s)" % (
+                maxrel, "equal" if maxrel is not None and maxrel <= 1e-9 else "DIFFERENT"))
+            fails = sum(u.get("adapter_failures", {}).values())
+            lines.append("- cuemm adapter failures in the workers: %d; plugin: %s" % (
+                fails, "; ".join("%s %s" % (w, s.get("frameworks")) for w, s in sorted(u["status"].items()))))
+            if fails:
+                failed.append("%d cuemm adapter failures" % fails)
+            lines.append("")
+            lines.append("cuemm.dask.gather_stats:")
+            lines.append("```")
+            lines.append(u["table"])
+            lines.append("```")
+    if failed:
+        lines.append("FAILED: " + "; ".join(failed))
+    else:
+        lines.append("dask proof: all checks passed")
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(out, "dask-proof.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(out, "dask-proof.json"), "w") as f:
+        json.dump({k: {kk: vv for kk, vv in v.items() if kk != "stats_rows"} for k, v in runs.items()}, f,
+                  indent=1, default=str)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""torchrun-proof.py: data-parallel training over NCCL on PyTorch's allocator
+and on cuemm, for scripts/gpu-multi.sh.
+
+Two uses:
+
+  torchrun --standalone --nproc-per-node 2 scripts/torchrun-proof.py \\
+      --mode ddp|fsdp --alloc native|cuemm --out DIR --run N [--steps S]
+      One launch: every rank trains the same small decoder-only transformer
+      (8 blocks, d 768, 12 heads, vocab 16384, no dropout) with AdamW at
+      variable sequence lengths (batch 8 per rank, lengths 64..1024 chosen
+      per step from the seed, the same on every rank and in every run; each
+      rank's tokens its own).  ddp: DistributedDataParallel (gradient
+      buckets all-reduced on NCCL's stream while backward runs); fsdp:
+      torch.distributed.fsdp.fully_shard on every block and the root
+      (parameters all-gathered and gradients reduce-scattered on FSDP's own
+      streams).  With --alloc cuemm, `cuemm.torch.use()` runs in each rank
+      before its first CUDA tensor, and each rank writes cuemm's event log
+      (CUEMM_LOG) to DIR.  TORCH_NCCL_AVOID_RECORD_STREAMS=0: c10d calls
+      record_stream on the tensors its collectives use; every step also
+      all-reduces its loss asynchronously on a side stream, the buffer
+      recorded there with Tensor.record_stream.  Rank 0 writes
+      DIR/MODE-ALLOC-N.json: the global loss of every step (all-reduced
+      mean), the median step time after the warm-up, and per rank the peak
+      memory held from the driver (native: torch.cuda.max_memory_reserved;
+      cuemm: cuemm.torch.max_memory_reserved, its peak_held_bytes), and for
+      cuemm the adapters' failures (cuemm.torch.adapter_stats()) and the
+      streams the rank's allocations were made on (from its log).
+
+  scripts/torchrun-proof.py --report DIR
+      Reads every DIR/*.json and prints one table per mode: for each
+      allocator its runs' median step times and peak memory per rank; the
+      largest difference of the losses between native runs (the run-to-run
+      spread) and between each cuemm run and the first native run; whether
+      cuemm stayed within the spread (a floor of 1e-5 of the loss where the
+      native runs agree exactly); adapter failures.  Writes DIR/torchrun.md;
+      exit status 1 when a check failed or a run is missing.
+
+NVLink multicast stays off: NCCL_NVLS_ENABLE=0 and
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are set here too.
+"""
+import argparse
+import ctypes
+import glob
+import json
+import os
+import random
+import statistics
+import sys
+import time
+
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ.setdefault("TORCH_NCCL_AVOID_RECORD_STREAMS", "0")
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+
+VOCAB, D, HEADS, LAYERS, BATCH = 16384, 768, 12, 8, 8
+LO, HI = 64, 1024
+GiB = float(1 << 30)
+
+
+def build_model(torch):
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(D)
+            self.qkv = nn.Linear(D, 3 * D)
+            self.proj = nn.Linear(D, D)
+            self.ln2 = nn.LayerNorm(D)
+            self.fc1 = nn.Linear(D, 4 * D)
+            self.fc2 = nn.Linear(4 * D, D)
+
+        def forward(self, x):
+            b, n, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, n, D))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(VOCAB, D)
+            self.pos = nn.Embedding(HI, D)
+            self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+            self.norm = nn.LayerNorm(D)
+            self.head = nn.Linear(D, VOCAB, bias=False)
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(self.norm(x))
+
+    return Decoder()
+
+
+def nccl_version(torch):
+    try:
+        v = torch.cuda.nccl.version()
+        return ".".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
+    except Exception:
+        return "?"
+
+
+def flush_log(device):
+    """Writes cuemm's buffered log rows of this rank (cuemm_log_flush)."""
+    from cuemm import _lib
+    lib = _lib.load()
+    fn = getattr(lib, "cuemm_log_flush", None)
+    if fn is None:
+        return
+    fn.restype, fn.argtypes = ctypes.c_int, (ctypes.c_void_p,)
+    fn(_lib.device_manager(device))
+
+
+def log_streams(path):
+    """(allocation rows, {stream: allocations}) of a cuemm event log."""
+    rows, streams = 0, {}
+    try:
+        with open(path) as f:
+            next(f, None)
+            for line in f:
+                c = line.split(",")
+                if len(c) > 5 and c[2] == "allocate":
+                    rows += 1
+                    streams[c[5]] = streams.get(c[5], 0) + 1
+    except OSError:
+        pass
+    return rows, streams
+
+
+def train(a):
+    rank = int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    log = None
+    if a.alloc == "cuemm":
+        log = os.path.join(os.path.abspath(a.out), "cuemm-%s-%d-rank%d.csv" % (a.mode, a.run, rank))
+        os.environ["CUEMM_LOG"] = log
+    import torch
+    import torch.distributed as dist
+    if a.alloc == "cuemm":
+        import cuemm.torch as ct
+        ct.use()
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    dist.init_process_group("nccl", device_id=dev)
+    world = dist.get_world_size()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    torch.manual_seed(a.seed)  # the same initial weights on every rank
+    model = build_model(torch).to(dev)
+    if a.mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model, device_ids=[local], bucket_cap_mb=8)
+    else:
+        from torch.distributed.fsdp import fully_shard
+        for blk in model.blocks:
+            fully_shard(blk)
+        fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    F = torch.nn.functional
+    side = torch.cuda.Stream(device=dev)
+    lengths = [random.Random(a.seed * 7919 + s).randint(LO, HI) for s in range(a.steps)]
+    gen = torch.Generator().manual_seed(a.seed * 1000003 + rank)
+    losses, times, pending = [], [], []
+    for step in range(a.steps):
+        n = lengths[step]
+        idx = torch.randint(VOCAB, (BATCH, n + 1), generator=gen).to(dev, non_blocking=False)
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        logits = model(idx[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB).float(), idx[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        # The step's loss all-reduced on a side stream: a communication
+        # buffer made on the compute stream, used by NCCL from the side
+        # stream, recorded there (record_stream) and dropped at once.
+        buf = loss.detach().reshape(1).clone()
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            buf.record_stream(side)
+            work = dist.all_reduce(buf, op=dist.ReduceOp.SUM, async_op=True)
+            work.wait()  # the side stream waits for NCCL's; the host does not
+            out = buf.clone()
+        pending.append(out)
+        del buf, work
+        torch.cuda.synchronize(dev)
+        if step >= a.warm:
+            times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize(dev)
+    losses = [float(out.item()) / world for out in pending]
+    if a.alloc == "cuemm":
+        import cuemm.torch as ct
+        peak = ct.max_memory_reserved(local)
+        adapter = ct.adapter_stats()
+        adapter = {k: v for k, v in adapter.items() if k.endswith("failures") or k == "last_failure"}
+        st = ct.stats(local)
+        extra = {"adapter": adapter, "peak_live": st["peak_bytes"],
+                 "stream_event_waits": st["stream_event_waits"], "stream_steals": st["stream_steals"]}
+        flush_log(local)
+        rows, streams = log_streams(log)
+        extra["log_allocations"] = rows
+        extra["log_streams"] = len(streams)
+    else:
+        peak = torch.cuda.max_memory_reserved(dev)
+        extra = {"peak_live": torch.cuda.max_memory_allocated(dev)}
+    mine = {"rank": rank, "peak_held": peak, "median_step_s": statistics.median(times) if times else None}
+    mine.update(extra)
+    ranks = [None] * world
+    dist.all_gather_object(ranks, mine)
+    if rank == 0:
+        res = {"mode": a.mode, "alloc": a.alloc, "run": a.run, "steps": a.steps, "warm": a.warm,
+               "lengths": lengths, "losses": losses, "median_step_s": statistics.median(times) if times else None,
+               "ranks": ranks, "torch": torch.__version__, "world": world,
+               "nccl": nccl_version(torch),
+               "device": torch.cuda.get_device_name(dev)}
+        with open(os.path.join(a.out, "%s-%s-%d.json" % (a.mode, a.alloc, a.run)), "w") as f:
+            json.dump(res, f, indent=1)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def report(out):
+    runs = {}
+    for p in sorted(glob.glob(os.path.join(out, "*.json"))):
+        try:
+            with open(p) as f:
+                r = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if "mode" in r and "alloc" in r:
+            runs.setdefault(r["mode"], {}).setdefault(r["alloc"], []).append(r)
+    lines, bad = [], []
+    for mode in ("ddp", "fsdp"):
+        got = runs.get(mode, {})
+        nat, cu = sorted(got.get("native", []), key=lambda r: r["run"]), sorted(got.get("cuemm", []), key=lambda r: r["run"])
+        title = {"ddp": "DDP (DistributedDataParallel)", "fsdp": "FSDP (fully_shard)"}[mode]
+        lines.append("### %s, 2 ranks over NCCL" % title)
+        if len(nat) < 2 or len(cu) < 2:
+            lines.append("missing runs: %d native, %d cuemm (2 of each wanted)" % (len(nat), len(cu)))
+            bad.append("%s: runs missing" % mode)
+            lines.append("")
+            continue
+        ref = nat[0]["losses"]
+
+        def diff(r):
+            return max(abs(x - y) for x, y in zip(r["losses"], ref)) if len(r["losses"]) == len(ref) else float("inf")
+
+        spread = max(diff(r) for r in nat[1:])
+        floor = 1e-5 * max(abs(x) for x in ref)
+        tol = spread if spread > 0 else floor
+        lines.append("")
+        lines.append("| allocator | run | median step | peak held rank 0 | peak held rank 1 | peak live rank 0 | "
+                     "max loss difference from native run 1 | streams allocated on (rank 0, 1) | adapter failures |")
+        lines.append("|---|---|---|---|---|---|---|---|---|")
+        for r in nat + cu:
+            rk = sorted(r["ranks"], key=lambda x: x["rank"])
+            d = diff(r)
+            fails = "-"
+            streams = "-"
+            if r["alloc"] == "cuemm":
+                fails = sum(sum(v for k, v in x["adapter"].items() if k.endswith("failures")) for x in rk)
+                streams = ", ".join(str(x.get("log_streams", "?")) for x in rk)
+                if fails:
+                    bad.append("%s cuemm run %d: %d adapter failures (%s)" % (
+                        mode, r["run"], fails, "; ".join(x["adapter"].get("last_failure", "") for x in rk)))
+            lines.append("| %s | %d | %.1f ms | %.2f GiB | %.2f GiB | %.2f GiB | %s | %s | %s |" % (
+                r["alloc"], r["run"], 1e3 * r["median_step_s"], rk[0]["peak_held"] / GiB, rk[1]["peak_held"] / GiB,
+                rk[0]["peak_live"] / GiB, "0 (reference)" if r is nat[0] else "%.3g" % d, streams, fails))
+        ok_loss = all(diff(r) <= tol for r in cu)
+        med = {k: statistics.median(r["median_step_s"] for r in v) for k, v in (("native", nat), ("cuemm", cu))}
+        mem = {k: statistics.median(max(x["peak_held"] for x in r["ranks"]) for r in v)
+               for k, v in (("native", nat), ("cuemm", cu))}
+        lines.append("")
+        lines.append("- losses: native run-to-run spread %.3g; cuemm's largest difference from native run 1 %.3g; "
+                     "tolerance %.3g (the spread; 1e-5 of the loss only where the native runs agree exactly): %s"
+                     % (spread, max(diff(r) for r in cu), tol, "within" if ok_loss else "OUTSIDE"))
+        lines.append("- step time cuemm/native %.3f (medians of the runs' medians: %.1f / %.1f ms); "
+                     "peak held per rank cuemm/native %.3f (%.2f / %.2f GiB, the larger rank)"
+                     % (med["cuemm"] / med["native"], 1e3 * med["cuemm"], 1e3 * med["native"],
+                        mem["cuemm"] / mem["native"], mem["cuemm"] / GiB, mem["native"] / GiB))
+        lines.append("- %s, torch %s, NCCL %s, %d steps (median over the last %d), sequence lengths %d..%d"
+                     % (nat[0]["device"], nat[0]["torch"], nat[0]["nccl"], nat[0]["steps"],
+                        nat[0]["steps"] - nat[0]["warm"], min(nat[0]["lengths"]), max(nat[0]["lengths"])))
+        if not ok_loss:
+            bad.append("%s: cuemm's losses outside the native spread" % mode)
+        lines.append("")
+    if bad:
+        lines.append("FAILED: " + "; ".join(bad))
+    else:
+        lines.append("torchrun proof: all checks passed")
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(out, "torchrun.md"), "w") as f:
+        f.write(text + "\n")
+    return 1 if bad else 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--report", metavar="DIR")
+    p.add_argument("--mode", choices=("ddp", "fsdp"))
+    p.add_argument("--alloc", choices=("native", "cuemm"))
+    p.add_argument("--out", default=".")
+    p.add_argument("--run", type=int, default=1)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warm", type=int, default=8)
+    p.add_argument("--seed", type=int, default=1234)
+    a = p.parse_args()
+    if a.report:
+        sys.exit(report(a.report))
+    if not a.mode or not a.alloc or "RANK" not in os.environ:
+        p.error("run it under torchrun with --mode and --alloc, or give --report DIR")
+    os.makedirs(a.out, exist_ok=True)
+    train(a)
+
+
+if __name__ == "__main__":
+    main()
