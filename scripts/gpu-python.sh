@@ -76,8 +76,17 @@ whl=$(ls "$wheeldir"/cuemm-*.whl | head -1)
 # 2. a venv that sees the system's frameworks
 venv=$out/venv
 rm -rf "$venv"
-step "venv --system-site-packages + pip install the wheel" 120 "$out/install.log" \
-  sh -c "'$py' -m venv --system-site-packages '$venv' && '$venv/bin/python' -m pip install --no-deps --no-index '$whl'" || {
+# Where $py is itself a virtual environment (the GPU machine's Python is
+# /opt/torch/.venv), --system-site-packages reaches the base interpreter's
+# packages, not the frameworks: a .pth file in the new venv names $py's own
+# site-packages, which then come after the venv's (the installed cuemm wins).
+export py venv whl
+step "venv --system-site-packages + pip install the wheel" 120 "$out/install.log" sh -c '
+  "$py" -m venv --system-site-packages "$venv" || exit 1
+  purelib=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])") || exit 1
+  "$py" -c "import site; print(chr(10).join(site.getsitepackages()))" > "$purelib/frameworks.pth" || exit 1
+  cat "$purelib/frameworks.pth"
+  "$venv/bin/python" -m pip install --no-deps --no-index "$whl"' || {
   cat "$out/steps.txt"; exit 1; }
 vpy=$venv/bin/python
 cd "$out" || exit 2
