@@ -3,7 +3,14 @@
  *   (1) suspend and resume of SIZE bytes of live 8 MiB blocks, contents
  *       dropped, against one cuMemCreate + cuMemMap + cuMemSetAccess of
  *       SIZE bytes and the matching cuMemUnmap + cuMemRelease (target: at
- *       most 2x);
+ *       most 2x).  The driver's cycle and cuemm's take turns in every round
+ *       (which goes first alternates), so both meet the same state of the
+ *       driver: right after a release it may hand the same memory back at
+ *       a fraction of the cost of fresh memory, which it zeroes first
+ *       (20 GiB: about 1 ms against 40 to 120 ms on an H100), and which
+ *       request gets which is the driver's choice.  The rounds run twice:
+ *       back to back, and with 200 ms before every creation (fresh memory
+ *       on both sides, as for a program that suspends rarely);
  *   (2) the same with CUEMM_SUSPEND_KEEP: the copy's bandwidth each way
  *       (bytes kept / the time KEEP adds to the call) and of the whole call,
  *       against one cuMemcpyDtoH / cuMemcpyHtoD of the same bytes with
@@ -13,7 +20,7 @@
  *       made, at most 1% of what the manager held);
  *   (4) a cuemm_alloc_async + cuemm_free_async pair on one stream after a
  *       suspend/resume cycle, 4 KiB .. 8 MiB (target: at most 25 ns).
- * Medians of --rounds rounds (default 5).  --size BYTES (default 20 GiB;
+ * Medians of --rounds rounds (default 7).  --size BYTES (default 20 GiB;
  * suffixes K M G) picks the size; --quick is 64 MiB and 3 rounds, which
  * runs on simcuda too (its timings mean nothing).
  */
@@ -36,9 +43,18 @@ static size_t parse_size(const char *s)
   return (size_t)v;
 }
 
+static void pause_ms(int ms)
+{
+  if (ms > 0) {
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* One driver allocation of `size` bytes: reserve, create, map, access;
- * returns the time of create + map + access, *down the unmap + release. */
-static double driver_cycle(CUdevice dev, size_t size, double *down)
+ * returns the time of create + map + access, *down the unmap + release.
+ * `gap_ms` passes before the creation. */
+static double driver_cycle(CUdevice dev, size_t size, double *down, int gap_ms)
 {
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
@@ -51,6 +67,7 @@ static double driver_cycle(CUdevice dev, size_t size, double *down)
   acc.location = prop.location;
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   CUmemGenericAllocationHandle h;
+  pause_ms(gap_ms);
   double t0 = now_ns();
   CHECK(cuMemCreate(&h, size, &prop, 0));
   CHECK(cuMemMap(va, size, 0, h, 0));
@@ -67,7 +84,7 @@ static double driver_cycle(CUdevice dev, size_t size, double *down)
 int main(int argc, char **argv)
 {
   size_t size = 20 * GiB;
-  int rounds = 5;
+  int rounds = 7;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) {
       size = 64 * MiB;
@@ -107,12 +124,6 @@ int main(int argc, char **argv)
   printf("bench-suspend: %zu bytes (%zu blocks of 8 MiB), %d rounds, device memory %zu bytes\n", size, nblocks,
          rounds, total);
 
-  /* (1) the driver's own cycle of the same bytes. */
-  double *t_up = calloc((size_t)rounds, sizeof(double)), *t_down = calloc((size_t)rounds, sizeof(double));
-  for (int r = 0; r < rounds; r++)
-    t_up[r] = driver_cycle(dev, size, &t_down[r]);
-  double drv_up = median(t_up, rounds), drv_down = median(t_down, rounds);
-
   cuemm_config cfg;
   cuemm_config_init(&cfg);
   cfg.pool = CUEMM_POOL_VMM;
@@ -130,26 +141,41 @@ int main(int argc, char **argv)
 
   double *s0 = calloc((size_t)rounds, sizeof(double)), *r0 = calloc((size_t)rounds, sizeof(double));
   double *s1 = calloc((size_t)rounds, sizeof(double)), *r1 = calloc((size_t)rounds, sizeof(double));
+  double *t_up = calloc((size_t)rounds, sizeof(double)), *t_down = calloc((size_t)rounds, sizeof(double));
   size_t free_susp = 0, chunks_after = 0;
-  double first_sus = 0, first_res = 0;
-  for (int r = 0; r < rounds; r++) {
-    double t0 = now_ns();
-    CHECK(cuemm_pool_suspend(m, 0));
-    s0[r] = now_ns() - t0;
-    if (r == 0)
-      CHECK(cuMemGetInfo(&free_susp, &total));
-    t0 = now_ns();
-    CHECK(cuemm_pool_resume(m));
-    r0[r] = now_ns() - t0;
-    if (r == 0) {
-      /* The first suspension unmaps the chunks as growth made them (a
-       * growth per block here); the resumption maps runs in pieces, which
-       * the next ones find. */
-      first_sus = s0[0], first_res = r0[0];
-      cuemm_pool_stats after;
-      CHECK(cuemm_pool_get_stats(m, &after));
-      chunks_after = after.chunks;
+  /* The first suspension unmaps the chunks as growth made them (a growth
+   * per four blocks here); the resumption maps runs in pieces, which the
+   * next ones find. */
+  double t0 = now_ns();
+  CHECK(cuemm_pool_suspend(m, 0));
+  double first_sus = now_ns() - t0;
+  CHECK(cuMemGetInfo(&free_susp, &total));
+  t0 = now_ns();
+  CHECK(cuemm_pool_resume(m));
+  double first_res = now_ns() - t0;
+  {
+    cuemm_pool_stats after;
+    CHECK(cuemm_pool_get_stats(m, &after));
+    chunks_after = after.chunks;
+  }
+  static const int gaps[2] = { 0, 200 };
+  double sus_g[2], res_g[2], drv_down_g[2], drv_up_g[2];
+  for (int g = 0; g < 2; g++) {
+    for (int r = 0; r < rounds; r++) {
+      if (r % 2 == 0)
+        t_up[r] = driver_cycle(dev, size, &t_down[r], gaps[g]);
+      t0 = now_ns();
+      CHECK(cuemm_pool_suspend(m, 0));
+      s0[r] = now_ns() - t0;
+      pause_ms(gaps[g]);
+      t0 = now_ns();
+      CHECK(cuemm_pool_resume(m));
+      r0[r] = now_ns() - t0;
+      if (r % 2 == 1)
+        t_up[r] = driver_cycle(dev, size, &t_down[r], gaps[g]);
     }
+    sus_g[g] = median(s0, rounds), res_g[g] = median(r0, rounds);
+    drv_down_g[g] = median(t_down, rounds), drv_up_g[g] = median(t_up, rounds);
   }
   /* (2) with KEEP; a first suspension makes the staging buffer, which
    * later ones reuse.  (The suspensions above dropped the contents.) */
@@ -160,7 +186,7 @@ int main(int argc, char **argv)
   size_t kept = ps.kept_bytes;
   CHECK(cuemm_pool_resume(m));
   for (int r = 0; r < rounds; r++) {
-    double t0 = now_ns();
+    t0 = now_ns();
     CHECK(cuemm_pool_suspend(m, CUEMM_SUSPEND_KEEP));
     s1[r] = now_ns() - t0;
     t0 = now_ns();
@@ -173,7 +199,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "bench-suspend: a kept block reads 0x%02x after resume, not 0x5a\n", probe);
     return 1;
   }
-  double sus = median(s0, rounds), res = median(r0, rounds);
+  double sus = sus_g[0], res = res_g[0], drv_down = drv_down_g[0], drv_up = drv_up_g[0];
   double sus_k = median(s1, rounds), res_k = median(r1, rounds);
   /* The plain pinned copy of the same bytes: from the blocks when they lie
    * side by side (they do in a fresh pool), else from one cuMemAlloc. */
@@ -187,7 +213,7 @@ int main(int argc, char **argv)
   CHECK(cuMemHostAlloc(&host, kept, 0));
   double *c_d2h = calloc((size_t)rounds, sizeof(double)), *c_h2d = calloc((size_t)rounds, sizeof(double));
   for (int r = 0; r < rounds; r++) {
-    double t0 = now_ns();
+    t0 = now_ns();
     CHECK(cuMemcpyDtoH(host, src, kept));
     c_d2h[r] = now_ns() - t0;
     t0 = now_ns();
@@ -212,7 +238,7 @@ int main(int argc, char **argv)
     CHECK(cuemm_alloc_async(m, &q, sizes[k], st));
     CHECK(cuemm_free_async(m, q, st));
     for (int r = 0; r < rounds; r++) {
-      double t0 = now_ns();
+      t0 = now_ns();
       for (long i = 0; i < iters; i++) {
         cuemm_alloc_async(m, &q, sizes[k], st);
         cuemm_free_async(m, q, st);
@@ -230,11 +256,15 @@ int main(int argc, char **argv)
   double copy_out = sus_k - sus > 0 ? sus_k - sus : sus_k, copy_in = res_k - res > 0 ? res_k - res : res_k;
   printf("\n(1) suspend / resume without contents, %zu bytes (granularity %zu)\n", size, gran);
   printf("%-44s %12s %12s %8s\n", "operation", "cuemm ms", "driver ms", "ratio");
-  printf("%-44s %12.3f %12.3f %7.2fx\n", "suspend vs cuMemUnmap+cuMemRelease", sus / 1e6, drv_down / 1e6,
-         sus / drv_down);
-  printf("%-44s %12.3f %12.3f %7.2fx\n", "resume vs cuMemCreate+cuMemMap+cuMemSetAccess", res / 1e6, drv_up / 1e6,
-         res / drv_up);
-  printf("first round, %zu chunks as grown (then %zu):\n", grown.chunks, chunks_after);
+  for (int g = 0; g < 2; g++) {
+    printf("%s\n", g ? "200 ms before every creation (fresh memory on both sides):" :
+                        "back to back (the driver may hand back what it was just given):");
+    printf("%-44s %12.3f %12.3f %7.2fx\n", "  suspend vs cuMemUnmap+cuMemRelease", sus_g[g] / 1e6,
+           drv_down_g[g] / 1e6, sus_g[g] / drv_down_g[g]);
+    printf("%-44s %12.3f %12.3f %7.2fx\n", "  resume vs cuMemCreate+cuMemMap+cuMemSetAccess", res_g[g] / 1e6,
+           drv_up_g[g] / 1e6, res_g[g] / drv_up_g[g]);
+  }
+  printf("first round, back to back, %zu chunks as grown (then %zu):\n", grown.chunks, chunks_after);
   printf("%-44s %12.3f %12.3f %7.2fx\n", "  first suspend", first_sus / 1e6, drv_down / 1e6, first_sus / drv_down);
   printf("%-44s %12.3f %12.3f %7.2fx\n", "  first resume", first_res / 1e6, drv_up / 1e6, first_res / drv_up);
   printf("\n(2) with CUEMM_SUSPEND_KEEP, %zu bytes kept (staging buffer pinned once, reused)\n", kept);
