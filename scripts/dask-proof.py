@@ -38,7 +38,16 @@ GiB = float(1 << 30)
 
 # ---- in the workers ---------------------------------------------------------------
 
-_track = {"peak": 0, "held": None}
+def _track():
+    """The worker's record of the highest figure, kept on the cupy module:
+    functions of this script reach the workers pickled by value, globals
+    and all, so a module-level dict here would be a fresh copy in each call
+    (install_tracking's and tracked_peak's)."""
+    import cupy
+    t = getattr(cupy, "_cuemm_dask_proof_peak", None)
+    if t is None:
+        t = cupy._cuemm_dask_proof_peak = [0]
+    return t
 
 
 def install_tracking(mode):
@@ -53,13 +62,14 @@ def install_tracking(mode):
     else:
         import cuemm.cupy
         inner, held = cuemm.cupy.malloc, (lambda: 0)
-    _track["peak"] = 0
+    track = _track()
+    track[0] = 0
 
     def malloc(size):
         p = inner(size)
         h = held()
-        if h > _track["peak"]:
-            _track["peak"] = h
+        if h > track[0]:
+            track[0] = h
         return p
 
     cupy.cuda.set_allocator(malloc)
@@ -67,7 +77,7 @@ def install_tracking(mode):
 
 
 def tracked_peak():
-    return _track["peak"]
+    return _track()[0]
 
 
 def workload(n, seed):
@@ -165,7 +175,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out")
     p.add_argument("--n", type=int, default=20000)
-    p.add_argument("--repeats", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=6)
     p.add_argument("--seed", type=int, default=42)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)

@@ -85,7 +85,7 @@ if has torch; then
       for alloc in native cuemm; do
         echo "-- $mode $alloc run $run"
         timeout 180 "$py" -m torch.distributed.run --standalone --nproc-per-node 2 \
-          "$src/scripts/torchrun-proof.py" --mode $mode --alloc $alloc --run $run --out "$t" \
+          "$src/scripts/torchrun-proof.py" --mode $mode --alloc $alloc --launch $run --out "$t" \
           > "$t/$mode-$alloc-$run.log" 2>&1 ||
           { echo "   failed (exit $?): tail of $t/$mode-$alloc-$run.log"; tail -n 15 "$t/$mode-$alloc-$run.log"; status=1; }
       done

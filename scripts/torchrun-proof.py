@@ -5,7 +5,7 @@ and on cuemm, for scripts/gpu-multi.sh.
 Two uses:
 
   torchrun --standalone --nproc-per-node 2 scripts/torchrun-proof.py \\
-      --mode ddp|fsdp --alloc native|cuemm --out DIR --run N [--steps S]
+      --mode ddp|fsdp --alloc native|cuemm --out DIR --launch N [--steps S]
       One launch: every rank trains the same small decoder-only transformer
       (8 blocks, d 768, 12 heads, vocab 16384, no dropout) with AdamW at
       variable sequence lengths (batch 8 per rank, lengths 64..1024 chosen
@@ -308,7 +308,8 @@ def main():
     p.add_argument("--mode", choices=("ddp", "fsdp"))
     p.add_argument("--alloc", choices=("native", "cuemm"))
     p.add_argument("--out", default=".")
-    p.add_argument("--run", type=int, default=1)
+    p.add_argument("--launch", dest="run", type=int, default=1,
+                   help="the number of this launch (torchrun would take --run for its own --run-path)")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warm", type=int, default=8)
     p.add_argument("--seed", type=int, default=1234)
