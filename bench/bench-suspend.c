@@ -263,9 +263,13 @@ int main(int argc, char **argv)
            drv_down_g[g] / 1e6, sus_g[g] / drv_down_g[g]);
     printf("%-44s %12.3f %12.3f %7.2fx\n", "  resume vs cuMemCreate+cuMemMap+cuMemSetAccess", res_g[g] / 1e6,
            drv_up_g[g] / 1e6, res_g[g] / drv_up_g[g]);
+    printf("%-44s %12.3f %12.3f %7.2fx\n", "  suspend vs cuMemCreate+cuMemMap+cuMemSetAccess", sus_g[g] / 1e6,
+           drv_up_g[g] / 1e6, sus_g[g] / drv_up_g[g]);
   }
   printf("first round, back to back, %zu chunks as grown (then %zu):\n", grown.chunks, chunks_after);
   printf("%-44s %12.3f %12.3f %7.2fx\n", "  first suspend", first_sus / 1e6, drv_down / 1e6, first_sus / drv_down);
+  printf("%-44s %12.3f %12.3f %7.2fx\n", "  first suspend vs create+map+access", first_sus / 1e6, drv_up / 1e6,
+         first_sus / drv_up);
   printf("%-44s %12.3f %12.3f %7.2fx\n", "  first resume", first_res / 1e6, drv_up / 1e6, first_res / drv_up);
   printf("\n(2) with CUEMM_SUSPEND_KEEP, %zu bytes kept (staging buffer pinned once, reused)\n", kept);
   printf("%-44s %12s %12s %8s\n", "direction", "cuemm GiB/s", "plain GiB/s", "ratio");
