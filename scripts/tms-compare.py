@@ -37,6 +37,7 @@ import glob
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -225,6 +226,16 @@ def find_tms_preload():
             major = local[2:-1]
     except Exception:
         pass
+    if not major:
+        # A wheel whose version carries no "+cu130": torch/version.py says
+        # `cuda = '13.0'`.
+        try:
+            tspec = importlib.util.find_spec("torch")
+            text = open(os.path.join(os.path.dirname(tspec.origin), "version.py")).read()
+            m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"](\d+)\.", text, re.M)
+            major = m.group(1) if m else None
+        except Exception:
+            major = None
     if major:
         mine = [f for f in found if "_cu%s." % major in os.path.basename(f)]
         if mine:
