@@ -860,22 +860,13 @@ size_t cuemm__pool_suspended_need(const cuemm__pool *p)
 }
 
 /* Creates and maps the pieces of run [head, head + n) of suspended units,
- * now one record.  A run is made again in one piece (unless
- * CUEMM_POOL_PIECE pins the size), not in pieces of the size growth would
- * choose: right after a release the driver may hand the memory back at a
- * fraction of the cost of fresh memory, and on an H100 (driver 580) it did
- * so for a request of the size it had just been given back and not for
- * pieces of it.  20 GiB suspended and resumed back to back: one piece
- * 0.8 ms against 1.1 ms for the driver's own create+map+access of 20 GiB;
- * piece.c's 4 GiB pieces 15 to 42 ms.  With fresh memory both cost about
- * the same (9.8 ms against 9.8 ms).  What is given up: the pool releases
- * wholly free chunks only, so a run made one chunk is given back only
- * when all of it is free. */
+ * now one record. */
 static CUresult remap_run(cuemm__pool *p, size_t head, size_t n)
 {
   const cuemm__driver_table *d = p->drv;
   size_t bytes = n * p->unit;
-  size_t piece = p->piece ? p->piece : bytes;
+  size_t min_piece = p->ipc ? round_up((bytes + 3) / 4, p->unit) : 0;
+  size_t piece = p->piece ? p->piece : cuemm__piece_pick((int)p->dev, p->unit, bytes, min_piece);
   if (piece == 0 || piece > bytes)
     piece = bytes;
   size_t pu = piece / p->unit;

@@ -755,37 +755,6 @@ static void test_threads(void)
   sim_check_nothing_left(live0);
 }
 
-/* Without a pinned piece size, resume makes each run of released chunks
- * again in one piece (pool.c, remap_run): the driver hands back memory it
- * was just given back for a request of that size. */
-static void test_one_piece_per_run(void)
-{
-  if (!sim_present) {
-    skip(4, SIM_REASON);
-    return;
-  }
-  cuemm_config c = test_config(10, 1.0);
-  c.pool = CUEMM_POOL_VMM;
-  c.pool_chunk = 2 * MiB;
-  c.pool_reserve = 512 * MiB;
-  c.pool_release_threshold = 0;
-  c.pool_release_delay_ms = 0;
-  cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
-  CUdeviceptr p[24];
-  for (int i = 0; i < 24; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], 2 * MiB)); /* a growth each: 24 chunks side by side */
-  is(pstats(m).chunks, 24, "24 chunks as grown");
-  CHECK_CU(cuemm_pool_suspend(m, 0));
-  sim.calls_reset();
-  is(cuemm_pool_resume(m), CUDA_SUCCESS, "resume: %s", cuemm_last_error());
-  is(sim_calls("cuMemCreate"), 1, "the run of 24 chunks made again in one piece");
-  is(pstats(m).chunks, 1, "one chunk after the resumption");
-  for (int i = 0; i < 24; i++)
-    CHECK_CU(cuemm_free(m, p[i]));
-  CHECK_CU(cuemm_destroy(m));
-}
-
 int main(void)
 {
   sim_init();
@@ -798,7 +767,6 @@ int main(void)
   test_oom();
   test_limits();
   test_two_managers();
-  test_one_piece_per_run();
   test_ipc();
   test_threads();
   test_release_primary(0);
