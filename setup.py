@@ -7,7 +7,10 @@ the C compiler (CC, default cc) and cuda.h, no autotools, and installs:
   - cuemm/bin/cuemm-replay (tools/cuemm-replay.c, run path $ORIGIN/.. so it
     finds that libcuemm.so.0) and the command cuemm-replay, a launcher that
     execs it;
-  - the deprecated aliases cuemm_lib, cuemm_torch, cuemm_cupy, cuemm_numba.
+  - the deprecated aliases cuemm_lib, cuemm_torch, cuemm_cupy, cuemm_numba;
+  - the manual pages cuemm(3), cuemm(7) and cuemm-replay(1) in the wheel's
+    data (share/man, which pip puts under the environment's prefix: `man
+    cuemm` finds them where MANPATH or man's own search reaches it).
 
 The source list is read from Makefile.am (libcuemm_la_SOURCES), so the two
 builds cannot drift, and the flags that matter are the ones Makefile.am and
@@ -156,8 +159,35 @@ class BinaryDistribution(Distribution):
         return True
 
 
+def man_pages():
+    """data_files for share/man: cuemm(7) as the tree ships it (generated
+    from config.c's table by the autotools build), cuemm(3) and
+    cuemm-replay(1) made here by the same generators the autotools build
+    runs (man/gen-*.py, from cuemm.h and cuemm-replay.c's opening comment),
+    unless the tree already has them.  A page that cannot be had is left
+    out: the library does not need it."""
+    out = os.path.join("build", "man")
+    pages = {"man3": [], "man7": [], "man1": []}
+    for name, section, gen, source in (("cuemm.3", "man3", "gen-cuemm3.py", "include/cuemm.h"),
+                                       ("cuemm-replay.1", "man1", "gen-cuemm-replay1.py", "tools/cuemm-replay.c"),
+                                       ("cuemm.7", "man7", None, None)):
+        shipped = os.path.join("man", name)
+        if os.path.exists(os.path.join(HERE, shipped)):
+            pages[section].append(shipped)
+            continue
+        if gen and os.path.exists(os.path.join(HERE, "man", gen)):
+            os.makedirs(os.path.join(HERE, out), exist_ok=True)
+            with open(os.path.join(HERE, out, name), "w") as f:
+                r = subprocess.run([sys.executable, os.path.join(HERE, "man", gen), os.path.join(HERE, source)],
+                                   stdout=f)
+            if r.returncode == 0:
+                pages[section].append(os.path.join(out, name))
+    return [("share/man/" + sec, files) for sec, files in pages.items() if files]
+
+
 setup(
     version=package_version(),
+    data_files=man_pages(),
     distclass=BinaryDistribution,
     package_dir={"": "python"},
     packages=["cuemm"],
