@@ -142,23 +142,8 @@ class _DriverInfo(ctypes.Structure):
                 ("pageable_host_page_tables", ctypes.c_int)]
 
 
-class Stats(ctypes.Structure):
-    """struct cuemm_stats."""
-    _fields_ = [(n, ctypes.c_size_t) for n in (
-        "total_bytes", "max_pending_bytes", "max_pending_count", "live_bytes",
-        "live_count", "peak_bytes", "peak_count", "host_live_bytes",
-        "host_live_count", "pinned_bytes", "pinned_count", "pending_bytes",
-        "pending_count")] + [("defer_depth", ctypes.c_uint)] + [
-        (n, ctypes.c_uint64) for n in (
-            "allocs", "frees", "flushes", "driver_frees", "oom_retries",
-            "alloc_failures", "free_failures")] + [
-        (n, ctypes.c_size_t) for n in (
-            "stream_cached_bytes", "stream_cached_count", "stream_heaps")] + [
-        (n, ctypes.c_uint64) for n in (
-            "stream_events", "stream_event_waits", "stream_steals",
-            "stream_reclaims")] + [
-        (n, ctypes.c_size_t) for n in ("held_bytes", "peak_held_bytes")] + [
-        (n, ctypes.c_uint64) for n in ("log_rows", "log_lost")]
+class Stats(_cuemm_lib.Stats):
+    """struct cuemm_stats (its layout is cuemm._lib's)."""
 
     def as_dict(self):
         return {name: getattr(self, name) for name, _ in self._fields_}
