@@ -32,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "account.h"
+#include "ctx.h"
 #include "error.h"
 #include "managed.h"
 #include "manager.h"
@@ -103,7 +105,7 @@ static CUresult check_support(cuemm_manager *m)
   return CUDA_SUCCESS;
 }
 
-CUresult cuemm__managed_create(cuemm_manager *m)
+CUresult cuemm__managed_create(cuemm_manager *m, cuemm__managed_flush_fn flush)
 {
   CUresult r = check_support(m);
   if (r != CUDA_SUCCESS)
@@ -112,6 +114,7 @@ CUresult cuemm__managed_create(cuemm_manager *m)
   if (!mp)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the managed pool");
   mp->drv = m->drv;
+  mp->flush = flush;
   mp->log = m->log;
   mp->dev = m->dev;
   mp->kind = m->cfg.memory;
@@ -340,7 +343,7 @@ static CUresult take_slow(cuemm_manager *m, size_t size, CUdeviceptr *p, uint32_
     char why[512];
     snprintf(why, sizeof why, "%s", cuemm_last_error());
     size_t count = m->pending.count, bytes = m->pending.bytes;
-    (void)cuemm__flush_locked(m); /* a failed flush leaves its frees queued; the retry decides */
+    (void)mp->flush(m); /* a failed flush leaves its frees queued; the retry decides */
     if (take(mp, size, p, blk) == 0)
       return CUDA_SUCCESS;
     release(mp, 0);
@@ -610,7 +613,7 @@ CUEMM_EXTERN CUresult cuemm_managed_trim(cuemm_manager *m)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_managed_trim: this manager has no managed memory (create "
                         "it with CUEMM_MEMORY=managed or cuemm_config.memory = CUEMM_MEMORY_MANAGED)");
   cuemm__lock_acquire(&m->lock);
-  CUresult r = cuemm__flush_locked(m);
+  CUresult r = m->managed->flush(m);
   if (r == CUDA_SUCCESS) {
     cuemm__ctx_guard g;
     if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {

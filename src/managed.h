@@ -10,6 +10,12 @@
  * cuemm__managed_flush_begin whether it must synchronize first and gives
  * every block back through cuemm__managed_release.  All calls are made with
  * the manager's lock held.
+ *
+ * managed.c sits below manager.c: it enters the context (ctx.c) and counts
+ * its allocations (account.c) itself, and the one manager policy it needs,
+ * the flush of the pending queue (before an out-of-memory retry and in
+ * cuemm_managed_trim), reaches it as the hook given to
+ * cuemm__managed_create, so it calls nothing of manager.c by name.
  */
 #ifndef CUEMM_MANAGED_H
 #define CUEMM_MANAGED_H
@@ -31,8 +37,15 @@ typedef struct cuemm__managed_unit {
   uint32_t units;     /* at the head: the segment's length in units */
 } cuemm__managed_unit;
 
+struct cuemm_manager;
+
+/* The manager's flush of its pending frees (cuemm__flush_locked).  Lock
+ * held. */
+typedef CUresult (*cuemm__managed_flush_fn)(struct cuemm_manager *m);
+
 typedef struct cuemm__managed {
   const cuemm__driver_table *drv;
+  cuemm__managed_flush_fn flush;
   struct cuemm__log *log;   /* the manager's event log, for notes of growth and release; NULL: none */
   CUdevice dev;
   cuemm_memory_kind kind;
@@ -54,11 +67,10 @@ typedef struct cuemm__managed {
   char warning[256];
 } cuemm__managed;
 
-struct cuemm_manager;
-
 /* Creates m->managed for m->cfg.memory (MANAGED or SYSTEM); checks that the
- * driver and the device support it.  Allocates nothing from the driver. */
-CUresult cuemm__managed_create(struct cuemm_manager *m);
+ * driver and the device support it; `flush` is the manager's flush of its
+ * pending frees.  Allocates nothing from the driver. */
+CUresult cuemm__managed_create(struct cuemm_manager *m, cuemm__managed_flush_fn flush);
 
 /* Gives the segments back (when `use_driver`; the caller has entered the
  * context and released or abandoned every block) and frees m->managed.

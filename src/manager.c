@@ -34,39 +34,6 @@ CUEMM_EXTERN const char *cuemm_version_string(void)
   return PACKAGE_VERSION;
 }
 
-/* ---- context ------------------------------------------------------------ */
-
-CUresult cuemm__ctx_enter(cuemm_manager *m, cuemm__ctx_guard *g)
-{
-  CUcontext cur = NULL;
-  g->pushed = 0;
-  CUresult r = m->drv->CtxGetCurrent(&cur);
-  if (r != CUDA_SUCCESS)
-    return cuemm__driver_error(r, "cuCtxGetCurrent");
-  if (cur == m->ctx)
-    return CUDA_SUCCESS;
-  r = m->drv->CtxPushCurrent(m->ctx);
-  if (r != CUDA_SUCCESS)
-    return cuemm__driver_error(r, "cuCtxPushCurrent(manager's context %p)", (void *)m->ctx);
-  g->pushed = 1;
-  return CUDA_SUCCESS;
-}
-
-CUresult cuemm__ctx_leave(cuemm_manager *m, cuemm__ctx_guard *g, CUresult r)
-{
-  if (!g->pushed)
-    return r;
-  g->pushed = 0;
-  CUcontext popped = NULL;
-  CUresult pr = m->drv->CtxPopCurrent(&popped);
-  if (pr == CUDA_SUCCESS || r != CUDA_SUCCESS)
-    return r;
-  cuemm__driver_error(pr, "cuCtxPopCurrent (restoring the caller's context after the manager's work)");
-  cuemm__error_append("; the work itself succeeded, but the manager's context %p may still be current on this "
-                      "thread", (void *)m->ctx);
-  return pr;
-}
-
 #define CHECK_MANAGER(m, fn)                                                   \
   do {                                                                         \
     if (!(m))                                                                  \
@@ -244,59 +211,6 @@ CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m)
 }
 
 /* ---- allocation ----------------------------------------------------------- */
-
-void cuemm__account_alloc(cuemm_manager *m, size_t size)
-{
-  m->st.allocs++;
-  m->st.live_bytes += size;
-  m->st.live_count++;
-  if (m->st.live_bytes > m->st.peak_bytes)
-    m->st.peak_bytes = m->st.live_bytes;
-  if (m->st.live_count > m->st.peak_count)
-    m->st.peak_count = m->st.live_count;
-}
-
-size_t cuemm__held_bytes(const cuemm_manager *m)
-{
-  size_t h = __atomic_load_n(&m->driver_bytes, __ATOMIC_RELAXED);
-  if (m->pool) /* a slab is held whole from creation */
-    h += m->pool->slab ? m->pool->reserved : __atomic_load_n(&m->pool->mapped, __ATOMIC_RELAXED);
-  if (m->managed)
-    h += __atomic_load_n(&m->managed->held, __ATOMIC_RELAXED);
-  return h;
-}
-
-void cuemm__note_held(cuemm_manager *m)
-{
-  size_t h = cuemm__held_bytes(m);
-  if (h > m->st.peak_held_bytes)
-    m->st.peak_held_bytes = h;
-}
-
-/* What an operator needs first when one rank of many runs out of memory:
- * which device (ordinal, and the PCI bus id that nvidia-smi prints), and the
- * figures (what was asked, what this manager holds, what the driver says is
- * free), appended to the message already set.  Driver calls made here only
- * add to the message: one that fails leaves its figure out, never replaces
- * the message.  Lock held; the caller's context is restored. */
-void cuemm__oom_where(cuemm_manager *m, size_t size)
-{
-  const cuemm__driver_table *d = m->drv;
-  char bus[32] = "";
-  if (d->DeviceGetPCIBusId && d->DeviceGetPCIBusId(bus, (int)sizeof bus, m->dev) != CUDA_SUCCESS)
-    bus[0] = 0;
-  size_t f = 0, t = 0;
-  int have_free = 0, pushed = 0;
-  CUcontext cur = NULL, popped = NULL;
-  if (d->CtxGetCurrent(&cur) == CUDA_SUCCESS && (cur == m->ctx || (pushed = d->CtxPushCurrent(m->ctx) == CUDA_SUCCESS)))
-    have_free = d->MemGetInfo(&f, &t) == CUDA_SUCCESS;
-  if (pushed)
-    d->CtxPopCurrent(&popped);
-  cuemm__error_append("; device %d%s%s%s: %zu bytes requested, %zu held by this manager", (int)m->dev,
-                      bus[0] ? " (PCI " : "", bus, bus[0] ? ")" : "", size, cuemm__held_bytes(m));
-  if (have_free)
-    cuemm__error_append(", %zu free of %zu on the device (cuMemGetInfo)", f, t);
-}
 
 /* The stream-ordered path's live bytes count in the peak, sampled: its
  * threads keep their counts apart.  Lock held. */
@@ -1013,7 +927,7 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
   }
   m->st.max_pending_count = cfg->max_pending_count;
   m->st.max_pending_bytes = (size_t)(cfg->max_pending_ratio * (double)m->st.total_bytes);
-  if (cfg->memory != CUEMM_MEMORY_DEVICE && (r = cuemm__managed_create(m)) != CUDA_SUCCESS) {
+  if (cfg->memory != CUEMM_MEMORY_DEVICE && (r = cuemm__managed_create(m, cuemm__flush_locked)) != CUDA_SUCCESS) {
     free(m);
     return r;
   }

@@ -1,26 +1,28 @@
 /* manager.h: the manager structure and the internal calls its files share.
  *
- * Where each policy lives, bottom up: driver.c loads libcuda, config.c
- * reads the CUEMM_* settings, error.c keeps the thread's message; pending.c
- * is the deferred-free queue, owned.c the table of live allocations, pool.c
- * (on suballoc.c, with piece.c choosing how large growths are cut) the VMM
- * pool, and nvtx.c tells a tool attached through NVTX (compute-sanitizer)
- * which of its memory is handed out (its chunks as heaps, its blocks as
- * regions; pool.c, manager.c and stream.c call it where memory changes
- * hands); managed.c the pool of managed segments and system memory; manager.c
- * owns the lifecycle and the alloc/free/flush policy over them, and host.c
- * adds pinned host memory on the same paths.  Above the manager, and never
- * called by it by name: registry.c maps contexts to managers and holds the
- * drop-ins (cuemm_get, cuemm_mem_alloc, cuemm_mem_free); ipc.c (the handle,
- * legacy device IPC, the table of opened mappings) and ipc-fd.c (pool
- * memory passed as file descriptors) share allocations with other
- * processes; stream.c (on heap.c, the threads' caches) is the
- * stream-ordered path; range.c answers which block holds a pointer.  What
- * a user sees of it all: log.c writes the event log (CUEMM_LOG), report.c
- * the statistics table (CUEMM_STATS), snapshot.c lists every block.  Those
- * that keep state per manager hear of its creation and end, and the
- * stream-ordered path of the pool's need for its cached blocks, as
- * extensions (below), which extensions.c lists in the order they run.
+ * Where each policy lives, bottom up: driver.c loads libcuda, config.c reads
+ * the CUEMM_* settings, error.c keeps the thread's message; ctx.c makes a
+ * manager's context current around its driver calls, account.c counts what
+ * its allocators hand out and hold; pending.c is the deferred-free queue,
+ * owned.c the table of live allocations, pool.c (on suballoc.c, with piece.c
+ * choosing how large growths are cut) the VMM pool, and nvtx.c tells a tool
+ * attached through NVTX (compute-sanitizer) which of its memory is handed
+ * out (its chunks as heaps, its blocks as regions; pool.c, manager.c and
+ * stream.c call it where memory changes hands); managed.c the pool of
+ * managed segments and system memory; manager.c owns the lifecycle and the
+ * alloc/free/flush policy over them, and host.c adds pinned host memory on
+ * the same paths.  Above the manager, and never called by it by name:
+ * registry.c maps contexts to managers and holds the drop-ins (cuemm_get,
+ * cuemm_mem_alloc, cuemm_mem_free); ipc.c (the handle, legacy device IPC,
+ * the table of opened mappings) and ipc-fd.c (pool memory passed as file
+ * descriptors) share allocations with other processes; stream.c (on heap.c,
+ * the threads' caches) is the stream-ordered path; range.c answers which
+ * block holds a pointer.  What a user sees of it all: log.c writes the event
+ * log (CUEMM_LOG), report.c the statistics table (CUEMM_STATS), snapshot.c
+ * lists every block.  Those that keep state per manager hear of its creation
+ * and end, and the stream-ordered path of the pool's need for its cached
+ * blocks, as extensions (below), which extensions.c lists in the order they
+ * run.
  *
  * Locking rule: m->lock guards everything below it in the struct and is
  * held across the driver calls of one operation (a flush included), so a
@@ -32,6 +34,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "account.h"
+#include "ctx.h"
 #include "cuemm.h"
 #include "driver.h"
 #include "lock.h"
@@ -69,16 +73,6 @@ struct cuemm_manager {
   struct cuemm__suspend *suspend;  /* suspend.c: the host copy of a suspension, NULL until the first */
 };
 
-/* Makes m's context current for the calling thread if it is not, remembering
- * whether it pushed.  Every driver call of a manager runs between these.
- * cuemm__ctx_leave restores the caller's context and returns `r`, or, when
- * `r` is CUDA_SUCCESS and the restore failed, that failure: an operation
- * whose work succeeded must still say so when it leaves the wrong context
- * current on the caller's thread. */
-typedef struct cuemm__ctx_guard { int pushed; } cuemm__ctx_guard;
-CUresult cuemm__ctx_enter(cuemm_manager *m, cuemm__ctx_guard *g);
-CUresult cuemm__ctx_leave(cuemm_manager *m, cuemm__ctx_guard *g, CUresult r);
-
 /* Allocates with the out-of-memory flush-and-retry policy and records the
  * allocation.  `flags` go to cuMemHostAlloc for CUEMM__KIND_HOST. */
 CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out);
@@ -89,21 +83,6 @@ CUresult cuemm__flush_locked(cuemm_manager *m);
 /* Releases every pending free, defer scopes or not: the caller (a
  * suspension) has entered the context and synchronized it.  Lock held. */
 CUresult cuemm__flush_all_locked(cuemm_manager *m);
-
-/* Counts a device allocation of `size` bytes in the statistics (live, peak,
- * allocs).  Lock held. */
-void cuemm__account_alloc(cuemm_manager *m, size_t size);
-
-/* Device memory the manager holds from the driver now: the pool's mapped
- * bytes, managed segments, cuMemAlloc allocations.  Any thread, no lock
- * (the figures are read atomically; the sum is not one moment's). */
-size_t cuemm__held_bytes(const cuemm_manager *m);
-/* Raises peak_held_bytes to what is held now.  Lock held. */
-void cuemm__note_held(cuemm_manager *m);
-/* Appends to the thread's message what an out-of-memory failure of m needs
- * said: the device (ordinal, PCI bus id), the bytes requested, held by m
- * and free of total on the device.  Lock held. */
-void cuemm__oom_where(cuemm_manager *m, size_t size);
 
 /* cuemm_get_stats and cuemm_pool_get_stats with the lock held. */
 void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s);
