@@ -156,7 +156,7 @@ static CUresult flush_locked(cuemm_manager *m, int force)
   const cuemm__pending_entry *e;
   while ((e = cuemm__pending_front(&m->pending)) != NULL) {
     if (e->kind == CUEMM__KIND_POOL) {
-      cuemm__nvtx_dead(m->pool, e->ptr);
+      cuemm__nvtx_dead(m->pool->nvtx, e->ptr);
       cuemm__pool_give(m->pool, e->aux);
       cuemm__pending_pop(&m->pending);
       m->pool_pending--;
@@ -338,7 +338,7 @@ static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t si
     goto failed;
   }
   cuemm__account_alloc(m, size);
-  cuemm__nvtx_live(pool, p, size);
+  cuemm__nvtx_live(pool->nvtx, p, size);
   cuemm__lock_release(&m->lock);
   *out = p;
   return CUDA_SUCCESS;

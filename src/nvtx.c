@@ -54,6 +54,12 @@
  * chunk is unmapped or the pool destroyed.  The live regions are kept in a
  * table so that each is unregistered exactly once whatever path the block
  * takes back to the pool.
+ *
+ * The pool (pool.c) sits above this file and is not read here: it gives
+ * its address range when it is created and each chunk's address and size
+ * as the chunk is mapped and unmapped, and the per-pool state keeps its
+ * own record of which chunk each unit lies in, enough to cut a block into
+ * its per-chunk regions.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -345,39 +351,57 @@ typedef struct live_region {
   size_t size;
 } live_region;
 
+/* What the state knows of one unit of the pool's range, from the chunks
+ * the pool reported mapped. */
+typedef struct nv_unit {
+  size_t head;    /* the head unit of the chunk this one lay in when that chunk became a heap */
+  size_t units;   /* at a chunk's head while it is a heap: the chunk's length in units; else 0 */
+  void *heap;     /* at a chunk's head: the tool's heap, NULL when none */
+} nv_unit;
+
 struct cuemm__nvtx_pool {
   pthread_mutex_t lock;
+  const cuemm__driver_table *drv;
   CUcontext ctx;        /* the pool's context, current around the tool's calls */
+  uintptr_t base;       /* the pool's range: nunits units of `unit` bytes */
+  size_t unit, nunits;
+  int slab;             /* the range is one allocation: one heap, which every chunk's entry names */
   int off;              /* annotations stopped (no host memory for the table): every heap is gone */
-  void **heap;          /* per unit: at a chunk's head, the tool's heap, NULL when none */
-  void *slab_heap;      /* CUEMM_POOL_SLAB: the one heap over the slab, which every chunk's entry names */
+  nv_unit *units;
+  void *slab_heap;
   live_region *live;    /* the registered blocks, open addressing on the address */
   size_t cap, used;
 };
 
-struct cuemm__nvtx_pool *cuemm__nvtx_pool_new(const cuemm__pool *p)
+struct cuemm__nvtx_pool *cuemm__nvtx_pool_new(const cuemm__driver_table *drv, CUdeviceptr base, size_t reserved,
+                                              size_t unit, int slab)
 {
-  if (!cuemm__nvtx_start())
+  if (!cuemm__nvtx_start() || unit == 0)
     return NULL;
   struct cuemm__nvtx_pool *np = calloc(1, sizeof *np);
   if (!np)
     return NULL;
-  np->heap = calloc(p->nunits, sizeof *np->heap);
+  np->drv = drv;
+  np->base = (uintptr_t)base;
+  np->unit = unit;
+  np->nunits = reserved / unit;
+  np->slab = slab;
+  np->units = calloc(np->nunits ? np->nunits : 1, sizeof *np->units);
   np->cap = 256;
   np->live = calloc(np->cap, sizeof *np->live);
-  if (!np->heap || !np->live) {
-    free(np->heap);
+  if (!np->units || !np->live) {
+    free(np->units);
     free(np->live);
     free(np);
     return NULL;
   }
   pthread_mutex_init(&np->lock, NULL);
-  if (p->drv->CtxGetCurrent(&np->ctx) != CUDA_SUCCESS) /* cuemm__pool_create runs in the manager's context */
+  if (drv->CtxGetCurrent(&np->ctx) != CUDA_SUCCESS) /* cuemm__pool_create runs in the manager's context */
     np->ctx = NULL;
   /* A slab is one allocation from the start: one heap, which a tool that
    * refuses memory mapped with cuMemMap takes. */
-  if (p->slab && !atomic_load(&tool.refused))
-    np->slab_heap = heap_register((uintptr_t)p->base, p->reserved);
+  if (slab && !atomic_load(&tool.refused))
+    np->slab_heap = heap_register((uintptr_t)base, reserved);
   return np;
 }
 
@@ -386,19 +410,19 @@ struct cuemm__nvtx_pool *cuemm__nvtx_pool_new(const cuemm__pool *p)
  * stream-ordered fast paths run in whatever context the caller has
  * current.  Best effort: a failing driver call leaves the context as it
  * is.  Returns whether it pushed. */
-static int ctx_in(const cuemm__pool *p, const struct cuemm__nvtx_pool *np)
+static int ctx_in(const struct cuemm__nvtx_pool *np)
 {
   CUcontext cur = NULL;
-  if (!np->ctx || p->drv->CtxGetCurrent(&cur) != CUDA_SUCCESS || cur == np->ctx)
+  if (!np->ctx || np->drv->CtxGetCurrent(&cur) != CUDA_SUCCESS || cur == np->ctx)
     return 0;
-  return p->drv->CtxPushCurrent(np->ctx) == CUDA_SUCCESS;
+  return np->drv->CtxPushCurrent(np->ctx) == CUDA_SUCCESS;
 }
 
-static void ctx_out(const cuemm__pool *p, int pushed)
+static void ctx_out(const struct cuemm__nvtx_pool *np, int pushed)
 {
   CUcontext popped;
   if (pushed)
-    p->drv->CtxPopCurrent(&popped);
+    np->drv->CtxPopCurrent(&popped);
 }
 
 static size_t slot_of(uintptr_t ptr, size_t cap)
@@ -458,26 +482,37 @@ static int live_grow(struct cuemm__nvtx_pool *np)
 }
 
 /* The part of [a, stop) that lies in a's chunk: returns where it ends, and
- * the chunk's head unit in *head.  A live block lies in mapped chunks only;
- * a torn record ends the walk rather than loop. */
-static uintptr_t part_end(const cuemm__pool *p, uintptr_t a, uintptr_t stop, size_t *head)
+ * the chunk's heap in *heap (NULL when the chunk is none).  A unit in no
+ * chunk that is a heap is a part of its own, with no heap; an address
+ * outside the range ends the walk rather than loop.  (A unit's `head` may
+ * be stale, left by a chunk since unmapped: it counts only while the
+ * chunk it names is a heap and covers the unit, and chunks never
+ * overlap.) */
+static uintptr_t part_end(const struct cuemm__nvtx_pool *np, uintptr_t a, uintptr_t stop, void **heap)
 {
-  *head = p->units[(a - (uintptr_t)p->base) / p->unit].head;
-  uintptr_t end = (uintptr_t)p->base + (*head + p->units[*head].units) * p->unit;
-  if (end <= a)
+  *heap = NULL;
+  if (a < np->base || (a - np->base) / np->unit >= np->nunits)
     return stop;
+  size_t u = (a - np->base) / np->unit, head = np->units[u].head, n = 1;
+  if (head <= u && u - head < np->units[head].units) {
+    n = np->units[head].units;
+    *heap = np->units[head].heap;
+  } else
+    head = u;
+  uintptr_t end = np->base + (head + n) * np->unit;
   return end < stop ? end : stop;
 }
 
 #define REFS_PER_CALL 16
 
-static void unregister_locked(cuemm__pool *p, struct cuemm__nvtx_pool *np, live_region *e)
+static void unregister_locked(struct cuemm__nvtx_pool *np, live_region *e)
 {
   const void *refs[REFS_PER_CALL];
-  size_t n = 0, head;
+  size_t n = 0;
+  void *heap;
   for (uintptr_t a = e->ptr, stop = e->ptr + e->size, end; a < stop; a = end) {
-    end = part_end(p, a, stop, &head);
-    if (!np->heap[head])
+    end = part_end(np, a, stop, &heap);
+    if (!heap)
       continue;
     refs[n++] = (const void *)a;
     if (n == REFS_PER_CALL) {
@@ -492,13 +527,14 @@ static void unregister_locked(cuemm__pool *p, struct cuemm__nvtx_pool *np, live_
 
 /* Tells the tool every heap is gone (their regions with them) and forgets
  * the regions. */
-static void drop_all_locked(cuemm__pool *p, struct cuemm__nvtx_pool *np, int tell_tool)
+static void drop_all_locked(struct cuemm__nvtx_pool *np, int tell_tool)
 {
-  for (size_t u = 0; u < p->nunits; u++)
-    if (np->heap[u]) {
+  for (size_t u = 0; u < np->nunits; u++)
+    if (np->units[u].heap) {
       if (tell_tool && !np->slab_heap)
-        tool.heap_unregister(tool.domain, np->heap[u]);
-      np->heap[u] = NULL;
+        tool.heap_unregister(tool.domain, np->units[u].heap);
+      np->units[u].heap = NULL;
+      np->units[u].units = 0;
     }
   if (np->slab_heap && tell_tool)
     tool.heap_unregister(tool.domain, np->slab_heap);
@@ -507,79 +543,92 @@ static void drop_all_locked(cuemm__pool *p, struct cuemm__nvtx_pool *np, int tel
   np->used = 0;
 }
 
-void cuemm__nvtx_chunks_mapped_(cuemm__pool *p, size_t head, size_t n)
+/* The unit at which `at` starts, or nunits when it is not a unit boundary
+ * of the range. */
+static size_t unit_of(const struct cuemm__nvtx_pool *np, CUdeviceptr at)
 {
-  struct cuemm__nvtx_pool *np = p->nvtx;
-  pthread_mutex_lock(&np->lock);
-  for (size_t u = head; !np->off && !atomic_load(&tool.refused) && u < head + n;
-       u += p->units[u].units ? p->units[u].units : 1)
-    if (p->units[u].head == u && p->units[u].units && !np->heap[u])
-      np->heap[u] = p->slab ? np->slab_heap
-                            : heap_register((uintptr_t)cuemm__pool_unit_addr(p, u), (size_t)p->units[u].units * p->unit);
-  pthread_mutex_unlock(&np->lock);
+  uintptr_t a = (uintptr_t)at;
+  if (a < np->base || (a - np->base) % np->unit)
+    return np->nunits;
+  size_t u = (a - np->base) / np->unit;
+  return u < np->nunits ? u : np->nunits;
 }
 
-void cuemm__nvtx_chunk_unmapping_(cuemm__pool *p, size_t head)
+void cuemm__nvtx_chunk_mapped_(struct cuemm__nvtx_pool *np, CUdeviceptr at, size_t bytes)
 {
-  struct cuemm__nvtx_pool *np = p->nvtx;
+  size_t head = unit_of(np, at), n = bytes / np->unit;
   pthread_mutex_lock(&np->lock);
-  if (np->heap[head]) {
-    if (!p->slab) /* the slab's heap stays: the chunk is free memory of it */
-      tool.heap_unregister(tool.domain, np->heap[head]);
-    np->heap[head] = NULL;
+  if (!np->off && !atomic_load(&tool.refused) && head < np->nunits && n && n <= np->nunits - head &&
+      !np->units[head].heap) {
+    void *heap = np->slab ? np->slab_heap : heap_register((uintptr_t)at, n * np->unit);
+    if (heap) {
+      for (size_t u = head; u < head + n; u++)
+        np->units[u].head = head;
+      np->units[head].units = n;
+      np->units[head].heap = heap;
+    }
   }
   pthread_mutex_unlock(&np->lock);
 }
 
-void cuemm__nvtx_pool_gone_(cuemm__pool *p, int tell_tool)
+void cuemm__nvtx_chunk_unmapping_(struct cuemm__nvtx_pool *np, CUdeviceptr at)
 {
-  struct cuemm__nvtx_pool *np = p->nvtx;
-  drop_all_locked(p, np, tell_tool);
-  pthread_mutex_destroy(&np->lock);
-  free(np->heap);
-  free(np->live);
-  free(np);
-  p->nvtx = NULL;
+  size_t head = unit_of(np, at);
+  pthread_mutex_lock(&np->lock);
+  if (head < np->nunits && np->units[head].heap) {
+    if (!np->slab) /* the slab's heap stays: the chunk is free memory of it */
+      tool.heap_unregister(tool.domain, np->units[head].heap);
+    np->units[head].heap = NULL;
+    np->units[head].units = 0;
+  }
+  pthread_mutex_unlock(&np->lock);
 }
 
-void cuemm__nvtx_live_(cuemm__pool *p, uintptr_t ptr, size_t size)
+void cuemm__nvtx_pool_gone_(struct cuemm__nvtx_pool *np, int tell_tool)
 {
-  struct cuemm__nvtx_pool *np = p->nvtx;
-  int pushed = ctx_in(p, np);
+  drop_all_locked(np, tell_tool);
+  pthread_mutex_destroy(&np->lock);
+  free(np->units);
+  free(np->live);
+  free(np);
+}
+
+void cuemm__nvtx_live_(struct cuemm__nvtx_pool *np, uintptr_t ptr, size_t size)
+{
+  int pushed = ctx_in(np);
   pthread_mutex_lock(&np->lock);
   if (np->off)
     goto out;
   live_region *e = live_find(np, ptr);
   if (e) /* not given up on some path: registered afresh */
-    unregister_locked(p, np, e);
+    unregister_locked(np, e);
   if (2 * (np->used + 1) > np->cap && live_grow(np) != 0) {
     /* Without the table a region could not be unregistered: rather than
      * leave the tool a wrong picture, it hears of no pool at all. */
-    drop_all_locked(p, np, 1);
+    drop_all_locked(np, 1);
     np->off = 1;
     goto out;
   }
   live_put(np->live, np->cap, ptr, size);
   np->used++;
-  size_t head;
+  void *heap;
   for (uintptr_t a = ptr, stop = ptr + size, end; a < stop; a = end) {
-    end = part_end(p, a, stop, &head);
-    if (np->heap[head])
-      region_register(np->heap[head], a, end - a);
+    end = part_end(np, a, stop, &heap);
+    if (heap)
+      region_register(heap, a, end - a);
   }
 out:
   pthread_mutex_unlock(&np->lock);
-  ctx_out(p, pushed);
+  ctx_out(np, pushed);
 }
 
-void cuemm__nvtx_dead_(cuemm__pool *p, uintptr_t ptr)
+void cuemm__nvtx_dead_(struct cuemm__nvtx_pool *np, uintptr_t ptr)
 {
-  struct cuemm__nvtx_pool *np = p->nvtx;
-  int pushed = ctx_in(p, np);
+  int pushed = ctx_in(np);
   pthread_mutex_lock(&np->lock);
   live_region *e = np->off ? NULL : live_find(np, ptr);
   if (e)
-    unregister_locked(p, np, e);
+    unregister_locked(np, e);
   pthread_mutex_unlock(&np->lock);
-  ctx_out(p, pushed);
+  ctx_out(np, pushed);
 }

@@ -177,7 +177,7 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
     free(p);
     return r;
   }
-  p->nvtx = cfg->nvtx ? cuemm__nvtx_pool_new(p) : NULL;
+  p->nvtx = cfg->nvtx ? cuemm__nvtx_pool_new(d, p->base, reserved, unit, p->slab) : NULL;
   *out = p;
   return CUDA_SUCCESS;
 }
@@ -187,6 +187,17 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
 static CUdeviceptr unit_addr(const cuemm__pool *p, size_t u)
 {
   return p->base + (CUdeviceptr)(u * p->unit);
+}
+
+/* Tells the annotations (nvtx.c) that the chunks whose heads lie in units
+ * [head, head + n) are mapped and accessible. */
+static void nvtx_mapped(cuemm__pool *p, size_t head, size_t n)
+{
+  if (__builtin_expect(p->nvtx == NULL, 1))
+    return;
+  for (size_t u = head; u < head + n; u += p->units[u].units ? p->units[u].units : 1)
+    if (p->units[u].head == u && p->units[u].units)
+      cuemm__nvtx_chunk_mapped(p->nvtx, unit_addr(p, u), (size_t)p->units[u].units * p->unit);
 }
 
 static void chunk_mark(cuemm__pool *p, size_t head, size_t n, uint8_t state)
@@ -436,7 +447,7 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)
     p->grow_failures++;
     return r;
   }
-  cuemm__nvtx_chunks_mapped(p, head, n);
+  nvtx_mapped(p, head, n);
   cuemm__sa_fill(&p->sa, best_off, best_bytes);
   __atomic_add_fetch(&p->mapped, best_bytes, __ATOMIC_RELAXED);
   if (p->mapped > p->recent_need[0])
@@ -469,10 +480,10 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
     h->has_handle = 0;
     cuemm__piece_released((int)p->dev, now_ns());
   }
-  cuemm__nvtx_chunk_unmapping(p, head);
+  cuemm__nvtx_chunk_unmapping(p->nvtx, at);
   CUresult r = p->slab ? CUDA_SUCCESS : d->MemUnmap(at, bytes);
   if (r != CUDA_SUCCESS) {
-    cuemm__nvtx_chunks_mapped(p, head, h->units);
+    nvtx_mapped(p, head, h->units);
     return cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) releasing pool memory; the chunk stays mapped "
                                "and in use by the pool", (unsigned long long)at, bytes);
   }
@@ -792,11 +803,11 @@ CUresult cuemm__pool_unmap_all(cuemm__pool *p)
     CUdeviceptr at = unit_addr(p, u);
     CUresult r = CUDA_SUCCESS;
     if (h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE) {
-      cuemm__nvtx_chunk_unmapping(p, u);
+      cuemm__nvtx_chunk_unmapping(p->nvtx, at);
       r = d->MemUnmap(at, bytes);
       if (r != CUDA_SUCCESS) {
         if (h->state == CUEMM__CHUNK_ACCESSIBLE)
-          cuemm__nvtx_chunks_mapped(p, u, h->units);
+          nvtx_mapped(p, u, h->units);
         cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) suspending the pool", (unsigned long long)at, bytes);
       } else
         h->state = CUEMM__CHUNK_CREATED;
@@ -946,7 +957,7 @@ static CUresult remap_steps(cuemm__pool *p)
                                  (unsigned long long)unit_addr(p, u), bytes, p->naccess);
     for (size_t k = u; k < end; k = next_head(p, k)) {
       p->units[k].state = CUEMM__CHUNK_ACCESSIBLE;
-      cuemm__nvtx_chunks_mapped(p, k, p->units[k].units);
+      nvtx_mapped(p, k, p->units[k].units);
     }
     u = end;
   }
@@ -1017,7 +1028,8 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
   CUresult first = CUDA_SUCCESS;
   char msg[512] = "";
   const cuemm__driver_table *d = p->drv;
-  cuemm__nvtx_pool_gone(p, use_driver);
+  cuemm__nvtx_pool_gone(p->nvtx, use_driver);
+  p->nvtx = NULL;
   if (p->slab && use_driver) {
     CUresult r = d->MemFree(p->base);
     if (r != CUDA_SUCCESS) {

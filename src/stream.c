@@ -968,7 +968,7 @@ static __attribute__((noinline)) CUresult alloc_from_pool(cuemm_manager *m, cuem
   cuemm__lock_release(&m->lock);
   if (r == CUDA_SUCCESS) {
     *p = (CUdeviceptr)ptr;
-    cuemm__nvtx_live(m->pool, ptr, size);
+    cuemm__nvtx_live(m->pool->nvtx, ptr, size);
   } else
     cuemm__error_append(" (cuemm_alloc_async of %zu bytes on stream %p)", size, (void *)stream);
   return r;
@@ -1017,7 +1017,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   if (got != CUEMM__HEAP_NIL) {
     *p = (CUdeviceptr)h->b[got].ptr;
     cuemm__heap_unlock(h);
-    cuemm__nvtx_live(m->pool, (uintptr_t)*p, size);
+    cuemm__nvtx_live(m->pool->nvtx, (uintptr_t)*p, size);
     return CUDA_SUCCESS;
   }
   cuemm__heap_unlock(h);
@@ -1040,7 +1040,7 @@ static inline __attribute__((always_inline)) CUresult heap_served(cuemm_manager 
 {
   *p = (CUdeviceptr)h->b[r].ptr;
   cuemm__heap_leave(h);
-  cuemm__nvtx_live(m->pool, (uintptr_t)*p, size);
+  cuemm__nvtx_live(m->pool->nvtx, (uintptr_t)*p, size);
   return CUDA_SUCCESS;
 }
 
@@ -1257,7 +1257,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       else {
         size_t req = h->b[rec].req;
         if ((r = cache_on(m, h, rec, stream, "cuemm_free_async")) == CUDA_SUCCESS) {
-          cuemm__nvtx_dead(m->pool, p);
+          cuemm__nvtx_dead(m->pool->nvtx, p);
           if (freed)
             *freed = req;
         }
@@ -1345,7 +1345,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
       m->st.frees++;
     }
     cuemm__owned_remove(&m->owned, e);
-    cuemm__nvtx_dead(m->pool, p);
+    cuemm__nvtx_dead(m->pool->nvtx, p);
     pool_return_on(m, p, size, blk, stream);
     pool_trim_tagged(m);
     cuemm__lock_release(&m->lock);
@@ -1363,7 +1363,7 @@ static __attribute__((noinline)) CUresult free_async_slow(cuemm_manager *m, cuem
   if (hs == CUEMM__HEAP_NIL)
     hs = cuemm__heap_add_stream(h, stream);
   uint32_t rec = hs == CUEMM__HEAP_NIL ? CUEMM__HEAP_NIL : cuemm__heap_insert(h, p, size, blk, hs, req);
-  cuemm__nvtx_dead(m->pool, p);
+  cuemm__nvtx_dead(m->pool->nvtx, p);
   if (rec == CUEMM__HEAP_NIL || cuemm__heap_cache(h, rec, hs) != 0) {
     /* No host memory for the record: the block goes back through the
      * deferred queue instead, which is always correct. */
@@ -1441,7 +1441,7 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
   size_t req = h->b[r].req;
   if (!heap_takes_large(m, h, hs, h->b[r].size)) {
     h->frees++;
-    cuemm__nvtx_dead(m->pool, (uintptr_t)dp);
+    cuemm__nvtx_dead(m->pool->nvtx, (uintptr_t)dp);
     heap_to_pool(m, h, r, stream);
     heap_exit(h, in);
     pool_trim_tagged(m);
@@ -1457,7 +1457,7 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
     return free_async_slow(m, h, dp, stream, freed, 0);
   }
   int over = h->cached_bytes > h->trim_mark;
-  cuemm__nvtx_dead(m->pool, (uintptr_t)dp);
+  cuemm__nvtx_dead(m->pool->nvtx, (uintptr_t)dp);
   heap_exit(h, in);
   pool_trim_tagged(m); /* the evicted block counts toward the release threshold */
   cuemm__lock_release(&m->lock);
@@ -1472,7 +1472,7 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
 static inline __attribute__((always_inline)) CUresult heap_kept(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp)
 {
   int over = h->cached_bytes > h->trim_mark;
-  cuemm__nvtx_dead(m->pool, (uintptr_t)dp); /* before another thread may take the block */
+  cuemm__nvtx_dead(m->pool->nvtx, (uintptr_t)dp); /* before another thread may take the block */
   cuemm__heap_leave(h);
   if (__builtin_expect(over, 0))
     trim_heap(m, h);
