@@ -93,10 +93,10 @@ cd "$out" || exit 2
 step "installed: cuemm from the venv, its own libcuemm" 60 "$out/where.log" "$vpy" -c '
 import os, sys, cuemm
 pkg = os.path.dirname(cuemm.__file__)
-print("cuemm", cuemm.__version__, "from", pkg, "library", cuemm.loaded_path(), cuemm.library_version())
+print("cuemm", cuemm.__version__, "from", pkg, "library", cuemm.loaded_path(), cuemm.version_string())
 assert pkg.startswith(sys.prefix), "not the venv copy"
 assert cuemm.loaded_path() == os.path.join(pkg, "libcuemm.so.0"), "not the bundled library"
-assert cuemm.library_version() == cuemm.__version__
+assert cuemm.version_string() == cuemm.__version__
 '
 step "cuemm-replay --help from the venv's bin" 30 "$out/replay.log" "$venv/bin/cuemm-replay" --help
 

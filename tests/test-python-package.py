@@ -91,8 +91,8 @@ if no_bindings:
 if lib_path is not None:
     os.environ["CUEMM_LIBRARY"] = lib_path
 
-ok(cuemm.library_version() == cuemm.__version__,
-   "cuemm_version_string() of the library is cuemm.__version__ (%s)" % cuemm.library_version())
+ok(cuemm.version_string() == cuemm.__version__,
+   "cuemm_version_string() of the library is cuemm.__version__ (%s)" % cuemm.version_string())
 
 lib = cuemm.load()
 p = lib.cuemm_torch_alloc(3 << 20, 0, None)

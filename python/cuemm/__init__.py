@@ -6,7 +6,7 @@
 
 Each framework module imports without its framework and says what is
 missing when use() is called.  This module holds what needs no framework:
-the library (load(), loaded_path(), last_error(), library_version()), the
+the library (load(), loaded_path(), last_error(), version_string()), the
 statistics of a device's manager (stats() and pool_stats() as dicts,
 stats_text() and print_stats() as cuemm_stats_print's table) and a snapshot
 of its blocks (snapshot(): a Snapshot dataclass of Chunk and Block
@@ -19,13 +19,13 @@ from cuemm._lib import (CuemmError, load, loaded_path, last_error, device_manage
 from cuemm._report import Block, Chunk, Snapshot, snapshot, stats_text, print_stats
 
 
-def library_version():
+def version_string():
     """cuemm_version_string() of the libcuemm loaded: __version__ when the
     package and the library come from one build."""
     lib = load()
     return lib.cuemm_version_string().decode()
 
 
-__all__ = ["__version__", "library_version", "CuemmError", "load", "loaded_path", "last_error",
+__all__ = ["__version__", "version_string", "CuemmError", "load", "loaded_path", "last_error",
            "device_manager", "stats", "pool_stats", "adapter_stats", "empty_cache",
            "snapshot", "Snapshot", "Block", "Chunk", "stats_text", "print_stats"]
