@@ -1,17 +1,5 @@
 #!/bin/sh
-# test-python-package.sh: runs tests/test-python-package.py (TAP), the
-# package cuemm itself (its version, its report objects, the build's cuda.h
-# search), with the Python configure found, or skips when there is none.  A
-# library built with sanitizers cannot be loaded into an uninstrumented
-# Python: then only what needs no libcuemm is checked.
-top_srcdir=${top_srcdir:-$(dirname "$0")/..}
-py=${CUEMM_PYTHON:-}
-if test -z "$py" || test "$py" = ":"; then
-  echo "1..0 # SKIP no Python 3.8 or newer found by configure"
-  exit 0
-fi
-lib=${CUEMM_TOP_BUILDDIR:-.}/.libs/libcuemm.so.0
-if test -f "$lib" && readelf -d "$lib" 2>/dev/null | grep -q 'lib[at]san\|libubsan'; then
-  CUEMM_PLUGIN_SKIP="libcuemm is built with sanitizers"; export CUEMM_PLUGIN_SKIP
-fi
-exec "$py" "$top_srcdir/tests/test-python-package.py"
+# test-python-package.sh: the package cuemm itself (its version, its report
+# objects, the build's cuda.h search) through tests/test-python-package.py;
+# tests/python-tap.sh says how it runs.
+exec sh "${top_srcdir:-$(dirname "$0")/..}/tests/python-tap.sh" test-python-package
