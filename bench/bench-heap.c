@@ -669,10 +669,9 @@ int main(int argc, char **argv)
   char *bargv[] = { argv[0], (char *)"--quick", NULL };
   bench_start(quick ? 2 : 1, bargv, &dev, &ctx);
   driver_ok = bench_async_setup(dev);
-  if (!driver_ok && force_driver && dlsym(RTLD_DEFAULT, "cuMemAllocAsync")) {
-    driver_ok = 1;
-    printf("# the driver's side: cuMemAllocAsync without its pool's release threshold set (--force-driver)\n");
-  }
+  int forced = 0;
+  if (!driver_ok && force_driver && dlsym(RTLD_DEFAULT, "cuMemAllocAsync"))
+    driver_ok = forced = 1;
   run_ms = quick ? 30 : 300;
   rounds = quick ? 1 : 3;
   if (rounds == 1)
@@ -681,7 +680,9 @@ int main(int argc, char **argv)
     snprintf(runs_text, sizeof runs_text, "median of %d runs of %.0f ms", rounds, run_ms);
   printf("# cuemm: VMM pool, stream reuse %s; %s; %s per figure\n",
          getenv("CUEMM_STREAM_REUSE") ? getenv("CUEMM_STREAM_REUSE") : "event",
-         driver_ok ? "driver: cuMemAllocAsync on the default pool" : "driver: no stream-ordered pool (n/a)",
+         forced      ? "driver: cuMemAllocAsync, its pool's release threshold not set (--force-driver)"
+         : driver_ok ? "driver: cuMemAllocAsync on the default pool, release threshold at the maximum"
+                     : "driver: no stream-ordered pool (n/a)",
          runs_text);
   if (part_sizes) {
     static const size_t maxima[] = { 512, 8 << 10, 128 << 10, 2 * MiB, 8 * MiB };
