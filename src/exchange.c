@@ -617,3 +617,19 @@ void cuemm__exchange_reset(cuemm_manager *m)
     cuemm__heap_unlock(h);
   }
 }
+
+/* The owned entry of a block now held by heap h (its rounded size `rs`).
+ * `from_pool`: the pool held it (cuemm_alloc's block, or cuemm_alloc_async's
+ * not kept by a thread), whose counts it leaves for the heap's.  m's lock
+ * held. */
+void cuemm__exchange_entry_to_heap(cuemm_manager *m, cuemm__owned_entry *e, const cuemm__heap *h, size_t rs, int from_pool)
+{
+  if (from_pool) {
+    m->st.live_bytes -= e->size;
+    m->st.live_count--;
+    m->st.allocs--;
+  }
+  e->kind = CUEMM__KIND_STREAM;
+  e->aux = h->index;
+  e->size = rs;
+}

@@ -180,6 +180,12 @@ void cuemm__exchange_trim_heap(cuemm_manager *m, cuemm__heap *h);
  * locked. */
 void cuemm__exchange_drop_uses(cuemm__heap *h, uint32_t r);
 
+/* The owned entry of a block now held by heap h (its rounded size `rs`);
+ * `from_pool`: the pool held it, whose counts it leaves for the heap's.
+ * m's lock held. */
+void cuemm__exchange_entry_to_heap(cuemm_manager *m, cuemm__owned_entry *e, const cuemm__heap *h, size_t rs,
+                                   int from_pool);
+
 /* The give_up and reset hooks (manager.h). */
 CUresult cuemm__exchange_give_up(cuemm_manager *m, cuemm__owned_entry *e);
 void cuemm__exchange_reset(cuemm_manager *m);
