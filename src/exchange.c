@@ -66,7 +66,7 @@ __attribute__((noinline)) uint32_t cuemm__exchange_stream_add(cuemm_manager *m, 
   if (!ps)
     return CUEMM__HEAP_NIL;
   for (uint32_t j = 0; j < ps->nst; j++)
-    if (ps->st[j].retired && !ps->st[j].nbatch && !cuemm__sa_tag_bytes(&m->pool->sa, j + 1)) {
+    if (ps->st[j].retired && !ps->st[j].nbatch && !cuemm__pool_tag_bytes(m->pool, j + 1)) {
       memset(&ps->st[j], 0, sizeof ps->st[j]);
       ps->st[j].s = stream ? stream : CU_STREAM_LEGACY;
       cuemm__heap_forget_last(ps);
@@ -82,20 +82,20 @@ void cuemm__exchange_settle(cuemm_manager *m, int synced)
   cuemm__heap *ps = m->pstreams;
   if (!ps)
     return;
-  cuemm__sa *sa = &m->pool->sa;
-  for (uint32_t k = 0; k < ps->nst && sa->tagged_bytes; k++) {
+  cuemm__pool *pool = m->pool;
+  for (uint32_t k = 0; k < ps->nst && cuemm__pool_tagged_bytes(pool); k++) {
     cuemm__hstream *a = &ps->st[k];
-    if (!cuemm__sa_tag_bytes(sa, k + 1))
+    if (!cuemm__pool_tag_bytes(pool, k + 1))
       continue;
     if (synced) {
-      cuemm__sa_untag(sa, k + 1, a->freed);
+      cuemm__pool_untag(pool, k + 1, a->freed);
       continue;
     }
     cuemm__stream_query(m, ps, a);
     if (a->covered < a->freed && !a->retired && cuemm__stream_record(m, ps, a) == CUDA_SUCCESS)
       cuemm__stream_query(m, ps, a);
     if (a->done)
-      cuemm__sa_untag(sa, k + 1, a->done);
+      cuemm__pool_untag(pool, k + 1, a->done);
   }
 }
 
@@ -110,7 +110,7 @@ __attribute__((noinline)) void cuemm__exchange_trim_tagged_now(cuemm_manager *m)
   cuemm__pool *pool = m->pool;
   cuemm__heap *ps = m->pstreams;
   if (!cuemm__pool_release_due(pool)) {
-    ps->trim_mark = pool->sa.tagged_bytes + pool->threshold / 4 + pool->unit;
+    ps->trim_mark = cuemm__pool_tagged_bytes(pool) + cuemm__pool_threshold(pool) / 4 + cuemm__pool_unit_bytes(pool);
     return;
   }
   char keep[512];
@@ -122,7 +122,7 @@ __attribute__((noinline)) void cuemm__exchange_trim_tagged_now(cuemm_manager *m)
       cuemm__pool_release(pool, cuemm__pool_keep(pool));
     cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   }
-  ps->trim_mark = pool->sa.tagged_bytes + pool->threshold / 4 + pool->unit;
+  ps->trim_mark = cuemm__pool_tagged_bytes(pool) + cuemm__pool_threshold(pool) / 4 + cuemm__pool_unit_bytes(pool);
   cuemm__error(CUDA_SUCCESS, "%s", keep); /* the free succeeded either way */
 }
 
@@ -139,7 +139,7 @@ __attribute__((noinline)) void cuemm__exchange_trim_tagged_now(cuemm_manager *m)
 static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t size, uint32_t own, CUstream stream,
                                                       int wait, uint32_t best, uintptr_t *ptr, uint32_t *blk)
 {
-  cuemm__sa *sa = &m->pool->sa;
+  cuemm__pool *pool = m->pool;
   cuemm__heap *ps = m->pstreams;
   size_t rs = round_block(size);
   uint64_t busy = 0; /* tags (the first 64) whose blocks this request found in use */
@@ -147,23 +147,24 @@ static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t s
   cuemm__ctx_guard g;
   for (;; first = 0) {
     if (!first) /* the first round's is the caller's */
-      best = cuemm__sa_fit_for(sa, rs, own);
-    uint32_t bt = best != CUEMM__SA_NIL ? sa->b[best].tag : 0;
+      best = cuemm__pool_fit_for(pool, rs, own);
+    uint32_t bt = best != CUEMM__SA_NIL ? cuemm__pool_block_tag(pool, best) : 0;
     /* Other streams' blocks only when this stream's and the idle ones fit
      * badly (an eighth or more to spare) or not at all: asking an event for
      * every close fit would cost more than the fit saves. */
-    int close = best != CUEMM__SA_NIL && sa->b[best].size - rs < rs / 8;
-    for (uint32_t t = 1; !close && ps && sa->tagged_bytes && t <= ps->nst; t++) {
+    int close = best != CUEMM__SA_NIL && cuemm__pool_block_size(pool, best) - rs < rs / 8;
+    for (uint32_t t = 1; !close && ps && cuemm__pool_tagged_bytes(pool) && t <= ps->nst; t++) {
       if (t == own || t > 64 || (busy >> (t - 1) & 1))
         continue;
-      uint32_t c = cuemm__sa_fit_below(sa, rs, t, best == CUEMM__SA_NIL ? SIZE_MAX : sa->b[best].size);
+      size_t below = best == CUEMM__SA_NIL ? SIZE_MAX : cuemm__pool_block_size(pool, best);
+      uint32_t c = cuemm__pool_fit_below(pool, rs, t, below);
       if (c != CUEMM__SA_NIL)
         best = c, bt = t;
     }
     if (best == CUEMM__SA_NIL || bt == 0 || bt == own)
       break;
     cuemm__hstream *a = &ps->st[bt - 1];
-    uint64_t seq = sa->b[best].seq;
+    uint64_t seq = cuemm__pool_block_word(pool, best);
     if (!entered && cuemm__ctx_enter(m, &g) == CUDA_SUCCESS)
       entered = 1;
     if (entered) {
@@ -172,7 +173,7 @@ static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t s
         cuemm__stream_query(m, ps, a);
     }
     if (a->done >= seq) {
-      cuemm__sa_untag(sa, bt, a->done); /* idle now, merged: choose again */
+      cuemm__pool_untag(pool, bt, a->done); /* idle now, merged: choose again */
       ps->steals++;
       continue;
     }
@@ -194,8 +195,7 @@ static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t s
     cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   if (best == CUEMM__SA_NIL)
     return -1;
-  cuemm__sa_take(sa, best, rs);
-  *ptr = (uintptr_t)m->pool->base + sa->b[best].off;
+  *ptr = cuemm__pool_take_fit(pool, best, rs);
   *blk = best;
   return 0;
 }
@@ -205,16 +205,15 @@ static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t s
 static inline __attribute__((always_inline)) int pool_pick(cuemm_manager *m, size_t size, uint32_t own,
                                                            CUstream stream, int wait, uintptr_t *ptr, uint32_t *blk)
 {
-  cuemm__sa *sa = &m->pool->sa;
+  cuemm__pool *pool = m->pool;
   size_t rs = round_block(size);
-  uint32_t best = cuemm__sa_fit_for(sa, rs, own);
-  int close = best != CUEMM__SA_NIL && sa->b[best].size - rs < rs / 8;
-  if (!close && sa->tagged_bytes > cuemm__sa_tag_bytes(sa, own))
+  uint32_t best = cuemm__pool_fit_for(pool, rs, own);
+  int close = best != CUEMM__SA_NIL && cuemm__pool_block_size(pool, best) - rs < rs / 8;
+  if (!close && cuemm__pool_tagged_bytes(pool) > cuemm__pool_tag_bytes(pool, own))
     return pool_pick_across(m, size, own, stream, wait, best, ptr, blk);
   if (best == CUEMM__SA_NIL)
     return -1;
-  cuemm__sa_take(sa, best, rs);
-  *ptr = (uintptr_t)m->pool->base + sa->b[best].off;
+  *ptr = cuemm__pool_take_fit(pool, best, rs);
   *blk = best;
   return 0;
 }
@@ -345,14 +344,14 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
       if (pool_give_on(m, blk, a->s) != 0)
         continue;
     } else
-      cuemm__sa_free_tagged(&m->pool->sa, blk, 0, 0);
+      cuemm__pool_give_tagged(m->pool, blk, 0, 0);
     cuemm__heap_unbin(h, r);
     cuemm__heap_remove(h, r);
     cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
     if (e)
       cuemm__owned_remove(&m->owned, e);
     given += size;
-    if (want && cuemm__sa_fits(&m->pool->sa, want, 0))
+    if (want && cuemm__pool_fits(m->pool, want, 0))
       break;
   }
   return given;
@@ -388,7 +387,7 @@ size_t cuemm__exchange_reclaim(cuemm_manager *m, int all, size_t want)
     if (h->cached_count)
       given += heap_give_back(m, h, all, 0, all ? 0 : want);
     cuemm__heap_unlock(h);
-    if (want && !all && cuemm__sa_fits(&m->pool->sa, want, 0))
+    if (want && !all && cuemm__pool_fits(m->pool, want, 0))
       break;
   }
   cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
@@ -462,7 +461,7 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
   if (r == CUDA_SUCCESS) {
     /* The block remembers its stream (its descriptor's word): for
      * cuemm_record_stream and snapshots while the pool holds it. */
-    m->pool->sa.b[blk].seq = (uint64_t)(uintptr_t)(stream ? stream : CU_STREAM_LEGACY);
+    cuemm__pool_set_block_word(m->pool, blk, (uint64_t)(uintptr_t)(stream ? stream : CU_STREAM_LEGACY));
     uint32_t rec = CUEMM__HEAP_NIL;
     int in = 0;
     if (h) {
@@ -502,7 +501,7 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
   cuemm__lock_release(&m->lock);
   if (r == CUDA_SUCCESS) {
     *p = (CUdeviceptr)ptr;
-    cuemm__nvtx_live(m->pool->nvtx, ptr, size);
+    cuemm__nvtx_live(cuemm__pool_nvtx(m->pool), ptr, size);
   } else
     cuemm__error_append(" (cuemm_alloc_async of %zu bytes on stream %p)", size, (void *)stream);
   return r;
@@ -622,7 +621,8 @@ void cuemm__exchange_reset(cuemm_manager *m)
  * `from_pool`: the pool held it (cuemm_alloc's block, or cuemm_alloc_async's
  * not kept by a thread), whose counts it leaves for the heap's.  m's lock
  * held. */
-void cuemm__exchange_entry_to_heap(cuemm_manager *m, cuemm__owned_entry *e, const cuemm__heap *h, size_t rs, int from_pool)
+void cuemm__exchange_entry_to_heap(cuemm_manager *m, cuemm__owned_entry *e, const cuemm__heap *h, size_t rs,
+                                   int from_pool)
 {
   if (from_pool) {
     m->st.live_bytes -= e->size;

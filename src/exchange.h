@@ -28,7 +28,7 @@ static inline __attribute__((always_inline)) int pool_give_on(cuemm_manager *m, 
     return -1;
   ps = m->pstreams;
   cuemm__hstream *a = &ps->st[k];
-  if (cuemm__sa_free_tagged(&m->pool->sa, blk, k + 1, a->freed + 1) != 0)
+  if (cuemm__pool_give_tagged(m->pool, blk, k + 1, a->freed + 1) != 0)
     return -1;
   a->freed++;
   return 0;
@@ -44,14 +44,14 @@ static inline __attribute__((always_inline)) void pool_return_on(cuemm_manager *
   if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) == 0)
     m->pool_pending++;
   else
-    cuemm__sa_free_tagged(&m->pool->sa, blk, 0, 0); /* no memory for either: cannot happen in practice */
+    cuemm__pool_give_tagged(m->pool, blk, 0, 0); /* no memory for either: cannot happen in practice */
 }
 
 void cuemm__exchange_trim_tagged_now(cuemm_manager *m);
 
 static inline void pool_trim_tagged(cuemm_manager *m)
 {
-  if (__builtin_expect(m->pstreams && m->pool->sa.tagged_bytes >= m->pstreams->trim_mark, 0))
+  if (__builtin_expect(m->pstreams && cuemm__pool_tagged_bytes(m->pool) >= m->pstreams->trim_mark, 0))
     cuemm__exchange_trim_tagged_now(m);
 }
 
@@ -170,7 +170,8 @@ void cuemm__exchange_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs);
 
 /* A block of `size` bytes from the pool for `stream`, into h (may be NULL)
  * when it keeps the size.  Takes the manager's lock. */
-CUresult cuemm__exchange_alloc_from_pool(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p, size_t size, CUstream stream);
+CUresult cuemm__exchange_alloc_from_pool(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p, size_t size,
+                                         CUstream stream);
 
 /* Gives h's idle blocks back when it holds more than its cap.  Takes the
  * manager's lock. */

@@ -61,7 +61,7 @@ static int free_own_kept(cuemm_manager *m, cuemm__heap *h, uintptr_t p, CUstream
     else {
       size_t req = h->b[rec].req;
       if ((*r = cache_on(m, h, rec, stream, "cuemm_free_async")) == CUDA_SUCCESS) {
-        cuemm__nvtx_dead(m->pool->nvtx, p);
+        cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), p);
         if (freed)
           *freed = req;
       }
@@ -163,7 +163,7 @@ static void free_to_pool(cuemm_manager *m, freeing *f, CUstream stream)
     m->st.frees++;
   }
   cuemm__owned_remove(&m->owned, f->e);
-  cuemm__nvtx_dead(m->pool->nvtx, f->p);
+  cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), f->p);
   pool_return_on(m, f->p, f->size, f->blk, stream);
   pool_trim_tagged(m);
 }
@@ -183,7 +183,7 @@ static void free_into_heap(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstrea
   if (hs == CUEMM__HEAP_NIL)
     hs = cuemm__heap_add_stream(h, stream);
   uint32_t rec = hs == CUEMM__HEAP_NIL ? CUEMM__HEAP_NIL : cuemm__heap_insert(h, f->p, f->size, f->blk, hs, f->req);
-  cuemm__nvtx_dead(m->pool->nvtx, f->p);
+  cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), f->p);
   if (rec == CUEMM__HEAP_NIL || cuemm__heap_cache(h, rec, hs) != 0) {
     if (rec != CUEMM__HEAP_NIL)
       cuemm__heap_remove(h, rec);

@@ -164,7 +164,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   if (got != CUEMM__HEAP_NIL) {
     *p = (CUdeviceptr)h->b[got].ptr;
     cuemm__heap_unlock(h);
-    cuemm__nvtx_live(m->pool->nvtx, (uintptr_t)*p, size);
+    cuemm__nvtx_live(cuemm__pool_nvtx(m->pool), (uintptr_t)*p, size);
     return CUDA_SUCCESS;
   }
   cuemm__heap_unlock(h);
@@ -187,7 +187,7 @@ static inline __attribute__((always_inline)) CUresult heap_served(cuemm_manager 
 {
   *p = (CUdeviceptr)h->b[r].ptr;
   cuemm__heap_leave(h);
-  cuemm__nvtx_live(m->pool->nvtx, (uintptr_t)*p, size);
+  cuemm__nvtx_live(cuemm__pool_nvtx(m->pool), (uintptr_t)*p, size);
   return CUDA_SUCCESS;
 }
 
@@ -270,7 +270,7 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
   size_t req = h->b[r].req;
   if (!heap_takes_large(m, h, hs, h->b[r].size)) {
     h->frees++;
-    cuemm__nvtx_dead(m->pool->nvtx, (uintptr_t)dp);
+    cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), (uintptr_t)dp);
     cuemm__exchange_to_pool(m, h, r, stream);
     heap_exit(h, in);
     pool_trim_tagged(m);
@@ -286,7 +286,7 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
     return cuemm__free_async_slow(m, h, dp, stream, freed, 0);
   }
   int over = h->cached_bytes > h->trim_mark;
-  cuemm__nvtx_dead(m->pool->nvtx, (uintptr_t)dp);
+  cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), (uintptr_t)dp);
   heap_exit(h, in);
   pool_trim_tagged(m); /* the evicted block counts toward the release threshold */
   cuemm__lock_release(&m->lock);
@@ -301,7 +301,7 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
 static inline __attribute__((always_inline)) CUresult heap_kept(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp)
 {
   int over = h->cached_bytes > h->trim_mark;
-  cuemm__nvtx_dead(m->pool->nvtx, (uintptr_t)dp); /* before another thread may take the block */
+  cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), (uintptr_t)dp); /* before another thread may take the block */
   cuemm__heap_leave(h);
   if (__builtin_expect(over, 0))
     cuemm__exchange_trim_heap(m, h);
@@ -456,7 +456,7 @@ static CUresult adopt_used(cuemm_manager *m, cuemm__owned_entry *e, CUstream str
   if (!h && (r = cuemm__thread_heap_attach_locked(m, &h)) != CUDA_SUCCESS)
     return r;
   size_t rs = round_block(e->size);
-  CUstream own = (CUstream)(uintptr_t)m->pool->sa.b[e->aux].seq;
+  CUstream own = (CUstream)(uintptr_t)cuemm__pool_block_word(m->pool, e->aux);
   cuemm__heap_lock(h);
   uint32_t hs = cuemm__heap_stream(h, own ? own : stream);
   if (hs == CUEMM__HEAP_NIL)

@@ -103,9 +103,9 @@ __attribute__((noinline)) cuemm__heap *cuemm__thread_heap_of_slow(const cuemm_ma
 
 size_t cuemm__thread_heap_cap(const cuemm_manager *m)
 {
-  size_t quarter = __atomic_load_n(&m->pool->mapped, __ATOMIC_RELAXED) / 4;
+  size_t quarter = cuemm__pool_held(m->pool) / 4;
   size_t cap = quarter > CACHE_CAP ? quarter : CACHE_CAP;
-  return m->pool->threshold < cap ? m->pool->threshold : cap;
+  return cuemm__pool_threshold(m->pool) < cap ? cuemm__pool_threshold(m->pool) : cap;
 }
 
 /* Gives the calling thread a heap for m: an orphan's, or a new one.
