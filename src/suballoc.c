@@ -1,4 +1,8 @@
-/* suballoc.c: the pool's sub-allocator (see suballoc.h).
+/* suballoc.c: owns the pool's sub-allocator (interface in suballoc.h): the
+ * placement of blocks in the pool's address space (managed.c's segments
+ * too), over offsets only, never the driver: free lists and their bins,
+ * splitting and merging, the caches of freed sizes, stream tags, holes for
+ * unmapped space, and the invariant check the tests run.
  *
  * Segregated free lists with bitmaps, in the manner of TLSF: a free block
  * sits in the bin of its size; small sizes (below 16 KiB) have a bin per
