@@ -10,11 +10,15 @@
 #include "manager.h"
 #include "stream-event.h"
 
+/* A request's size as the pool's blocks have it (the sub-allocator's
+ * alignment). */
 static inline size_t round_block(size_t size)
 {
   return (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1);
 }
 
+/* The pool's stream table's place for a stream it has not met; NIL when
+ * host memory ran out.  m's lock held. */
 uint32_t cuemm__exchange_stream_add(cuemm_manager *m, CUstream stream);
 
 /* Gives pool block blk back as freed on `stream` (never the per-thread
@@ -47,6 +51,10 @@ static inline __attribute__((always_inline)) void pool_return_on(cuemm_manager *
     cuemm__pool_give_tagged(m->pool, blk, 0, 0); /* no memory for either: cannot happen in practice */
 }
 
+/* The release threshold's check after blocks went to the pool as freed on
+ * a stream: inline a compare against the mark, the work (an event on each
+ * of their streams, a release) in cuemm__exchange_trim_tagged_now.  m's
+ * lock held. */
 void cuemm__exchange_trim_tagged_now(cuemm_manager *m);
 
 static inline void pool_trim_tagged(cuemm_manager *m)

@@ -28,7 +28,7 @@
  * by any stream once its stream's `done` sequence has passed the block's
  * `seq`: frees on a stream are numbered, an event recorded on the stream
  * covers every free numbered up to `covered`, and a completed event moves
- * `done` forward (see stream.c).  This file is the data structure only:
+ * `done` forward (see stream-event.c).  This file is the data structure only:
  * it never calls the driver.  Lock order: the manager's lock before a
  * heap's lock, never the reverse.
  */
