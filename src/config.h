@@ -1,5 +1,9 @@
-/* config.h: internal half of configuration (validation shared by create,
- * what a manager ignores, and the table's text for the cuemm(7) page). */
+/* config.h: config.c as the rest of the library sees it: checking a
+ * configuration a program may have edited (cuemm_create), which fields the
+ * environment set and which of those a manager does not act on, and the
+ * options table's text, row by row, for the cuemm(7) page.  The public
+ * half (cuemm_config, cuemm_config_init) is in cuemm.h.
+ */
 #ifndef CUEMM_CONFIG_H
 #define CUEMM_CONFIG_H
 

@@ -4,7 +4,7 @@
  * story; a fixed-size buffer so that reporting an error never allocates
  * (the failure being reported may be an allocation failure).  The buffer
  * stays small because the library's thread-local storage is taken from the
- * static block (stream.c's slots are initial-exec), which a library loaded
+ * static block (thread-heap.c's slots are initial-exec), which a library loaded
  * with dlopen shares with every other one.  The rare message that outgrows
  * it (cuemm_config_init's, which names every invalid variable) goes to a
  * buffer allocated for the thread and freed at its exit; when that

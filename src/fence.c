@@ -1,4 +1,11 @@
-/* fence.c: asymmetric memory fences (see fence.h): the heavy side. */
+/* fence.c: owns the rare side of the asymmetric fences (fence.h): whether
+ * this process can have them (membarrier registered, once, and the
+ * fallback's page mapped up front, so that a heavy fence never fails; none
+ * under ThreadSanitizer), the heavy fence itself (membarrier, or the TLB
+ * shootdown of a page whose write access is taken away), and the token
+ * that names the calling thread (cuemm__fence_self).  The frequent side
+ * is a compiler barrier, inline in its callers.
+ */
 #include "fence.h"
 
 #include <pthread.h>

@@ -1,7 +1,12 @@
-/* heap.c: the thread heap's tables (see heap.h): records, the pointer map,
- * bins and streams, their growth, and the invariant check the tests run.
- * Nothing here is on the fast path except through the inline calls of
- * heap.h; nothing here calls the driver or takes a lock.
+/* heap.c: owns the thread heap's tables (see heap.h): records, the pointer
+ * map, bins and streams, their growth, and the invariant check the tests
+ * run; and the other threads' side of the entry handshake: taking a heap
+ * from its owner (cuemm__heap_lock, which takes the heap's mutex, raises
+ * `want` and waits for `busy` to fall), giving it back
+ * (cuemm__heap_unlock), and a new owner's adoption (cuemm__heap_own).
+ * Those three are the only code here that takes a lock.  Nothing here is
+ * on the fast path except through the inline calls of heap.h, and nothing
+ * calls the driver.
  */
 #include "heap.h"
 #include "fence.h"

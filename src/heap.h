@@ -28,7 +28,7 @@
  * by any stream once its stream's `done` sequence has passed the block's
  * `seq`: frees on a stream are numbered, an event recorded on the stream
  * covers every free numbered up to `covered`, and a completed event moves
- * `done` forward (see stream.c).  This file is the data structure only:
+ * `done` forward (see stream-event.c).  This file is the data structure only:
  * it never calls the driver.  Lock order: the manager's lock before a
  * heap's lock, never the reverse.
  */
@@ -46,11 +46,11 @@
 
 #define CUEMM__HEAP_NIL UINT32_MAX
 /* Blocks of this size or more are large: a heap keeps few of them, and
- * none larger than CUEMM__HEAP_LARGE_MAX (see stream.c's heap_admits). */
+ * none larger than CUEMM__HEAP_LARGE_MAX (see exchange.h's heap_admits). */
 #define CUEMM__HEAP_LARGE ((size_t)256 << 10)
 #define CUEMM__HEAP_LARGE_MAX ((size_t)16 << 20)
 /* The most large blocks a heap keeps per stream (cuemm_config's
- * stream_keep_large, at most this; see stream.c's heap_admits).  A power
+ * stream_keep_large, at most this; see exchange.h's heap_admits).  A power
  * of two: their list is a ring. */
 #define CUEMM__HEAP_LARGE_KEEP_MAX 32u
 /* Sizes of a stream's latest large requests its kept blocks could not
@@ -158,10 +158,10 @@ typedef struct cuemm__heap {
 
   /* counters; read under the lock by cuemm_get_stats */
   size_t live_bytes, live_count, cached_bytes, cached_count;
-  size_t trim_mark;     /* cached bytes past which a free gives idle blocks back (stream.c's cache_cap) */
+  size_t trim_mark;     /* cached bytes past which a free gives idle blocks back (cuemm__thread_heap_cap) */
   uint64_t allocs, frees, events_recorded, event_waits, steals;
   unsigned events_made;
-  struct cuemm__heap *gnext, *gprev;   /* process-wide list of live heaps (stream.c) */
+  struct cuemm__heap *gnext, *gprev;   /* process-wide list of live heaps (thread-heap.c) */
 } cuemm__heap;
 
 void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index);
@@ -324,7 +324,7 @@ static inline void cuemm__heap_account_cached(cuemm__heap *h, uint32_t r, int si
   cuemm__hstream *st = &h->st[b->hs];
   if (b->size >= CUEMM__HEAP_LARGE) {
     /* Whoever caches one past the list's room evicts the oldest first
-     * (stream.c's heap_evict_large).  The per-thread default stream keeps
+     * (cuemm__exchange_evict_large).  The per-thread default stream keeps
      * all its blocks: its list holds the first ones, and nothing reads it. */
     if (sign < 0)
       cuemm__heap_large_drop(st, b);

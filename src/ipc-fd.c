@@ -40,12 +40,9 @@ pthread_mutex_t cuemm__ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUresult pool_block_locked(cuemm_manager *m, CUdeviceptr p, const char *fn, CUdeviceptr *start,
                                   size_t *bytes)
 {
-  cuemm__pool *pool = m->pool;
-  uint32_t i = cuemm__sa_find(&pool->sa, (size_t)(p - pool->base));
-  if (i == CUEMM__SA_NIL || pool->sa.b[i].state != CUEMM__SA_USED)
+  if (cuemm__pool_used_at(m->pool, p, start) != 0)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%llx lies in no live block of the pool (never allocated, "
                         "or freed and returned to the pool)", fn, (unsigned long long)p);
-  *start = pool->base + (CUdeviceptr)pool->sa.b[i].off;
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, (uintptr_t)*start);
   if (e && e->kind == CUEMM__KIND_STREAM && (*bytes = cuemm__extensions_live_size(m, e)) == 0)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%llx lies in a pool block at 0x%llx that the program has "

@@ -1,6 +1,10 @@
-/* lock.c: the contended halves of the manager's lock (see lock.h), after
- * the classic three-state futex mutex: a sleeper marks the lock 2 before it
- * sleeps, so the holder's release knows to wake someone. */
+/* lock.c: owns what the manager's lock (lock.h) does when it is
+ * contended: taking a lock another thread holds (a brief spin, then sleep
+ * on a futex) and waking a sleeper at release.  The uncontended halves are
+ * inline in lock.h.  After the classic three-state futex mutex: a sleeper
+ * marks the lock 2 before it sleeps, so the holder's release knows to wake
+ * someone.
+ */
 #include "lock.h"
 
 #include <linux/futex.h>

@@ -149,7 +149,7 @@ static CUresult flush_locked(cuemm_manager *m, int force)
         cuemm__error_append("; %zu frees stay queued for the next flush", m->pending.count);
         return sync_r;
       }
-    } else if (m->pool_pending && m->pool->sa.tagged_bytes)
+    } else if (m->pool_pending && cuemm__pool_tagged_bytes(m->pool))
       cuemm__extensions_settle(m, 1); /* blocks freed on streams are idle too now */
   }
   size_t released = 0;
@@ -249,7 +249,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
   /* Blocks freed on streams whose work is done, then those idle in the
    * threads' stream caches: the pool never maps more while it could take
    * those back. */
-  if (m->pool->sa.tagged_bytes) {
+  if (cuemm__pool_tagged_bytes(m->pool)) {
     cuemm__extensions_settle(m, 0);
     if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
       return leave_after_take(m, &g, blk);
@@ -264,7 +264,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
     return cuemm__ctx_leave(m, &g, CUDA_ERROR_NOT_READY);
   /* Enough is free, only not in one piece: what is wholly free goes back
    * first, so that the growth replaces it rather than adds to it. */
-  if (m->pool->sa.free_bytes >= size)
+  if (cuemm__pool_free_bytes(m->pool) >= size)
     cuemm__pool_release(m->pool, 0);
   r = cuemm__pool_grow(m->pool, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -278,7 +278,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
     (void)fr; /* a failed flush leaves its frees queued; the retry decides */
     /* Blocks freed on streams whose work is still queued: once it is done,
      * which a synchronization makes sure of, they serve any request. */
-    if (m->pool->sa.tagged_bytes && m->drv->CtxSynchronize() == CUDA_SUCCESS)
+    if (cuemm__pool_tagged_bytes(m->pool) && m->drv->CtxSynchronize() == CUDA_SUCCESS)
       cuemm__extensions_settle(m, 1);
     if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
       return leave_after_take(m, &g, blk);
@@ -760,7 +760,7 @@ CUEMM_EXTERN CUresult cuemm_pool_trim(cuemm_manager *m)
     if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
       /* Blocks freed on streams whose work may still be queued: after a
        * synchronization they are idle, and free to go too. */
-      if (m->pool->sa.tagged_bytes) {
+      if (cuemm__pool_tagged_bytes(m->pool)) {
         r = m->drv->CtxSynchronize();
         if (r == CUDA_SUCCESS)
           cuemm__extensions_settle(m, 1);

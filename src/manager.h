@@ -60,8 +60,8 @@ struct cuemm_manager {
   size_t pool_pending;        /* pool blocks in `pending` */
   uint64_t fallback_allocs;   /* requests too large for the pool */
   uint64_t serial;            /* unique for the process's life: thread slots tell managers apart by it */
-  cuemm__heap **heaps;        /* the threads' heaps of the stream-ordered path (stream.c) */
-  cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (stream.c;
+  cuemm__heap **heaps;        /* the threads' heaps of the stream-ordered path (thread-heap.c) */
+  cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (exchange.c;
                                * guarded by `lock`, holds no blocks) */
   uint32_t nheaps, capheaps;
   uint64_t stream_reclaims;

@@ -143,6 +143,92 @@ static inline int cuemm__pool_take_tagged(cuemm__pool *p, size_t size, uint32_t 
 /* Returns a block.  The caller guarantees no GPU work still uses it. */
 static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk) { cuemm__sa_free(&p->sa, blk); }
 
+/* ---- the sub-allocator, as the stream-ordered path (exchange.c) and the
+ * manager see it.  Nothing but pool.c and suballoc.c reaches into `sa`:
+ * these read and change it, so that its layout stays the pool's own. */
+
+/* Free bytes, and those of them freed on streams whose work may still use
+ * them (tagged), in all and of one tag. */
+static inline size_t cuemm__pool_free_bytes(const cuemm__pool *p) { return p->sa.free_bytes; }
+static inline size_t cuemm__pool_tagged_bytes(const cuemm__pool *p) { return p->sa.tagged_bytes; }
+static inline size_t cuemm__pool_tag_bytes(const cuemm__pool *p, uint32_t tag)
+{
+  return cuemm__sa_tag_bytes(&p->sa, tag);
+}
+
+/* Whether a free block of `size` bytes, idle or of `tag`, is there
+ * (cuemm__sa_fits). */
+static inline int cuemm__pool_fits(const cuemm__pool *p, size_t size, uint32_t tag)
+{
+  return cuemm__sa_fits(&p->sa, size, tag);
+}
+
+/* The best fit for `size` bytes (rounded) among idle blocks and those of
+ * `tag` (cuemm__sa_fit_for), or among blocks of `tag` smaller than `limit`
+ * (cuemm__sa_fit_below); CUEMM__SA_NIL when none. */
+static inline uint32_t cuemm__pool_fit_for(const cuemm__pool *p, size_t size, uint32_t tag)
+{
+  return cuemm__sa_fit_for(&p->sa, size, tag);
+}
+static inline uint32_t cuemm__pool_fit_below(const cuemm__pool *p, size_t size, uint32_t tag, size_t limit)
+{
+  return cuemm__sa_fit_below(&p->sa, size, tag, limit);
+}
+
+/* Takes `size` bytes (rounded) of free block blk, a fit found above;
+ * returns their address. */
+static inline uintptr_t cuemm__pool_take_fit(cuemm__pool *p, uint32_t blk, size_t size)
+{
+  cuemm__sa_take(&p->sa, blk, size);
+  return (uintptr_t)p->base + p->sa.b[blk].off;
+}
+
+/* Returns USED block blk as FREE with `tag` (0: idle) and `seq`, the
+ * newest of its stream's frees (cuemm__sa_free_tagged); -1 when host
+ * memory ran out, nothing changed. */
+static inline int cuemm__pool_give_tagged(cuemm__pool *p, uint32_t blk, uint32_t tag, uint64_t seq)
+{
+  return cuemm__sa_free_tagged(&p->sa, blk, tag, seq);
+}
+
+/* Makes idle, and merges, the blocks of `tag` numbered up to `done`
+ * (cuemm__sa_untag); returns their bytes. */
+static inline size_t cuemm__pool_untag(cuemm__pool *p, uint32_t tag, uint64_t done)
+{
+  return cuemm__sa_untag(&p->sa, tag, done);
+}
+
+/* A block's size and tag; its word: FREE and tagged, the newest of its
+ * stream's frees it holds; USED, the caller's (the stream it was handed
+ * out for, exchange.c). */
+static inline size_t cuemm__pool_block_size(const cuemm__pool *p, uint32_t blk) { return p->sa.b[blk].size; }
+static inline uint32_t cuemm__pool_block_tag(const cuemm__pool *p, uint32_t blk) { return p->sa.b[blk].tag; }
+static inline uint64_t cuemm__pool_block_word(const cuemm__pool *p, uint32_t blk) { return p->sa.b[blk].seq; }
+static inline void cuemm__pool_set_block_word(cuemm__pool *p, uint32_t blk, uint64_t w) { p->sa.b[blk].seq = w; }
+
+/* The start of the USED block that holds address a of the pool, for
+ * IPC export: 0, or -1 when a lies in no live block. */
+static inline int cuemm__pool_used_at(const cuemm__pool *p, CUdeviceptr a, CUdeviceptr *start)
+{
+  uint32_t i = cuemm__sa_find(&p->sa, (size_t)(a - p->base));
+  if (i == CUEMM__SA_NIL || p->sa.b[i].state != CUEMM__SA_USED)
+    return -1;
+  *start = p->base + (CUdeviceptr)p->sa.b[i].off;
+  return 0;
+}
+
+/* The pool's block descriptors, for snapshots: how many there are, and
+ * descriptor i (its `next` the following block in address order). */
+static inline uint32_t cuemm__pool_descriptors(const cuemm__pool *p) { return p->sa.cap; }
+static inline const cuemm__sa_block *cuemm__pool_block(const cuemm__pool *p, uint32_t i) { return &p->sa.b[i]; }
+
+/* The pool's annotations for a tool (nvtx.c), NULL without one. */
+static inline struct cuemm__nvtx_pool *cuemm__pool_nvtx(const cuemm__pool *p) { return p->nvtx; }
+
+/* The release threshold (free bytes kept mapped), and the growth unit. */
+static inline size_t cuemm__pool_threshold(const cuemm__pool *p) { return p->threshold; }
+static inline size_t cuemm__pool_unit_bytes(const cuemm__pool *p) { return p->unit; }
+
 /* Maps new memory at the lowest place where it lets a request of `size`
  * bytes fit (extending free space below it when there is some): one chunk
  * per piece (one cuMemCreate and one cuMemMap each, piece.c chooses their

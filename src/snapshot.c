@@ -123,9 +123,8 @@ static int take_pool(cuemm_manager *m, cuemm_snapshot *s, blocks *out, const sbl
     if (p->units[u].head == u && p->units[u].units && p->units[u].state == CUEMM__CHUNK_ACCESSIBLE)
       s->chunks[s->nchunks++] = (cuemm_snapshot_chunk){ cuemm__pool_unit_addr(p, u), (size_t)p->units[u].units * p->unit };
 
-  const cuemm__sa *sa = &p->sa;
-  for (uint32_t i = 0; i != CUEMM__SA_NIL && i < sa->cap; i = sa->b[i].next) {
-    const cuemm__sa_block *b = &sa->b[i];
+  for (uint32_t i = 0; i != CUEMM__SA_NIL && i < cuemm__pool_descriptors(p); i = cuemm__pool_block(p, i)->next) {
+    const cuemm__sa_block *b = cuemm__pool_block(p, i);
     if (b->state == CUEMM__SA_HOLE || b->state == CUEMM__SA_SPARE || !b->size)
       continue;
     cuemm_snapshot_block x = { .ptr = (CUdeviceptr)(p->base + b->off), .size = b->size };

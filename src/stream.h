@@ -9,13 +9,6 @@
 
 extern const cuemm__extension cuemm__stream_extension;
 
-/* With `on`, raises CUEMM__HEAP_WANT_HOLD on every thread's heap (and on
- * heaps made later, while the pool is suspended), waiting for each owner
- * to leave its fast path: from then on the owners take the slow paths,
- * which see the pool's `suspended` flag.  Without, lowers it.  m's lock
- * held; the pool's flag is set before (and cleared after) this call. */
-void cuemm__stream_hold(cuemm_manager *m, int on);
-
 /* A block a thread's heap holds, as snapshots and statistics see it. */
 typedef struct cuemm__stream_block {
   uintptr_t ptr;

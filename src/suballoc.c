@@ -1,4 +1,8 @@
-/* suballoc.c: the pool's sub-allocator (see suballoc.h).
+/* suballoc.c: owns the pool's sub-allocator (interface in suballoc.h): the
+ * placement of blocks in the pool's address space (managed.c's segments
+ * too), over offsets only, never the driver: free lists and their bins,
+ * splitting and merging, the caches of freed sizes, stream tags, holes for
+ * unmapped space, and the invariant check the tests run.
  *
  * Segregated free lists with bitmaps, in the manner of TLSF: a free block
  * sits in the bin of its size; small sizes (below 16 KiB) have a bin per
@@ -13,7 +17,7 @@
  *
  * Tags: a block freed on a stream whose work may still use it is FREE with
  * that stream's tag, in bins of its tag (see suballoc.h); idle free blocks
- * have tag 0.  The caller (stream.c) decides which tags a request may
+ * have tag 0.  The caller (exchange.c) decides which tags a request may
  * take from and when a tag's blocks become idle (cuemm__sa_untag).
  *
  * Small blocks are different: a freed one goes, whole and unmerged, to a

@@ -5,7 +5,7 @@
  * it), and what is undone when a step fails.  The chunks themselves (their
  * unmapping, release and remapping, and the walk of the live blocks) are
  * pool.c's, reached through its functions; the thread caches are held off
- * their fast paths by stream.c (cuemm__stream_hold).
+ * their fast paths by exchange.c (cuemm__stream_hold).
  *
  * Why it is safe against threads working on the manager meanwhile: both
  * calls hold the manager's lock throughout, so no slow path runs; the
@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "error.h"
-#include "stream.h"
+#include "exchange.h"
 #include "suspend.h"
 
 typedef struct kept_run {

@@ -545,7 +545,20 @@ static void test_threads(void)
   pthread_join(t, NULL);
   st = test_stats(m);
   is(st.stream_heaps, 2, "a new thread adopts the heap the first one left");
+  /* A block another thread frees waits, as its owner's free would, for
+   * the streams cuemm_record_stream named. */
+  CUstream s2;
+  CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  x.p = 0;
+  CHECK_CU(cuemm_alloc_async(m, &x.p, 6000, s));
+  CHECK_CU(cuemm_record_stream(m, x.p, s2));
+  sim.calls_reset();
+  pthread_create(&t, NULL, free_elsewhere, &x);
+  pthread_join(t, NULL);
+  is(x.r1, CUDA_SUCCESS, "another thread frees a block a second stream used");
+  is(calls("cuStreamWaitEvent"), 1, "its free makes the freeing stream wait for the second one's work");
   CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s2));
   CHECK_CU(cuStreamDestroy(s));
 }
 

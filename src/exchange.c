@@ -1,0 +1,635 @@
+/* exchange.c: owns the exchange of blocks between the threads' heaps and
+ * the pool: a block freed on a stream given back to the pool tagged with
+ * that stream, and when such blocks become idle (settle, the release
+ * threshold); picking a block from the pool for a stream; taking blocks
+ * another stream of the heap freed (stealing); a heap's cached blocks
+ * given back (trims, the pool's reclaim before it grows, the hold of a
+ * suspension); and the blocks moved to the deferred queue when the
+ * manager resets or a stream block is freed with cuemm_free.  Which blocks
+ * a heap keeps is in exchange.h.
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "exchange.h"
+#include "nvtx.h"
+#include "thread-heap.h"
+
+/* ---- blocks freed on a stream, in the pool ---------------------------------------------- */
+
+/* A block freed on stream S goes back to the pool at once, although work
+ * queued on S before the free may still use it: the pool tags it with S
+ * (cuemm__sa_free_tagged), merges it with blocks freed on S and with idle
+ * space beside it, and serves S's requests from it, which stream order
+ * makes safe.  Other requests get it once an event recorded on S after the
+ * free has completed (pool_pick, when it would be their best fit;
+ * cuemm__exchange_settle, before the pool grows and past the release threshold).  The streams and their events are
+ * kept as a heap keeps its own, in m->pstreams, under m's lock; a tag is a
+ * stream's index there plus one.  The per-thread default stream never gets
+ * a tag: only its own thread may record on it, so its blocks stay in that
+ * thread's cache. */
+
+
+static cuemm__heap *pool_streams(cuemm_manager *m)
+{
+  if (!m->pstreams) {
+    cuemm__heap *ps = malloc(sizeof *ps);
+    if (!ps)
+      return NULL;
+    cuemm__heap_init(ps, m, UINT32_MAX);
+    m->pstreams = ps;
+  }
+  return m->pstreams;
+}
+
+/* The tag of `stream`'s blocks in the pool, 0 when it has none.  m's lock
+ * held. */
+static uint32_t pool_tag(const cuemm_manager *m, CUstream stream)
+{
+  cuemm__heap *ps = m->pstreams;
+  if (!ps || stream_is_own_only(stream))
+    return 0;
+  uint32_t k = cuemm__heap_stream(ps, stream);
+  return k == CUEMM__HEAP_NIL ? 0 : k + 1;
+}
+
+/* The pool's stream table's place for a stream it has not met: a released
+ * stream's place, once nothing of it is left, serves anew, so the table
+ * stays as small as the streams in use.  NIL when host memory ran out. */
+__attribute__((noinline)) uint32_t cuemm__exchange_stream_add(cuemm_manager *m, CUstream stream)
+{
+  cuemm__heap *ps = pool_streams(m);
+  if (!ps)
+    return CUEMM__HEAP_NIL;
+  for (uint32_t j = 0; j < ps->nst; j++)
+    if (ps->st[j].retired && !ps->st[j].nbatch && !cuemm__pool_tag_bytes(m->pool, j + 1)) {
+      memset(&ps->st[j], 0, sizeof ps->st[j]);
+      ps->st[j].s = stream ? stream : CU_STREAM_LEGACY;
+      cuemm__heap_forget_last(ps);
+      return j;
+    }
+  return cuemm__heap_add_stream(ps, stream);
+}
+
+/* The settle hook: makes idle what the pool holds of streams whose work is
+ * done.  m's lock held, context current. */
+void cuemm__exchange_settle(cuemm_manager *m, int synced)
+{
+  cuemm__heap *ps = m->pstreams;
+  if (!ps)
+    return;
+  cuemm__pool *pool = m->pool;
+  for (uint32_t k = 0; k < ps->nst && cuemm__pool_tagged_bytes(pool); k++) {
+    cuemm__hstream *a = &ps->st[k];
+    if (!cuemm__pool_tag_bytes(pool, k + 1))
+      continue;
+    if (synced) {
+      cuemm__pool_untag(pool, k + 1, a->freed);
+      continue;
+    }
+    cuemm__stream_query(m, ps, a);
+    if (a->covered < a->freed && !a->retired && cuemm__stream_record(m, ps, a) == CUDA_SUCCESS)
+      cuemm__stream_query(m, ps, a);
+    if (a->done)
+      cuemm__pool_untag(pool, k + 1, a->done);
+  }
+}
+
+/* The release threshold covers the blocks freed on streams too: past it,
+ * an event on each of their streams tells which are done; those become
+ * idle, and what is then wholly free beyond the threshold is released.
+ * Tried again only once another quarter of the threshold has been freed so
+ * (the pool's stream table keeps the mark), so that a stream whose work
+ * lags does not cost an event per free.  m's lock held. */
+__attribute__((noinline)) void cuemm__exchange_trim_tagged_now(cuemm_manager *m)
+{
+  cuemm__pool *pool = m->pool;
+  cuemm__heap *ps = m->pstreams;
+  if (!cuemm__pool_release_due(pool)) {
+    ps->trim_mark = cuemm__pool_tagged_bytes(pool) + cuemm__pool_threshold(pool) / 4 + cuemm__pool_unit_bytes(pool);
+    return;
+  }
+  char keep[512];
+  snprintf(keep, sizeof keep, "%s", cuemm_last_error());
+  cuemm__ctx_guard g;
+  if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
+    cuemm__exchange_settle(m, 0);
+    if (cuemm__pool_release_due(pool))
+      cuemm__pool_release(pool, cuemm__pool_keep(pool));
+    cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  }
+  ps->trim_mark = cuemm__pool_tagged_bytes(pool) + cuemm__pool_threshold(pool) / 4 + cuemm__pool_unit_bytes(pool);
+  cuemm__error(CUDA_SUCCESS, "%s", keep); /* the free succeeded either way */
+}
+
+/* Takes the best fit for `size` bytes among the pool's idle blocks, those
+ * freed on the requesting stream (tag `own`), and those freed on other
+ * streams whose work is done.  When another stream's block fits best, an
+ * event tells whether its work is done: recorded on that stream if none
+ * covers the free yet, then queried, never waited on by the host; with
+ * `wait` (CUEMM_STREAM_REUSE=wait, or =internal where the pool would grow
+ * otherwise) the requesting stream waits on it instead.  Its
+ * stream's blocks that are done become idle (and merge) on the way.
+ * Returns 0 with the block, or -1 when none fits (the caller's slow path
+ * settles, reclaims, grows).  m's lock held. */
+static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t size, uint32_t own, CUstream stream,
+                                                      int wait, uint32_t best, uintptr_t *ptr, uint32_t *blk)
+{
+  cuemm__pool *pool = m->pool;
+  cuemm__heap *ps = m->pstreams;
+  size_t rs = round_block(size);
+  uint64_t busy = 0; /* tags (the first 64) whose blocks this request found in use */
+  int entered = 0, first = 1;
+  cuemm__ctx_guard g;
+  for (;; first = 0) {
+    if (!first) /* the first round's is the caller's */
+      best = cuemm__pool_fit_for(pool, rs, own);
+    uint32_t bt = best != CUEMM__SA_NIL ? cuemm__pool_block_tag(pool, best) : 0;
+    /* Other streams' blocks only when this stream's and the idle ones fit
+     * badly (an eighth or more to spare) or not at all: asking an event for
+     * every close fit would cost more than the fit saves. */
+    int close = best != CUEMM__SA_NIL && cuemm__pool_block_size(pool, best) - rs < rs / 8;
+    for (uint32_t t = 1; !close && ps && cuemm__pool_tagged_bytes(pool) && t <= ps->nst; t++) {
+      if (t == own || t > 64 || (busy >> (t - 1) & 1))
+        continue;
+      size_t below = best == CUEMM__SA_NIL ? SIZE_MAX : cuemm__pool_block_size(pool, best);
+      uint32_t c = cuemm__pool_fit_below(pool, rs, t, below);
+      if (c != CUEMM__SA_NIL)
+        best = c, bt = t;
+    }
+    if (best == CUEMM__SA_NIL || bt == 0 || bt == own)
+      break;
+    cuemm__hstream *a = &ps->st[bt - 1];
+    uint64_t seq = cuemm__pool_block_word(pool, best);
+    if (!entered && cuemm__ctx_enter(m, &g) == CUDA_SUCCESS)
+      entered = 1;
+    if (entered) {
+      cuemm__stream_query(m, ps, a);
+      if (a->covered < seq && !a->retired && cuemm__stream_record(m, ps, a) == CUDA_SUCCESS)
+        cuemm__stream_query(m, ps, a);
+    }
+    if (a->done >= seq) {
+      cuemm__pool_untag(pool, bt, a->done); /* idle now, merged: choose again */
+      ps->steals++;
+      continue;
+    }
+    if (entered && wait && a->covered >= seq) {
+      unsigned i = 0;
+      while (a->batch[i].seq < seq)
+        i++;
+      CUresult r = m->drv->StreamWaitEvent(stream ? stream : CU_STREAM_LEGACY, a->batch[i].ev, 0);
+      if (r == CUDA_SUCCESS) {
+        ps->event_waits++;
+        ps->steals++;
+        break;
+      }
+      cuemm__driver_error(r, "cuStreamWaitEvent(stream %p, the event of stream %p)", (void *)stream, (void *)a->s);
+    }
+    busy |= (uint64_t)1 << (bt - 1);
+  }
+  if (entered)
+    cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  if (best == CUEMM__SA_NIL)
+    return -1;
+  *ptr = cuemm__pool_take_fit(pool, best, rs);
+  *blk = best;
+  return 0;
+}
+
+/* pool_pick's common case inline: the stream's own or an idle block fits
+ * closely, or no other stream has blocks in the pool. */
+static inline __attribute__((always_inline)) int pool_pick(cuemm_manager *m, size_t size, uint32_t own,
+                                                           CUstream stream, int wait, uintptr_t *ptr, uint32_t *blk)
+{
+  cuemm__pool *pool = m->pool;
+  size_t rs = round_block(size);
+  uint32_t best = cuemm__pool_fit_for(pool, rs, own);
+  int close = best != CUEMM__SA_NIL && cuemm__pool_block_size(pool, best) - rs < rs / 8;
+  if (!close && cuemm__pool_tagged_bytes(pool) > cuemm__pool_tag_bytes(pool, own))
+    return pool_pick_across(m, size, own, stream, wait, best, ptr, blk);
+  if (best == CUEMM__SA_NIL)
+    return -1;
+  *ptr = cuemm__pool_take_fit(pool, best, rs);
+  *blk = best;
+  return 0;
+}
+
+/* ---- cross-stream reuse ------------------------------------------------------------ */
+
+/* A block of size rs that another stream freed and whose event is known
+ * complete: no driver call, so the owner's fast path may look.  *others
+ * tells whether another stream holds blocks of that size at all (the slow
+ * path may then learn with an event whether one is free to take). */
+__attribute__((noinline)) uint32_t cuemm__exchange_steal_idle(cuemm__heap *h, uint32_t hs, size_t rs, size_t req,
+                                                     int *others)
+{
+  if (h->cached_count == h->st[hs].cached_count)
+    return CUEMM__HEAP_NIL; /* no other stream keeps anything */
+  for (uint32_t k = 0; k < h->nst; k++) {
+    if (k == hs || !h->st[k].cached_count)
+      continue;
+    uint32_t bin = cuemm__heap_bin(h, k, rs);
+    if (bin == CUEMM__HEAP_NIL)
+      continue;
+    uint32_t t = h->bins[bin].tail;
+    *others |= t != CUEMM__HEAP_NIL;
+    if (t != CUEMM__HEAP_NIL && h->st[k].done && h->b[t].seq <= h->st[k].done) {
+      h->st[hs].steal_bin = bin;
+      take_cached(h, t, hs, req);
+      return t;
+    }
+  }
+  return CUEMM__HEAP_NIL;
+}
+
+/* Finds a block of size rs that another stream of this heap freed and that
+ * stream hs may use now.  Owner's thread, heap locked.  Returns the record
+ * or NIL; a driver failure is NIL too (the caller falls back to the pool),
+ * with the message kept. */
+uint32_t cuemm__exchange_steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, size_t rs, size_t req)
+{
+  int entered = 0;
+  cuemm__ctx_guard g;
+  uint32_t got = CUEMM__HEAP_NIL;
+  for (uint32_t k = 0; k < h->nst && got == CUEMM__HEAP_NIL; k++) {
+    if (k == hs)
+      continue;
+    uint32_t bin = cuemm__heap_bin(h, k, rs);
+    if (bin == CUEMM__HEAP_NIL || h->bins[bin].tail == CUEMM__HEAP_NIL)
+      continue;
+    cuemm__hstream *a = &h->st[k];
+    uint32_t t = h->bins[bin].tail; /* the oldest: the first an event covers */
+    if (h->b[t].seq > a->done) {
+      if (!entered) {
+        if (cuemm__ctx_enter(m, &g) != CUDA_SUCCESS)
+          return CUEMM__HEAP_NIL;
+        entered = 1;
+      }
+      if (cuemm__stream_query(m, h, a) != CUDA_SUCCESS)
+        continue;
+      if (h->b[t].seq > a->done && a->covered < h->b[t].seq && !a->retired)
+        if (cuemm__stream_record(m, h, a) == CUDA_SUCCESS)
+          cuemm__stream_query(m, h, a);
+    }
+    if (h->b[t].seq <= a->done) {
+      got = t;
+      break;
+    }
+    if (m->cfg.stream_reuse == CUEMM_STREAM_REUSE_WAIT && a->covered >= h->b[t].seq) {
+      /* The first batch that covers it: make the allocating stream wait. */
+      unsigned i = 0;
+      while (a->batch[i].seq < h->b[t].seq)
+        i++;
+      CUresult r = m->drv->StreamWaitEvent(h->st[hs].s, a->batch[i].ev, 0);
+      if (r == CUDA_SUCCESS) {
+        h->event_waits++;
+        got = t;
+      } else
+        cuemm__driver_error(r, "cuStreamWaitEvent(stream %p, the event of stream %p)", (void *)h->st[hs].s,
+                            (void *)a->s);
+    }
+  }
+  if (got != CUEMM__HEAP_NIL)
+    take_cached(h, got, hs, req);
+  if (entered)
+    cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  return got;
+}
+
+/* ---- giving cached blocks back ------------------------------------------------------- */
+
+/* Returns cached blocks of h to the pool, oldest first, until at most
+ * `keep` bytes stay cached: idle ones (their stream's `done` passed them),
+ * and the others as freed on their stream (pool_give_on), except those of
+ * the per-thread default stream or a released one, which wait.  With
+ * `want`, idle blocks only (an event is recorded to learn which), until
+ * the pool has a free block of `want` bytes.  With `all`, every cached
+ * block, those that may still be in use through the pending queue (whose
+ * flush synchronizes the context).  Idle blocks merge with their free
+ * neighbours at once: the pool's own cache of exact sizes would keep them
+ * where they are, and the heap was that cache already.  Both locks held,
+ * context current.  Returns the bytes given back. */
+static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t keep, size_t want)
+{
+  size_t given = 0;
+  for (uint32_t k = 0; k < h->nst; k++) {
+    cuemm__hstream *a = &h->st[k];
+    if (!a->cached_count)
+      continue;
+    cuemm__stream_query(m, h, a);
+    if (want && !all && a->covered < a->freed && !a->retired && !stream_is_own_only(a->s)) {
+      cuemm__stream_record(m, h, a);
+      cuemm__stream_query(m, h, a);
+    }
+  }
+  for (uint32_t r = h->oldest, next; r != CUEMM__HEAP_NIL && (all || h->cached_bytes > keep); r = next) {
+    cuemm__hblock *b = &h->b[r];
+    next = b->newer;
+    const cuemm__hstream *a = &h->st[b->hs];
+    int idle = b->seq <= a->done;
+    if (!idle && !all && (want || a->retired || stream_is_own_only(a->s)))
+      continue;
+    uintptr_t ptr = b->ptr;
+    size_t size = b->size;
+    uint32_t blk = b->blk;
+    if (!idle && all) {
+      if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) != 0)
+        continue; /* stays cached: nothing is lost */
+      m->pool_pending++;
+    } else if (!idle) {
+      if (pool_give_on(m, blk, a->s) != 0)
+        continue;
+    } else
+      cuemm__pool_give_tagged(m->pool, blk, 0, 0);
+    cuemm__heap_unbin(h, r);
+    cuemm__heap_remove(h, r);
+    cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
+    if (e)
+      cuemm__owned_remove(&m->owned, e);
+    given += size;
+    if (want && cuemm__pool_fits(m->pool, want, 0))
+      break;
+  }
+  return given;
+}
+
+void cuemm__stream_hold(cuemm_manager *m, int on)
+{
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap *h = m->heaps[i];
+    if (!on) {
+      atomic_fetch_and_explicit(&h->want, ~CUEMM__HEAP_WANT_HOLD, memory_order_release);
+      continue;
+    }
+    atomic_fetch_or_explicit(&h->want, CUEMM__HEAP_WANT_HOLD, memory_order_seq_cst);
+    /* Taking the heap waits, with the handshake's fence, for an owner
+     * inside its fast path to leave; its next entry sees the flag. */
+    cuemm__heap_lock(h);
+    cuemm__heap_unlock(h);
+  }
+}
+
+size_t cuemm__exchange_reclaim(cuemm_manager *m, int all, size_t want)
+{
+  if (!m->nheaps)
+    return 0;
+  size_t given = 0;
+  cuemm__ctx_guard g;
+  if (cuemm__ctx_enter(m, &g) != CUDA_SUCCESS)
+    return 0;
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap *h = m->heaps[i];
+    cuemm__heap_lock(h);
+    if (h->cached_count)
+      given += heap_give_back(m, h, all, 0, all ? 0 : want);
+    cuemm__heap_unlock(h);
+    if (want && !all && cuemm__pool_fits(m->pool, want, 0))
+      break;
+  }
+  cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  if (given)
+    m->stream_reclaims++;
+  return given;
+}
+
+/* Record r of h (LIVE, or out of its bin) leaves the heap and its owned
+ * entry goes: the block returns to the pool as freed on `stream`.  Both
+ * locks held (or h entered by its owner, with the manager's lock). */
+void cuemm__exchange_to_pool(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream stream)
+{
+  uintptr_t ptr = h->b[r].ptr;
+  size_t size = h->b[r].size;
+  uint32_t blk = h->b[r].blk;
+  cuemm__heap_remove(h, r);
+  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
+  if (e)
+    cuemm__owned_remove(&m->owned, e);
+  pool_return_on(m, ptr, size, blk, stream);
+}
+
+/* A block from the pool, under the manager's lock.  With `h` (the calling
+ * thread's heap), a block of a size the heap keeps goes into it at once,
+ * LIVE, so that its free takes the fast path; a large one first makes room
+ * among the stream's kept large blocks (cuemm__exchange_evict_large), whose oldest
+ * returns to the pool before the pick and may serve it.  Without, or where
+ * host memory for the record ran out, it is the pool's, as cuemm_alloc's
+ * are (its owned entry says so), until its free decides whether a thread's
+ * cache keeps it. */
+__attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
+                                                          size_t size, CUstream stream)
+{
+  size_t rs = round_block(size);
+  uintptr_t ptr;
+  uint32_t blk;
+  int kept = rs < CUEMM__HEAP_LARGE || stream_is_own_only(stream) || m->cfg.stream_keep_large;
+  if (rs > CUEMM__HEAP_LARGE_MAX || !kept)
+    h = NULL; /* a block no thread's cache keeps */
+  cuemm__lock_acquire(&m->lock);
+  if (cuemm__pool_is_suspended(m->pool)) {
+    m->st.alloc_failures++;
+    cuemm__lock_release(&m->lock);
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
+  }
+  /* The heap is entered twice, around the pick and not across it: where
+   * the pool must grow, it first takes idle blocks back from every
+   * thread's heap (cuemm__exchange_reclaim), this one's too. */
+  if (h && rs >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
+    int in = heap_get(h);
+    cuemm__exchange_evict_large(m, h, cuemm__heap_stream(h, stream));
+    heap_exit(h, in);
+  }
+  uint32_t tag = pool_tag(m, stream);
+  cuemm_stream_reuse reuse = m->cfg.stream_reuse;
+  CUresult r = pool_pick(m, size, tag, stream, reuse == CUEMM_STREAM_REUSE_WAIT, &ptr, &blk) == 0
+                   ? CUDA_SUCCESS
+                   : cuemm__pool_take_locked(m, size, tag, &ptr, &blk, reuse != CUEMM_STREAM_REUSE_INTERNAL);
+  if (r == CUDA_ERROR_NOT_READY) {
+    /* CUEMM_STREAM_REUSE=internal: the pool would grow, and no other way
+     * served (blocks of streams known done, the threads' idle ones).  The
+     * stream waits on another stream's event instead, where a block of
+     * that stream fits; pool_take_locked's settle recorded the events.
+     * Its reclaim may have given this stream its first blocks in the pool:
+     * the tag is looked up again. */
+    tag = pool_tag(m, stream);
+    r = pool_pick(m, size, tag, stream, 1, &ptr, &blk) == 0 ? CUDA_SUCCESS
+                                                          : cuemm__pool_take_locked(m, size, tag, &ptr, &blk, 1);
+  }
+  if (r == CUDA_SUCCESS) {
+    /* The block remembers its stream (its descriptor's word): for
+     * cuemm_record_stream and snapshots while the pool holds it. */
+    cuemm__pool_set_block_word(m->pool, blk, (uint64_t)(uintptr_t)(stream ? stream : CU_STREAM_LEGACY));
+    uint32_t rec = CUEMM__HEAP_NIL;
+    int in = 0;
+    if (h) {
+      in = heap_get(h);
+      uint32_t hs = cuemm__heap_stream(h, stream);
+      if (hs == CUEMM__HEAP_NIL)
+        hs = cuemm__heap_add_stream(h, stream);
+      if (hs != CUEMM__HEAP_NIL && (rec = cuemm__heap_insert(h, ptr, rs, blk, hs, size)) != CUEMM__HEAP_NIL) {
+        h->allocs++;
+        if (rs >= CUEMM__HEAP_LARGE)
+          h->st[hs].wanted[h->st[hs].nwanted++ % CUEMM__HEAP_WANTED] = rs;
+      }
+      heap_exit(h, in);
+    }
+    if (rec != CUEMM__HEAP_NIL ? cuemm__owned_add(&m->owned, ptr, rs, CUEMM__KIND_STREAM, h->index) == 0
+                               : cuemm__owned_add(&m->owned, ptr, size, CUEMM__KIND_POOL, blk) == 0) {
+      if (rec == CUEMM__HEAP_NIL)
+        cuemm__account_alloc(m, size);
+      else if (m->st.live_bytes + size > m->st.peak_bytes)
+        m->st.peak_bytes = m->st.live_bytes + size; /* as cuemm__account_alloc, the block counted in its heap */
+    } else {
+      if (rec != CUEMM__HEAP_NIL) {
+        in = heap_get(h);
+        h->allocs--;
+        cuemm__heap_remove(h, rec);
+        heap_exit(h, in);
+      }
+      if (tag)
+        pool_return_on(m, ptr, rs, blk, stream);
+      else
+        cuemm__pool_give(m->pool, blk);
+      r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory left to record the allocation");
+    }
+  }
+  if (r != CUDA_SUCCESS)
+    m->st.alloc_failures++;
+  cuemm__lock_release(&m->lock);
+  if (r == CUDA_SUCCESS) {
+    *p = (CUdeviceptr)ptr;
+    cuemm__nvtx_live(cuemm__pool_nvtx(m->pool), ptr, size);
+  } else
+    cuemm__error_append(" (cuemm_alloc_async of %zu bytes on stream %p)", size, (void *)stream);
+  return r;
+}
+
+/* Gives the pool the oldest large block h keeps for stream hs when the
+ * stream keeps as many as it may, to make room for a newer one.  Both
+ * locks held. */
+void cuemm__exchange_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs)
+{
+  if (hs == CUEMM__HEAP_NIL || !h->st[hs].nlarge || h->st[hs].nlarge < m->cfg.stream_keep_large)
+    return;
+  uint32_t r = *cuemm__heap_large_at(&h->st[hs], 0);
+  cuemm__heap_unbin(h, r);
+  cuemm__exchange_to_pool(m, h, r, h->st[hs].s);
+}
+
+/* The release threshold covers the caches: a heap holding more than it
+ * gives its idle blocks back, and the pool releases what is then wholly
+ * free beyond the threshold.  A release that fails leaves the memory mapped
+ * and usable; the free that got here has succeeded either way. */
+__attribute__((noinline)) void cuemm__exchange_trim_heap(cuemm_manager *m, cuemm__heap *h)
+{
+  char keep[512];
+  snprintf(keep, sizeof keep, "%s", cuemm_last_error());
+  cuemm__lock_acquire(&m->lock);
+  cuemm__ctx_guard g;
+  if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
+    cuemm__pool_note_low(m->pool);
+    cuemm__heap_lock(h);
+    /* Every idle block, the oldest first: each trim costs an event, so the
+     * next one should be a whole cap of frees away.  Blocks whose streams
+     * are still busy stay: try again only after the cache has grown by
+     * another part of the cap. */
+    size_t t = cuemm__thread_heap_cap(m);
+    size_t given = heap_give_back(m, h, 0, 0, 0);
+    h->trim_mark = h->cached_bytes > t ? h->cached_bytes + t / 4 + 1 : t;
+    cuemm__heap_unlock(h);
+    if (given) {
+      m->stream_reclaims++;
+      if (cuemm__pool_release_due(m->pool))
+        cuemm__pool_release(m->pool, cuemm__pool_keep(m->pool));
+    }
+    cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  }
+  pool_trim_tagged(m);
+  cuemm__lock_release(&m->lock);
+  cuemm__error(CUDA_SUCCESS, "%s", keep);
+}
+
+void cuemm__exchange_drop_uses(cuemm__heap *h, uint32_t r)
+{
+  for (uint32_t i = 0; i < h->nuses;)
+    if (h->uses[i].r == r)
+      h->uses[i] = h->uses[--h->nuses];
+    else
+      i++;
+  h->b[r].uses = 0;
+}
+
+CUresult cuemm__exchange_give_up(cuemm_manager *m, cuemm__owned_entry *e)
+{
+  cuemm__heap *o = m->heaps[e->aux];
+  cuemm__heap_lock(o);
+  uint32_t rec = cuemm__heap_find(o, e->key);
+  cuemm__hblock *b = &o->b[rec];
+  if (b->state == CUEMM__HB_CACHED) {
+    CUresult r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free: double free of 0x%" PRIxPTR " (%zu bytes): it was "
+                              "freed on stream %p already (cuemm_free_async)", e->key, b->size, (void *)o->st[b->hs].s);
+    cuemm__heap_unlock(o);
+    return r;
+  }
+  /* The queue's flush synchronizes the whole context: every stream that
+   * used it, recorded or not, is done before the block is reused. */
+  cuemm__exchange_drop_uses(o, rec);
+  size_t size = b->size;
+  uint32_t blk = b->blk;
+  uintptr_t p = e->key;
+  if (cuemm__pending_push(&m->pending, p, size, CUEMM__KIND_POOL, blk) != 0) {
+    cuemm__heap_unlock(o);
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory left to queue the free of 0x%" PRIxPTR, p);
+  }
+  o->allocs--;
+  m->st.allocs++;
+  cuemm__heap_remove(o, rec);
+  cuemm__heap_unlock(o);
+  m->pool_pending++;
+  cuemm__owned_remove(&m->owned, e);
+  return CUDA_SUCCESS;
+}
+
+void cuemm__exchange_reset(cuemm_manager *m)
+{
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap *h = m->heaps[i];
+    cuemm__heap_lock(h);
+    for (uint32_t r = 1; r < h->nb; r++) {
+      cuemm__hblock *b = &h->b[r];
+      if (b->state == CUEMM__HB_UNUSED)
+        continue;
+      if (cuemm__pending_push(&m->pending, b->ptr, b->size, CUEMM__KIND_POOL, b->blk) != 0)
+        continue;
+      m->pool_pending++;
+      cuemm__owned_entry *e = cuemm__owned_find(&m->owned, b->ptr);
+      if (e)
+        cuemm__owned_remove(&m->owned, e);
+      if (b->state == CUEMM__HB_CACHED)
+        cuemm__heap_unbin(h, r);
+      cuemm__exchange_drop_uses(h, r);
+      cuemm__heap_remove(h, r);
+    }
+    cuemm__heap_unlock(h);
+  }
+}
+
+/* The owned entry of a block now held by heap h (its rounded size `rs`).
+ * `from_pool`: the pool held it (cuemm_alloc's block, or cuemm_alloc_async's
+ * not kept by a thread), whose counts it leaves for the heap's.  m's lock
+ * held. */
+void cuemm__exchange_entry_to_heap(cuemm_manager *m, cuemm__owned_entry *e, const cuemm__heap *h, size_t rs,
+                                   int from_pool)
+{
+  if (from_pool) {
+    m->st.live_bytes -= e->size;
+    m->st.live_count--;
+    m->st.allocs--;
+  }
+  e->kind = CUEMM__KIND_STREAM;
+  e->aux = h->index;
+  e->size = rs;
+}

@@ -1,0 +1,141 @@
+/* stream-event.c: owns the events of the stream-ordered path: asking
+ * which recorded events have completed (a stream's `done`), recording one
+ * event for a batch of frees, the heap's cache of idle events, and making
+ * a stream wait for the streams cuemm_record_stream named.  The rule they
+ * serve, and when an event is asked for, are stream.c's and exchange.c's.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "stream-event.h"
+
+/* Asks the driver which of stream a's recorded events have completed, and
+ * moves its `done` forward.  Context current. */
+CUresult cuemm__stream_query(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
+{
+  unsigned k = 0;
+  CUresult r = CUDA_SUCCESS;
+  while (k < a->nbatch) {
+    r = m->drv->EventQuery(a->batch[k].ev);
+    if (r == CUDA_ERROR_NOT_READY) {
+      r = CUDA_SUCCESS;
+      break;
+    }
+    if (r != CUDA_SUCCESS) {
+      cuemm__driver_error(r, "cuEventQuery (the event of a batch of frees on stream %p)", (void *)a->s);
+      break;
+    }
+    a->done = a->batch[k].seq;
+    h->evcache[h->nev++] = a->batch[k].ev;
+    k++;
+  }
+  if (k) {
+    memmove(a->batch, a->batch + k, (a->nbatch - k) * sizeof a->batch[0]);
+    a->nbatch -= k;
+  }
+  return r;
+}
+
+/* An idle event of the heap's cache, or a new one (room made in the cache
+ * first, so that it can always go back).  Context current. */
+CUresult cuemm__stream_event_get(cuemm_manager *m, cuemm__heap *h, CUevent *ev, const char *why)
+{
+  if (h->nev) {
+    *ev = h->evcache[--h->nev];
+    return CUDA_SUCCESS;
+  }
+  if (h->events_made == h->capev) {
+    unsigned cap = h->capev ? h->capev * 2 : 8;
+    CUevent *g = realloc(h->evcache, cap * sizeof *g);
+    if (!g)
+      return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for an event (%s)", why);
+    h->evcache = g;
+    h->capev = cap;
+  }
+  CUresult r = m->drv->EventCreate(ev, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS)
+    return cuemm__driver_error(r, "cuEventCreate (%s)", why);
+  h->events_made++;
+  return CUDA_SUCCESS;
+}
+
+/* Records one event on stream a covering every free on it so far.  Context
+ * current; `a` must not be retired, and a per-thread stream only by its own
+ * thread. */
+CUresult cuemm__stream_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
+{
+  if (a->covered == a->freed || a->nbatch == CUEMM__HEAP_BATCHES)
+    return CUDA_SUCCESS;
+  CUevent ev;
+  CUresult r = cuemm__stream_event_get(m, h, &ev, "for a batch of frees");
+  if (r != CUDA_SUCCESS)
+    return r;
+  r = m->drv->EventRecord(ev, a->s);
+  if (r != CUDA_SUCCESS) {
+    h->evcache[h->nev++] = ev;
+    return cuemm__driver_error(r, "cuEventRecord on stream %p (after %" PRIu64 " frees)", (void *)a->s,
+                               a->freed - a->covered);
+  }
+  a->batch[a->nbatch++] = (cuemm__hbatch){ ev, a->freed };
+  a->covered = a->freed;
+  h->events_recorded++;
+  return CUDA_SUCCESS;
+}
+
+/* Destroys the heap's events (with `use_driver`); returns how many the
+ * driver refused to destroy (leaked), the first failure's message kept. */
+size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver)
+{
+  size_t failed = 0;
+  for (uint32_t k = 0; k < h->nst; k++) {
+    cuemm__hstream *a = &h->st[k];
+    for (unsigned i = 0; i < a->nbatch; i++)
+      h->evcache[h->nev++] = a->batch[i].ev;
+    a->nbatch = 0;
+  }
+  for (unsigned i = 0; use_driver && i < h->nev; i++) {
+    CUresult r = m->drv->EventDestroy(h->evcache[i]);
+    if (r != CUDA_SUCCESS && failed++ == 0)
+      cuemm__driver_error(r, "cuEventDestroy");
+  }
+  h->nev = 0;
+  return failed;
+}
+
+/* Before a block with streams named by cuemm_record_stream is cached on
+ * `hs`: one event on each of those streams, and `hs` waits for them, so
+ * stream order on `hs` covers their work too.  Heap locked, owner's thread
+ * or the manager's lock held. */
+CUresult cuemm__stream_wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream freeing)
+{
+  CUresult res = CUDA_SUCCESS;
+  cuemm__ctx_guard g;
+  if ((res = cuemm__ctx_enter(m, &g)) != CUDA_SUCCESS)
+    return res;
+  /* A use is dropped once `freeing` waits for it; after a failure the
+   * rest stay, so that the free, tried again, waits for them. */
+  for (uint32_t i = 0; i < h->nuses;) {
+    if (h->uses[i].r != r || res != CUDA_SUCCESS) {
+      i++;
+      continue;
+    }
+    CUevent ev;
+    if ((res = cuemm__stream_event_get(m, h, &ev, "for cuemm_record_stream")) != CUDA_SUCCESS)
+      continue;
+    if ((res = m->drv->EventRecord(ev, h->uses[i].s)) != CUDA_SUCCESS)
+      cuemm__driver_error(res, "cuEventRecord on stream %p (named by cuemm_record_stream)", (void *)h->uses[i].s);
+    else if ((res = m->drv->StreamWaitEvent(freeing, ev, 0)) != CUDA_SUCCESS)
+      cuemm__driver_error(res, "cuStreamWaitEvent(stream %p, the event of stream %p)", (void *)freeing,
+                          (void *)h->uses[i].s);
+    else
+      h->event_waits++;
+    h->evcache[h->nev++] = ev; /* a wait takes the event's state when it is queued: reusable now */
+    if (res == CUDA_SUCCESS)
+      h->uses[i] = h->uses[--h->nuses];
+  }
+  if (res == CUDA_SUCCESS)
+    h->b[r].uses = 0;
+  return cuemm__ctx_leave(m, &g, res);
+}

@@ -1,0 +1,40 @@
+/* stream-event.h: the events of the stream-ordered path: which of a
+ * stream's frees are known complete (stream-event.c).  An event is
+ * recorded on a stream only when another stream or the pool wants its
+ * blocks, one for a batch of frees, and is queried, never waited on by the
+ * host.
+ */
+#ifndef CUEMM_STREAM_EVENT_H
+#define CUEMM_STREAM_EVENT_H
+
+#include "manager.h"
+
+static inline int stream_is_own_only(CUstream s)
+{
+  /* The per-thread default stream names a different stream on every thread:
+   * only the heap's own thread may record on it. */
+  return s == CU_STREAM_PER_THREAD;
+}
+
+/* Asks the driver which of stream a's recorded events have completed, and
+ * moves its `done` forward.  Context current. */
+CUresult cuemm__stream_query(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a);
+
+/* An idle event of the heap's cache, or a new one.  Context current. */
+CUresult cuemm__stream_event_get(cuemm_manager *m, cuemm__heap *h, CUevent *ev, const char *why);
+
+/* Records one event on stream a covering every free on it so far.  Context
+ * current; `a` must not be retired, and a per-thread stream only by its own
+ * thread. */
+CUresult cuemm__stream_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a);
+
+/* Destroys the heap's events (with `use_driver`); returns how many the
+ * driver refused to destroy (leaked). */
+size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver);
+
+/* Makes stream `freeing` wait for the streams cuemm_record_stream named
+ * for record r of h.  Heap locked, owner's thread or the manager's lock
+ * held. */
+CUresult cuemm__stream_wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream freeing);
+
+#endif
