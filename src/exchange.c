@@ -237,7 +237,7 @@ __attribute__((noinline)) uint32_t cuemm__exchange_steal_idle(cuemm__heap *h, ui
       continue;
     uint32_t t = h->bins[bin].tail;
     *others |= t != CUEMM__HEAP_NIL;
-    if (t != CUEMM__HEAP_NIL && h->st[k].done && h->b[t].seq <= h->st[k].done) {
+    if (t != CUEMM__HEAP_NIL && h->st[k].done && h->b[t].seq <= h->st[k].done && h->b[t].size >= rs) {
       h->st[hs].steal_bin = bin;
       take_cached(h, t, hs, req);
       return t;
@@ -259,7 +259,7 @@ uint32_t cuemm__exchange_steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, si
     if (k == hs)
       continue;
     uint32_t bin = cuemm__heap_bin(h, k, rs);
-    if (bin == CUEMM__HEAP_NIL || h->bins[bin].tail == CUEMM__HEAP_NIL)
+    if (bin == CUEMM__HEAP_NIL || h->bins[bin].tail == CUEMM__HEAP_NIL || h->b[h->bins[bin].tail].size < rs)
       continue;
     cuemm__hstream *a = &h->st[k];
     uint32_t t = h->bins[bin].tail; /* the oldest: the first an event covers */
@@ -373,16 +373,20 @@ void cuemm__stream_hold(cuemm_manager *m, int on)
   }
 }
 
-size_t cuemm__exchange_reclaim(cuemm_manager *m, int all, size_t want)
+size_t cuemm__exchange_reclaim(cuemm_manager *m, int how, size_t want)
 {
   if (!m->nheaps)
     return 0;
+  int all = how == CUEMM__RECLAIM_ALL;
+  const cuemm__heap *own = how == CUEMM__RECLAIM_OWN ? heap_of(m) : NULL;
   size_t given = 0;
   cuemm__ctx_guard g;
   if (cuemm__ctx_enter(m, &g) != CUDA_SUCCESS)
     return 0;
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
+    if (how == CUEMM__RECLAIM_OWN && h != own && !atomic_load_explicit(&h->orphan, memory_order_acquire))
+      continue; /* another thread's: raided only when the pool cannot grow */
     cuemm__heap_lock(h);
     if (h->cached_count)
       given += heap_give_back(m, h, all, 0, all ? 0 : want);

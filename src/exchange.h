@@ -89,7 +89,7 @@ static inline __attribute__((always_inline)) uint32_t steal_hint(cuemm__heap *h,
   uint64_t key = h->bins[sb].key;
   uint32_t k = (uint32_t)(key >> 40) - 1, t = h->bins[sb].tail;
   if (k == hs || k >= h->nst || key != cuemm__heap_binkey(k, rs) || t == CUEMM__HEAP_NIL || !h->st[k].done ||
-      h->b[t].seq > h->st[k].done)
+      h->b[t].seq > h->st[k].done || h->b[t].size < rs)
     return CUEMM__HEAP_NIL;
   take_cached(h, t, hs, req);
   return t;
@@ -166,7 +166,7 @@ void cuemm__stream_hold(cuemm_manager *m, int on);
 
 /* The reclaim hook (manager.h): cached blocks of every heap back to the
  * pool. */
-size_t cuemm__exchange_reclaim(cuemm_manager *m, int all, size_t want);
+size_t cuemm__exchange_reclaim(cuemm_manager *m, int how, size_t want);
 
 /* Record r of h leaves the heap, the block back to the pool as freed on
  * `stream`.  Both locks held. */

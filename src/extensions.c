@@ -78,12 +78,12 @@ size_t cuemm__extensions_live(cuemm_manager *m, size_t *bytes)
   return n;
 }
 
-size_t cuemm__extensions_reclaim(cuemm_manager *m, int all, size_t want)
+size_t cuemm__extensions_reclaim(cuemm_manager *m, int how, size_t want)
 {
   size_t given = 0;
   for (size_t i = 0; i < NEXT; i++)
     if (extensions[i]->reclaim)
-      given += extensions[i]->reclaim(m, all, want);
+      given += extensions[i]->reclaim(m, how, want);
   return given;
 }
 

@@ -181,6 +181,38 @@ int cuemm__heap_cache_newbin(cuemm__heap *h, uint32_t r, uint32_t hs)
   return cuemm__heap_cache(h, r, hs);
 }
 
+/* How far into a bin a request looks past its head: the newest blocks
+ * are those its stream freed last, the likeliest to be warm and of the
+ * sizes now in use; a bin longer than this is a cache of one class, whose
+ * deeper blocks the next requests of the class find once these are taken. */
+#define POP_FIT_LOOK 8
+
+uint32_t cuemm__heap_pop_fit(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t rs, size_t req)
+{
+  uint32_t best = CUEMM__HEAP_NIL;
+  unsigned n = 0;
+  for (uint32_t r = h->bins[bin].head; r != CUEMM__HEAP_NIL && n < POP_FIT_LOOK; r = h->b[r].next, n++) {
+    size_t size = h->b[r].size;
+    if (size == rs) {
+      best = r;
+      break;
+    }
+    if (size > rs && (best == CUEMM__HEAP_NIL || size < h->b[best].size))
+      best = r;
+  }
+  if (best == CUEMM__HEAP_NIL)
+    return CUEMM__HEAP_NIL;
+  cuemm__heap_unbin(h, best);
+  cuemm__hblock *b = &h->b[best];
+  b->state = CUEMM__HB_LIVE;
+  b->hs = hs;
+  b->req = req;
+  h->live_bytes += req;
+  h->live_count++;
+  h->allocs++;
+  return best;
+}
+
 uint32_t cuemm__heap_insert(cuemm__heap *h, uintptr_t ptr, size_t size, uint32_t blk, uint32_t hs, size_t req)
 {
   /* At most a quarter full: every free looks here first, and one of a

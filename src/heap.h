@@ -249,9 +249,28 @@ static inline void cuemm__heap_forget_last(cuemm__heap *h)
   h->last_s = CUEMM__HEAP_NO_STREAM;
 }
 
+/* A bin holds the blocks of one size class: below CUEMM__HEAP_EXACT each
+ * 256-byte size is a class of its own, above it eight classes share each
+ * power of two (a class's sizes lie within 1/8 of its smallest).  Requests
+ * of sizes that repeat exactly (a training step's tensors) find their own
+ * size at a bin's head; requests of sizes drawn from a range (a server's
+ * varying lengths, array code) find a block of their class, whose size
+ * they may exceed by at most an eighth: with exact keys, a thread that
+ * kept sixteen blocks of sizes drawn between 256 B and 128 KiB found its
+ * own size almost never and went to the pool at nearly every request. */
+#define CUEMM__HEAP_EXACT ((size_t)16 << 10)
+
+static inline uint64_t cuemm__heap_class(size_t size)
+{
+  if (size < CUEMM__HEAP_EXACT)
+    return size >> 8;
+  unsigned e = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
+  return 64u + ((uint64_t)(e - 14) << 3) + ((size >> (e - 3)) & 7u);
+}
+
 static inline uint64_t cuemm__heap_binkey(uint32_t hs, size_t size)
 {
-  return ((uint64_t)(hs + 1) << 40) | (uint64_t)(size >> 8);
+  return ((uint64_t)(hs + 1) << 40) | cuemm__heap_class(size);
 }
 
 /* The bin of (hs, size), or NIL. */
@@ -283,7 +302,8 @@ static inline void cuemm__heap_unlist(cuemm__heap *h, uint32_t r)
 }
 
 /* Takes the newest block of a bin (it must not be empty): it becomes LIVE on
- * stream `hs` with `req` bytes asked for. */
+ * stream `hs` with `req` bytes asked for.  The caller has checked that it
+ * is large enough (a bin holds a size class). */
 static inline __attribute__((always_inline)) uint32_t cuemm__heap_pop(cuemm__heap *h, uint32_t bin, uint32_t hs,
                                                                        size_t req);
 
@@ -388,6 +408,12 @@ static inline __attribute__((always_inline)) uint32_t cuemm__heap_pop(cuemm__hea
   h->allocs++;
   return r;
 }
+
+/* A block of bin `bin` of at least `rs` bytes, taken as cuemm__heap_pop
+ * takes the head, when the head is not of size rs: one of size rs among
+ * the newest few, else the smallest of them that is large enough; NIL when
+ * none of them is (heap.c). */
+uint32_t cuemm__heap_pop_fit(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t rs, size_t req);
 
 /* cuemm__heap_cache for a (stream, size) that has no bin yet. */
 int cuemm__heap_cache_newbin(cuemm__heap *h, uint32_t r, uint32_t hs);

@@ -130,13 +130,15 @@ typedef struct cuemm__extension {
    * and its context current. */
   /* Its allocations still live, and their bytes (for destroy's count). */
   size_t (*live)(cuemm_manager *m, size_t *bytes);
-  /* Gives the pool back the blocks it caches that no work can still use;
-   * with `all`, every block it caches (those that may still be in use
-   * through the pending queue, whose flush synchronizes).  With `want`
-   * (and not `all`), it stops as soon as the pool has a free block of that
-   * many bytes, giving back the blocks it cached longest first.  Returns
-   * the bytes given back. */
-  size_t (*reclaim)(cuemm_manager *m, int all, size_t want);
+  /* Gives the pool back the blocks it caches that no work can still use:
+   * with CUEMM__RECLAIM_OWN, those of the calling thread's cache (and of
+   * caches no thread owns any more); with CUEMM__RECLAIM_IDLE, those of
+   * every thread's; with CUEMM__RECLAIM_ALL, every block it caches (those
+   * that may still be in use through the pending queue, whose flush
+   * synchronizes).  With `want` (and not ALL), it stops as soon as the pool
+   * has a free block of that many bytes, giving back the blocks it cached
+   * longest first.  Returns the bytes given back. */
+  size_t (*reclaim)(cuemm_manager *m, int how, size_t want);
   /* Makes idle the pool's blocks freed on streams whose work is known
    * done (queried, and with events recorded where none covers the latest
    * frees); with `synced`, all of them: the context was just
@@ -157,12 +159,19 @@ typedef struct cuemm__extension {
   int (*live_size)(cuemm_manager *m, const cuemm__owned_entry *e, size_t *bytes);
 } cuemm__extension;
 
+/* cuemm__extension's reclaim: whose cached blocks go back.  Taking another
+ * thread's costs a handshake with it and events on its streams, so the
+ * pool grows before it raids (manager.c's pool_alloc_slow). */
+#define CUEMM__RECLAIM_IDLE 0
+#define CUEMM__RECLAIM_ALL 1
+#define CUEMM__RECLAIM_OWN 2
+
 CUresult cuemm__extensions_attach(cuemm_manager *m);
 /* Runs every destroy hook; `note` gets their notes joined with "; ". */
 void cuemm__extensions_destroy(cuemm_manager *m, char *note, size_t cap);
 void cuemm__extensions_abandon(cuemm_manager *m);
 size_t cuemm__extensions_live(cuemm_manager *m, size_t *bytes);
-size_t cuemm__extensions_reclaim(cuemm_manager *m, int all, size_t want);
+size_t cuemm__extensions_reclaim(cuemm_manager *m, int how, size_t want);
 void cuemm__extensions_settle(cuemm_manager *m, int synced);
 CUresult cuemm__extensions_give_up(cuemm_manager *m, cuemm__owned_entry *e);
 void cuemm__extensions_reset(cuemm_manager *m);

@@ -22,8 +22,11 @@
  * slot, so the common alloc and free take no shared lock.  A free from a
  * thread that does not hold the block moves it into the freeing thread's
  * heap (through the manager's owned table, which records which heap holds
- * each block it gave out).  The pool takes idle cached blocks back before
- * it grows (cuemm__exchange_reclaim), so a heap never makes the pool map more.
+ * each block it gave out).  Before it grows, the pool takes back the idle
+ * blocks of the calling thread's cache; other threads' only when it cannot
+ * grow (cuemm__exchange_reclaim), since raiding them costs handshakes and
+ * events on every miss.  Each thread's cache keeps its share of the cap
+ * instead (cuemm__thread_heap_cap).
  * A thread that exits leaves its heap to the manager; the next new thread
  * adopts it.
  *
@@ -121,6 +124,28 @@ static inline stream_path path_of(const cuemm_manager *m, const char *fn, CUresu
   return path_checked(m, fn, why);
 }
 
+/* The newest block of stream hs's bin for `size` when it is of that very
+ * size, LIVE now, or NIL: the fast path's hit.  Heap entered by its owner. */
+static inline __attribute__((always_inline)) uint32_t heap_hit(cuemm__heap *h, uint32_t hs, size_t size)
+{
+  size_t rs = round_block(size);
+  uint32_t bin = cuemm__heap_bin(h, hs, rs), head;
+  if (bin == CUEMM__HEAP_NIL || (head = h->bins[bin].head) == CUEMM__HEAP_NIL || h->b[head].size != rs)
+    return CUEMM__HEAP_NIL;
+  return cuemm__heap_pop(h, bin, hs, size);
+}
+
+/* A block of stream hs's bin for `size` (its size class) large enough, LIVE
+ * now, or NIL: past the fast path's hit.  Heap entered or locked. */
+static uint32_t heap_hit_class(cuemm__heap *h, uint32_t hs, size_t size)
+{
+  size_t rs = round_block(size);
+  uint32_t bin = cuemm__heap_bin(h, hs, rs);
+  if (bin == CUEMM__HEAP_NIL || h->bins[bin].head == CUEMM__HEAP_NIL)
+    return CUEMM__HEAP_NIL;
+  return cuemm__heap_pop_fit(h, bin, hs, rs, size);
+}
+
 static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
                                                            size_t size, CUstream stream)
 {
@@ -158,9 +183,9 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory to track stream %p",
                         (void *)stream);
   }
-  uint32_t bin = cuemm__heap_bin(h, hs, rs);
-  uint32_t got = bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL ? cuemm__heap_pop(h, bin, hs, size)
-                                                                              : cuemm__exchange_steal(m, h, hs, rs, size);
+  uint32_t got = heap_hit_class(h, hs, size);
+  if (got == CUEMM__HEAP_NIL)
+    got = cuemm__exchange_steal(m, h, hs, rs, size);
   if (got != CUEMM__HEAP_NIL) {
     *p = (CUdeviceptr)h->b[got].ptr;
     cuemm__heap_unlock(h);
@@ -170,15 +195,6 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   cuemm__heap_unlock(h);
 
   return cuemm__exchange_alloc_from_pool(m, h, p, size, stream);
-}
-
-/* The newest block of stream hs's bin for `size`, LIVE now, or NIL when
- * the bin is empty or absent.  Heap entered by its owner. */
-static inline __attribute__((always_inline)) uint32_t heap_hit(cuemm__heap *h, uint32_t hs, size_t size)
-{
-  uint32_t bin = cuemm__heap_bin(h, hs, round_block(size));
-  return bin != CUEMM__HEAP_NIL && h->bins[bin].head != CUEMM__HEAP_NIL ? cuemm__heap_pop(h, bin, hs, size)
-                                                                        : CUEMM__HEAP_NIL;
 }
 
 /* Hands record r, taken on the owner's fast path, to the program. */
@@ -198,7 +214,9 @@ static __attribute__((noinline)) CUresult alloc_async_miss(cuemm_manager *m, cue
 {
   size_t rs = round_block(size);
   int others = 0;
-  uint32_t r = steal_hint(h, hs, rs, size);
+  uint32_t r = heap_hit_class(h, hs, size);
+  if (r == CUEMM__HEAP_NIL)
+    r = steal_hint(h, hs, rs, size);
   if (r == CUEMM__HEAP_NIL)
     r = cuemm__exchange_steal_idle(h, hs, rs, size, &others);
   if (r != CUEMM__HEAP_NIL)

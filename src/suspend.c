@@ -209,7 +209,7 @@ CUEMM_EXTERN CUresult cuemm_pool_suspend(cuemm_manager *m, unsigned flags)
    * pending frees (synchronized: none is in use), the blocks freed on
    * streams (idle now) and the pool's caches of sizes go back, and what is
    * then wholly free is released for good. */
-  cuemm__extensions_reclaim(m, 1, 0);
+  cuemm__extensions_reclaim(m, CUEMM__RECLAIM_ALL, 0);
   cuemm__flush_all_locked(m); /* a cuMemFree that fails leaves its entry queued; pool blocks go back anyway */
   cuemm__extensions_settle(m, 1);
   cuemm__pool_release(pool, 0); /* a chunk it cannot release is released below */

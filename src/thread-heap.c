@@ -101,10 +101,21 @@ __attribute__((noinline)) cuemm__heap *cuemm__thread_heap_of_slow(const cuemm_ma
  * each an event and a walk of the pool, 230 with a quarter). */
 #define CACHE_CAP ((size_t)256 << 20)
 
+/* Shared by the threads' caches, each keeping at least this much (a
+ * block of the largest size a cache keeps): together they hold what one
+ * thread's would, since the pool grows before it takes another thread's
+ * idle blocks back (manager.c's pool_alloc_slow). */
+#define CACHE_SHARE_MIN CUEMM__HEAP_LARGE_MAX
+
 size_t cuemm__thread_heap_cap(const cuemm_manager *m)
 {
   size_t quarter = cuemm__pool_held(m->pool) / 4;
   size_t cap = quarter > CACHE_CAP ? quarter : CACHE_CAP;
+  if (m->nheaps > 1) {
+    cap /= m->nheaps;
+    if (cap < CACHE_SHARE_MIN)
+      cap = CACHE_SHARE_MIN;
+  }
   return cuemm__pool_threshold(m->pool) < cap ? cuemm__pool_threshold(m->pool) : cap;
 }
 

@@ -97,13 +97,14 @@ int main(void)
         for (int j = 0; j < BLOCKS; j++)
           if (sh[j].state == 2 && sh[j].rec == got)
             owner = j;
-        if (owner < 0 || sh[owner].hs != s->hs || size_of(owner) != size_of(k)) {
+        if (owner < 0 || sh[owner].hs != s->hs || cuemm__heap_class(size_of(owner)) != cuemm__heap_class(size_of(k))) {
           bad = "pop gave a block of another bin";
           break;
         }
         /* The newest of the bin: none of the same bin was cached later. */
         for (int j = 0; j < BLOCKS; j++)
-          if (sh[j].state == 2 && j != owner && sh[j].hs == s->hs && size_of(j) == size_of(k) &&
+          if (sh[j].state == 2 && j != owner && sh[j].hs == s->hs &&
+              cuemm__heap_class(size_of(j)) == cuemm__heap_class(size_of(k)) &&
               sh[j].order > sh[owner].order)
             bad = "pop did not give the newest block";
         sh[owner].state = 1;
@@ -153,6 +154,37 @@ int main(void)
     }
   is(found, inheap, "every block in the heap is found through the pointer map");
   is(cuemm__heap_find(&h, ptr_of(BLOCKS + 5)), CUEMM__HEAP_NIL, "a pointer never inserted is not found");
+  cuemm__heap_fini(&h);
+
+  /* Size classes: exact below 16 KiB, eight to a power of two above. */
+  const size_t M = (size_t)1 << 20;
+  ok(cuemm__heap_class(16128) == 63 && cuemm__heap_class(16384) == 64 &&
+     cuemm__heap_class(M + 128 * 1024 - 256) == cuemm__heap_class(M) &&
+     cuemm__heap_class(M + 128 * 1024) == cuemm__heap_class(M) + 1 &&
+     cuemm__heap_class(2 * M) == cuemm__heap_class(M) + 8,
+     "size classes: 63 exact ones below 16 KiB, then eight per power of two");
+
+  /* A bin of one class holds blocks of several sizes: a request takes its
+   * own size if one is among the newest, else the smallest that is large
+   * enough, else none. */
+  cuemm__heap_init(&h, NULL, 0);
+  uint32_t s0 = cuemm__heap_add_stream(&h, (CUstream)0x10);
+  size_t sz[3] = { M + 4 * 256, M + 100 * 256, M };
+  uint32_t rec[3];
+  for (int i = 0; i < 3; i++) {
+    rec[i] = cuemm__heap_insert(&h, 0x900000 + (uintptr_t)i * 2 * M, sz[i], (uint32_t)i, s0, 1);
+    cuemm__heap_cache(&h, rec[i], s0);
+  }
+  uint32_t bin = cuemm__heap_bin(&h, s0, M + 50 * 256);
+  ok(bin != CUEMM__HEAP_NIL && h.bins[bin].head == rec[2], "three sizes of one class share a bin, the newest first");
+  is(cuemm__heap_pop_fit(&h, bin, s0, M + 4 * 256, 11), rec[0], "a request takes its own size past the head");
+  is(cuemm__heap_pop_fit(&h, bin, s0, M + 200 * 256, 12), CUEMM__HEAP_NIL,
+     "a request larger than every block of its class gets none");
+  is(cuemm__heap_pop_fit(&h, bin, s0, M + 50 * 256, 13), rec[1], "else it takes the smallest large enough");
+  ok(h.live_count == 2 && h.cached_count == 1 && h.live_bytes == 1 + 11 + 13 - 1 && h.b[rec[1]].req == 13 &&
+     h.b[rec[1]].state == CUEMM__HB_LIVE && cuemm__heap_check(&h) == NULL,
+     "the blocks taken are live with their requests, the counts follow (%zu live, %zu cached)", h.live_count,
+     h.cached_count);
   cuemm__heap_fini(&h);
   return tap_done();
 }

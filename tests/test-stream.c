@@ -562,6 +562,78 @@ static void test_threads(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
+typedef struct growth {
+  cuemm_manager *m;
+  CUstream s;
+  size_t size;
+  CUdeviceptr p;
+  CUresult r;
+} growth;
+
+static void *alloc_elsewhere(void *arg)
+{
+  growth *g = arg;
+  cuCtxSetCurrent(ctx);
+  g->r = cuemm_alloc_async(g->m, &g->p, g->size, g->s);
+  if (g->r == CUDA_SUCCESS)
+    g->r = cuemm_free_async(g->m, g->p, g->s);
+  return NULL;
+}
+
+/* A thread that misses grows the pool before it takes another thread's
+ * idle cached blocks (a raid costs a handshake with that thread and events
+ * on its streams); only a pool that may not grow is served by a raid. */
+static void test_grow_before_raid(void)
+{
+  for (int limited = 0; limited < 2; limited++) {
+    cuemm_config c = test_config(10, 0.2);
+    c.pool = CUEMM_POOL_VMM;
+    c.pool_reserve = 256 * MIB;
+    c.pool_chunk = 32 * MIB;
+    c.pool_release_threshold = 256 * MIB;
+    c.pool_limit = limited ? 32 * MIB : 0;
+    cuemm_manager *m = NULL;
+    CHECK_CU(cuemm_create(&m, ctx, &c));
+    CUstream s;
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    /* This thread caches 24 MiB of 192 KiB blocks, idle once the stream is done. */
+    enum { N = 128 };
+    CUdeviceptr p[N];
+    for (int i = 0; i < N; i++)
+      CHECK_CU(cuemm_alloc_async(m, &p[i], 192 << 10, s));
+    for (int i = 0; i < N; i++)
+      CHECK_CU(cuemm_free_async(m, p[i], s));
+    CHECK_CU(cuStreamSynchronize(s));
+    cuemm_stats before = test_stats(m);
+    unsigned long creates = calls("cuMemCreate");
+    /* Another thread wants 12 MiB; 8 MiB are free in the pool. */
+    growth g = { .m = m, .s = s, .size = 12 * MIB };
+    pthread_t t;
+    pthread_create(&t, NULL, alloc_elsewhere, &g);
+    pthread_join(t, NULL);
+    is(g.r, CUDA_SUCCESS, "%s: another thread's request that does not fit is served",
+       limited ? "at its limit" : "below its limit");
+    cuemm_stats after = test_stats(m);
+    tap_diag("held %zu -> %zu, cached %zu -> %zu, reclaims %llu -> %llu", before.held_bytes, after.held_bytes,
+         before.stream_cached_bytes, after.stream_cached_bytes, (unsigned long long)before.stream_reclaims,
+         (unsigned long long)after.stream_reclaims);
+    if (!limited) {
+      ok(calls("cuMemCreate") > creates || !sim_present, "the pool grew for it (%lu creations)",
+         calls("cuMemCreate") - creates);
+      is(after.stream_reclaims, before.stream_reclaims, "no cached block was taken back");
+      ok(after.stream_cached_bytes >= before.stream_cached_bytes,
+         "the first thread's cache kept its %zu bytes (%zu now)", before.stream_cached_bytes,
+         after.stream_cached_bytes);
+    } else {
+      is(calls("cuMemCreate"), creates, "a pool at its limit does not grow");
+      is(after.stream_reclaims, before.stream_reclaims + 1, "the first thread's idle blocks served it");
+      is(after.held_bytes, before.held_bytes, "the pool held what it held");
+    }
+    CHECK_CU(cuemm_destroy(m));
+    CHECK_CU(cuStreamDestroy(s));
+  }
+}
+
 /* Blocks freed on one stream go to the pool (all but the one the thread
  * keeps); a request on another stream takes them once an event says their
  * work is done, before the pool grows; trim gives back everything. */
@@ -908,6 +980,7 @@ int main(void)
   test_mixing();
   test_threads();
   test_reclaim();
+  test_grow_before_raid();
   test_threshold();
   test_keep_large();
   test_release_and_reset();
