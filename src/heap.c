@@ -14,6 +14,11 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+/* The most records a heap holds where they never move: the address space
+ * is reserved once (256 MiB of it) and the system backs the pages used. */
+#define FIXED_RECORDS ((uint32_t)1 << 22)
 
 const char cuemm__heap_no_stream;
 
@@ -31,6 +36,8 @@ void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index)
   h->newest = h->oldest = CUEMM__HEAP_NIL;
   h->owner = cuemm__fence_self();
   h->asym = (uint8_t)cuemm__fence_asymmetric();
+  atomic_init(&h->pubmap, NULL);
+  atomic_init(&h->rhead, CUEMM__HEAP_NIL);
 }
 
 void cuemm__heap_own(cuemm__heap *h)
@@ -55,6 +62,7 @@ void cuemm__heap_lock(cuemm__heap *h)
       h->asym = 0;
       atomic_fetch_and_explicit(&h->want, ~CUEMM__HEAP_WANT_FULL, memory_order_relaxed);
     }
+    cuemm__heap_drain_remote(h);
     return;
   }
   atomic_fetch_or_explicit(&h->want, CUEMM__HEAP_WANT_LOCK, memory_order_seq_cst);
@@ -68,6 +76,9 @@ void cuemm__heap_lock(cuemm__heap *h)
   for (unsigned spins = 0; atomic_load_explicit(&h->busy, memory_order_seq_cst); spins++)
     if (spins > 64)
       sched_yield();
+  /* Whoever takes the heap finds no block freed by another thread still
+   * waiting: every walk of its records sees LIVE blocks the program holds. */
+  cuemm__heap_drain_remote(h);
 }
 
 void cuemm__heap_unlock(cuemm__heap *h)
@@ -80,8 +91,17 @@ void cuemm__heap_unlock(cuemm__heap *h)
 
 void cuemm__heap_fini(cuemm__heap *h)
 {
-  free(h->b);
-  free(h->map);
+  if (h->fixed)
+    munmap(h->b, (size_t)FIXED_RECORDS * sizeof *h->b);
+  else
+    free(h->b);
+  for (cuemm__hmap *hm = atomic_load_explicit(&h->pubmap, memory_order_relaxed), *older; hm; hm = older) {
+    older = hm->older;
+    free(hm);
+  }
+  atomic_store_explicit(&h->pubmap, NULL, memory_order_relaxed);
+  h->fixed = 0;
+  h->capb = h->nb = 0;
   free(h->bins);
   free(h->st);
   free(h->evcache);
@@ -114,9 +134,11 @@ uint32_t cuemm__heap_add_stream(cuemm__heap *h, CUstream s)
 static int map_grow(cuemm__heap *h)
 {
   size_t cap = h->mapcap ? h->mapcap * 2 : 64;
-  uint32_t *map = malloc(cap * sizeof *map);
-  if (!map)
+  cuemm__hmap *hm = malloc(sizeof *hm + cap * sizeof hm->slot[0]);
+  if (!hm)
     return -1;
+  uint32_t *map = hm->slot;
+  hm->cap = cap;
   memset(map, 0xff, cap * sizeof *map);
   for (size_t i = 0; i < h->mapcap; i++) {
     uint32_t r = h->map[i];
@@ -127,9 +149,38 @@ static int map_grow(cuemm__heap *h)
       j = (j + 1) & (cap - 1);
     map[j] = r;
   }
-  free(h->map);
+  /* The old map stays until the heap goes: a thread freeing one of its
+   * blocks may be reading it.  Their sizes halve down the chain. */
+  hm->older = atomic_load_explicit(&h->pubmap, memory_order_relaxed);
+  atomic_store_explicit(&h->pubmap, hm, memory_order_release);
   h->map = map;
   h->mapcap = cap;
+  return 0;
+}
+
+/* Room for records: fixed where the address space can be reserved, so that
+ * another thread may read and hand back a record while the owner adds more;
+ * else a growing array, and no other thread reads it without the lock. */
+static int records_grow(cuemm__heap *h)
+{
+  if (!h->capb) {
+    void *fixed = mmap(NULL, (size_t)FIXED_RECORDS * sizeof *h->b, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (fixed != MAP_FAILED) {
+      h->b = fixed;
+      h->capb = FIXED_RECORDS;
+      h->fixed = 1;
+      return 0;
+    }
+  }
+  if (h->fixed)
+    return -1; /* FIXED_RECORDS blocks in one heap: the rest go the pool's way */
+  uint32_t cap = h->capb ? h->capb * 2 : 64;
+  cuemm__hblock *g = realloc(h->b, cap * sizeof *g);
+  if (!g)
+    return -1;
+  h->b = g;
+  h->capb = cap;
   return 0;
 }
 
@@ -225,24 +276,31 @@ uint32_t cuemm__heap_insert(cuemm__heap *h, uintptr_t ptr, size_t size, uint32_t
   if (r != CUEMM__HEAP_NIL)
     h->spare = h->b[r].next;
   else {
-    if (h->nb + 1 >= h->capb) {
-      uint32_t cap = h->capb ? h->capb * 2 : 64;
-      cuemm__hblock *g = realloc(h->b, cap * sizeof *g);
-      if (!g)
-        return CUEMM__HEAP_NIL;
-      h->b = g;
-      h->capb = cap;
-    }
+    if (h->nb + 1 >= h->capb && records_grow(h) != 0)
+      return CUEMM__HEAP_NIL;
     if (h->nb == 0)
       h->nb = 1; /* record 0 stays unused, so that no valid index is 0 */
     r = h->nb++;
   }
-  h->b[r] = (cuemm__hblock){ .ptr = ptr, .size = size, .req = req, .blk = blk, .hs = hs, .prev = CUEMM__HEAP_NIL,
-                             .next = CUEMM__HEAP_NIL, .bin = CUEMM__HEAP_NIL, .state = CUEMM__HB_LIVE };
+  /* Field by field: another thread looking up a block may read `ptr` of
+   * any record at any time (cuemm__heap_remote_free), never the rest of
+   * one that is not its block's. */
+  cuemm__hblock *b = &h->b[r];
+  b->size = size;
+  b->req = req;
+  b->seq = 0;
+  b->blk = blk;
+  b->hs = hs;
+  b->prev = b->next = b->bin = CUEMM__HEAP_NIL;
+  b->older = b->newer = 0;
+  b->state = CUEMM__HB_LIVE;
+  b->uses = b->lpos = 0;
+  __atomic_store_n(&b->remote, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&b->ptr, ptr, __ATOMIC_RELAXED);
   size_t i = cuemm__heap_hash(ptr, h->mapcap);
   while (h->map[i] != CUEMM__HEAP_NIL)
     i = (i + 1) & (h->mapcap - 1);
-  h->map[i] = r;
+  __atomic_store_n(&h->map[i], r, __ATOMIC_RELAXED);
   h->mapused++;
   h->live_bytes += req;
   h->live_count++;
@@ -263,16 +321,93 @@ void cuemm__heap_remove(cuemm__heap *h, uint32_t r)
   for (size_t j = (hole + 1) & mask; h->map[j] != CUEMM__HEAP_NIL; j = (j + 1) & mask) {
     size_t home = cuemm__heap_hash(h->b[h->map[j]].ptr, h->mapcap);
     if (((j - home) & mask) >= ((j - hole) & mask)) {
-      h->map[hole] = h->map[j];
+      __atomic_store_n(&h->map[hole], h->map[j], __ATOMIC_RELAXED);
       hole = j;
     }
   }
-  h->map[hole] = CUEMM__HEAP_NIL;
+  __atomic_store_n(&h->map[hole], CUEMM__HEAP_NIL, __ATOMIC_RELAXED);
   h->mapused--;
   b->state = CUEMM__HB_UNUSED;
-  b->ptr = 0;
+  __atomic_store_n(&b->ptr, 0, __ATOMIC_RELAXED);
   b->next = h->spare;
   h->spare = r;
+}
+
+int cuemm__heap_remote_free(cuemm__heap *h, uintptr_t p, CUstream stream, size_t *req)
+{
+  /* The owner may be adding and moving entries of the map meanwhile: an
+   * entry missed is the general way's to find, and an entry found names a
+   * record whose `ptr` says whether it is p's. */
+  const cuemm__hmap *hm = h->fixed ? atomic_load_explicit(&h->pubmap, memory_order_acquire) : NULL;
+  if (!hm)
+    return 0;
+  uint32_t r = CUEMM__HEAP_NIL;
+  for (size_t i = cuemm__heap_hash(p, hm->cap), n = 0; n < hm->cap; i = (i + 1) & (hm->cap - 1), n++) {
+    uint32_t c = __atomic_load_n(&hm->slot[i], __ATOMIC_RELAXED);
+    if (c == CUEMM__HEAP_NIL)
+      break;
+    if (c < FIXED_RECORDS && __atomic_load_n(&h->b[c].ptr, __ATOMIC_RELAXED) == p) {
+      r = c;
+      break;
+    }
+  }
+  if (r == CUEMM__HEAP_NIL)
+    return 0;
+  /* p is the program's to free, so the owner changed nothing of its record
+   * since the program got it: these reads are ordered by the program's own
+   * hand-over of p. */
+  cuemm__hblock *b = &h->b[r];
+  if (b->state != CUEMM__HB_LIVE || b->uses || b->size >= CUEMM__HEAP_LARGE)
+    return 0;
+  uint8_t was = 0;
+  if (!__atomic_compare_exchange_n(&b->remote, &was, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return -1;
+  *req = b->req;
+  b->seq = (uint64_t)(uintptr_t)stream;
+  uint32_t head = atomic_load_explicit(&h->rhead, memory_order_relaxed);
+  do
+    b->next = head;
+  while (!atomic_compare_exchange_weak_explicit(&h->rhead, &head, r, memory_order_release, memory_order_relaxed));
+  return 1;
+}
+
+void cuemm__heap_drain_remote_list(cuemm__heap *h)
+{
+  uint32_t r = atomic_exchange_explicit(&h->rhead, CUEMM__HEAP_NIL, memory_order_acquire), kept = CUEMM__HEAP_NIL;
+  /* Newest first as pushed: cached oldest first, so that the last freed is
+   * at its bin's head, as the owner's own frees leave it. */
+  uint32_t rev = CUEMM__HEAP_NIL;
+  while (r != CUEMM__HEAP_NIL) {
+    uint32_t next = h->b[r].next;
+    h->b[r].next = rev;
+    rev = r;
+    r = next;
+  }
+  r = rev;
+  while (r != CUEMM__HEAP_NIL) {
+    cuemm__hblock *b = &h->b[r];
+    uint32_t next = b->next;
+    CUstream s = (CUstream)(uintptr_t)b->seq;
+    b->next = CUEMM__HEAP_NIL;
+    uint32_t hs = cuemm__heap_stream(h, s);
+    if (hs == CUEMM__HEAP_NIL)
+      hs = cuemm__heap_add_stream(h, s);
+    if (hs != CUEMM__HEAP_NIL && cuemm__heap_cache(h, r, hs) == 0)
+      __atomic_store_n(&b->remote, 0, __ATOMIC_RELAXED);
+    else {
+      b->next = kept; /* no host memory for a stream or a bin: it waits for the next drain */
+      kept = r;
+    }
+    r = next;
+  }
+  while (kept != CUEMM__HEAP_NIL) {
+    uint32_t next = h->b[kept].next, head = atomic_load_explicit(&h->rhead, memory_order_relaxed);
+    do
+      h->b[kept].next = head;
+    while (!atomic_compare_exchange_weak_explicit(&h->rhead, &head, kept, memory_order_release,
+                                                  memory_order_relaxed));
+    kept = next;
+  }
 }
 
 void cuemm__heap_large_compact(cuemm__heap *h, cuemm__hstream *st)

@@ -79,6 +79,7 @@ typedef struct cuemm__hblock {
   uint8_t state;
   uint8_t uses;         /* LIVE: streams named by cuemm_record_stream wait in the heap's `uses` */
   uint8_t lpos;         /* CACHED and large: its slot in its stream's `large`, or CUEMM__HEAP_UNLISTED */
+  uint8_t remote;       /* LIVE: freed by another thread, waiting in the heap's remote list (atomic) */
 } cuemm__hblock;
 
 /* A stream besides its own that used a live block (cuemm_record_stream). */
@@ -138,11 +139,27 @@ typedef struct cuemm__heap {
   uint32_t index;       /* in the manager's heap table: owned entries of its blocks name it */
   atomic_int orphan;    /* its thread exited (or let go of it): another may adopt it */
 
-  cuemm__hblock *b;     /* records; index 0 unused */
+  /* Records; index 0 unused.  Where the system lends the address space,
+   * they never move (`fixed`): another thread may then find a block's
+   * record and hand it back without taking the heap (cuemm__heap_remote_free). */
+  cuemm__hblock *b;
+  uint8_t fixed;
   uint32_t nb, capb, spare;
   /* pointer -> record, for every block the heap holds (open addressing) */
   uint32_t *map;
   size_t mapcap, mapused;
+  /* The map as other threads read it (its slots and their count in one
+   * allocation), and the maps it replaced, freed with the heap: a thread
+   * looking up a block may still be reading one. */
+  struct cuemm__hmap *_Atomic pubmap;
+  struct cuemm__hmap *oldmaps;
+  /* Blocks other threads freed, a list through their records' `next`,
+   * newest first; the owner takes them all at once into its bins
+   * (cuemm__heap_drain_remote).  Alone on its cache line: those threads
+   * write it, and the owner's fast path never reads it. */
+  char rpad0[64];
+  _Atomic uint32_t rhead;
+  char rpad1[60];
   uint32_t newest, oldest;   /* the list of every cached block, by the time it was freed */
   cuemm__hbin *bins;
   size_t bincap, binused;
@@ -162,9 +179,49 @@ typedef struct cuemm__heap {
   uint64_t allocs, frees, events_recorded, event_waits, steals;
   unsigned events_made;
   struct cuemm__heap *gnext, *gprev;   /* process-wide list of live heaps (thread-heap.c) */
+  /* The heap that held the block this thread last freed for another
+   * thread: its next such free looks there first (stream-free.c's
+   * free_remote).  The owner's alone; heaps live as long as their manager. */
+  struct cuemm__heap *remote;
 } cuemm__heap;
 
+/* Whether the owner may cache LIVE-or-not record r as its free: LIVE,
+ * with no stream recorded on it and not freed by another thread already
+ * (that free waits in the remote list: this one is a double free, which
+ * the general way reports once the list is drained). */
+static inline int cuemm__heap_freeable(const cuemm__heap *h, uint32_t r)
+{
+  const cuemm__hblock *b = &h->b[r];
+  return b->state == CUEMM__HB_LIVE && !b->uses && !__atomic_load_n(&b->remote, __ATOMIC_RELAXED);
+}
+
+/* The pointer map's published form (pubmap). */
+typedef struct cuemm__hmap {
+  struct cuemm__hmap *older;
+  size_t cap;
+  uint32_t slot[];      /* written with atomic stores while other threads may read them */
+} cuemm__hmap;
+
 void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index);
+
+/* Another thread's free of the block at p, which heap h (not the caller's)
+ * holds LIVE and is smaller than CUEMM__HEAP_LARGE, with no stream recorded
+ * on it: pushed onto h's remote list with one atomic exchange of the
+ * record's `remote` and one of the list's head, without taking h; its
+ * owner caches it on `stream` at its next miss or whoever takes h next.
+ * Returns 1 when pushed (*req: the bytes it was asked for), 0 when h
+ * holds no such block now (the caller goes the general way), -1 when it
+ * was freed by another thread already and not taken back since. */
+int cuemm__heap_remote_free(cuemm__heap *h, uintptr_t p, CUstream stream, size_t *req);
+
+/* Caches the blocks other threads freed on the streams they named.  The
+ * owner, entered or locked, or a thread that locked h. */
+void cuemm__heap_drain_remote_list(cuemm__heap *h);
+static inline void cuemm__heap_drain_remote(cuemm__heap *h)
+{
+  if (__builtin_expect(atomic_load_explicit(&h->rhead, memory_order_relaxed) != CUEMM__HEAP_NIL, 0))
+    cuemm__heap_drain_remote_list(h);
+}
 
 /* The owner's entry on its fast path: 1 when it is in (leave with
  * cuemm__heap_leave), 0 when someone else wants the heap (use

@@ -73,6 +73,36 @@ static int free_own_kept(cuemm_manager *m, cuemm__heap *h, uintptr_t p, CUstream
   return 0;
 }
 
+/* Step 1b: a small block of another thread's heap, the one that held the
+ * block this thread freed for another thread last (a consumer frees what
+ * one producer allocated: PyTorch's autograd thread, a server's workers):
+ * handed back to that heap without taking it or the manager's lock
+ * (cuemm__heap_remote_free), to be cached on `stream` as if its owner had
+ * freed it there, reusable on that stream at once with no event.  Returns
+ * whether it was, with its result in *r; a guess that misses (another
+ * heap, a block streams were recorded on, a large one) goes the general
+ * way, which learns the right heap for the next time.  Never on the
+ * per-thread default stream, which names another stream in the owner. */
+static int free_remote(cuemm_manager *m, cuemm__heap *h, uintptr_t p, CUstream stream, size_t *freed, CUresult *r)
+{
+  if (!h->remote || h->remote == h || stream == CU_STREAM_PER_THREAD)
+    return 0;
+  size_t req = 0;
+  int done = cuemm__heap_remote_free(h->remote, p, stream, &req);
+  if (done == 0)
+    return 0;
+  if (done < 0)
+    *r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: double free of 0x%" PRIxPTR ": it was freed "
+                      "already, by another thread", p);
+  else {
+    cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), p);
+    if (freed)
+      *freed = req;
+    *r = CUDA_SUCCESS;
+  }
+  return 1;
+}
+
 /* Step 2: cuMemAlloc memory (too large for the pool), or nothing of ours:
  * the deferred path frees the one and explains the other, in
  * cuemm_free_async's name. */
@@ -199,10 +229,11 @@ static void free_into_heap(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstrea
 }
 
 /* The general free, in the order a block meets its checks: kept by the
- * calling thread's own heap (step 1); else, under the manager's lock,
- * found in the owned table, or freed the deferred way when the pool never
- * held it (2); taken out of the heap or pool that holds it (3); and either
- * kept by this thread's heap, or given to the pool (4, 5).  `looked`: the
+ * calling thread's own heap (step 1); handed back to another thread's heap
+ * without a lock (1b); else, under the manager's lock, found in the owned
+ * table, or freed the deferred way when the pool never held it (2); taken
+ * out of the heap or pool that holds it (3); and either kept by this
+ * thread's heap, or given to the pool (4, 5).  `looked`: the
  * caller found no record of dp in h, its own heap (a finding that stands:
  * only h's thread adds records to h). */
 __attribute__((noinline)) CUresult cuemm__free_async_slow(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp,
@@ -213,6 +244,8 @@ __attribute__((noinline)) CUresult cuemm__free_async_slow(cuemm_manager *m, cuem
   if (!f.p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: the pointer is 0");
   if (h && !looked && free_own_kept(m, h, f.p, stream, freed, &r))
+    return r;
+  if (h && free_remote(m, h, f.p, stream, freed, &r))
     return r;
   /* Another thread's block, one the pool holds, or one this thread's heap
    * should not keep: under the manager's lock, which the pool needs. */
@@ -230,6 +263,8 @@ __attribute__((noinline)) CUresult cuemm__free_async_slow(cuemm_manager *m, cuem
     cuemm__lock_release(&m->lock);
     return r;
   }
+  if (f.o && f.o != h)
+    h->remote = f.o;
   if (free_admitted(m, h, &f, stream))
     free_into_heap(m, h, &f, stream);
   else

@@ -214,7 +214,14 @@ static __attribute__((noinline)) CUresult alloc_async_miss(cuemm_manager *m, cue
 {
   size_t rs = round_block(size);
   int others = 0;
-  uint32_t r = heap_hit_class(h, hs, size);
+  uint32_t r = CUEMM__HEAP_NIL;
+  if (atomic_load_explicit(&h->rhead, memory_order_relaxed) != CUEMM__HEAP_NIL) {
+    /* Blocks other threads freed for this one: into the bins first. */
+    cuemm__heap_drain_remote_list(h);
+    r = heap_hit(h, hs, size);
+  }
+  if (r == CUEMM__HEAP_NIL)
+    r = heap_hit_class(h, hs, size);
   if (r == CUEMM__HEAP_NIL)
     r = steal_hint(h, hs, rs, size);
   if (r == CUEMM__HEAP_NIL)
@@ -280,7 +287,7 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
   cuemm__lock_acquire(&m->lock);
   int in = heap_get(h);
   uint32_t r = cuemm__heap_find(h, (uintptr_t)dp), hs = cuemm__heap_stream(h, stream);
-  if (r == CUEMM__HEAP_NIL || h->b[r].state != CUEMM__HB_LIVE || h->b[r].uses || hs == CUEMM__HEAP_NIL) {
+  if (r == CUEMM__HEAP_NIL || !cuemm__heap_freeable(h, r) || hs == CUEMM__HEAP_NIL) {
     heap_exit(h, in);
     cuemm__lock_release(&m->lock);
     return cuemm__free_async_slow(m, h, dp, stream, freed, 0);
@@ -332,7 +339,7 @@ static inline __attribute__((always_inline)) CUresult heap_kept(cuemm_manager *m
 static __attribute__((noinline)) CUresult free_async_rest(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp,
                                                           CUstream stream, size_t *freed, uint32_t r)
 {
-  if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE && !h->b[r].uses) {
+  if (r != CUEMM__HEAP_NIL && cuemm__heap_freeable(h, r)) {
     uint32_t hs = cuemm__heap_stream(h, stream);
     if (freed)
       *freed = h->b[r].req;
@@ -356,7 +363,7 @@ static inline __attribute__((always_inline)) CUresult free_async_owner(cuemm_man
   if (__builtin_expect(!cuemm__heap_enter(h), 0))
     return cuemm__free_async_slow(m, h, dp, stream, freed, 0);
   uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
-  if (r != CUEMM__HEAP_NIL && h->b[r].state == CUEMM__HB_LIVE && !h->b[r].uses) {
+  if (r != CUEMM__HEAP_NIL && cuemm__heap_freeable(h, r)) {
     uint32_t hs = cuemm__heap_stream(h, stream);
     if (hs != CUEMM__HEAP_NIL && !heap_surplus(h, h->b[r].size, hs, stream) &&
         cuemm__heap_cache_in(h, r, hs, 0) == 0) {

@@ -562,6 +562,65 @@ static void test_threads(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
+typedef struct remote {
+  cuemm_manager *m;
+  CUstream s;
+  CUdeviceptr p[3];
+  CUresult r[4];
+  unsigned long records;
+  char why[256];
+} remote;
+
+static void *free_for_another(void *arg)
+{
+  remote *x = arg;
+  cuCtxSetCurrent(ctx);
+  unsigned long ev = calls("cuEventRecord");
+  for (int i = 0; i < 3; i++)
+    x->r[i] = cuemm_free_async(x->m, x->p[i], x->s);
+  x->records = calls("cuEventRecord") - ev;
+  x->r[3] = cuemm_free_async(x->m, x->p[2], x->s);
+  snprintf(x->why, sizeof x->why, "%s", cuemm_last_error());
+  return NULL;
+}
+
+/* A thread that frees blocks another allocated, on the allocating stream:
+ * after the first (which finds their heap through the manager), each goes
+ * back to the allocating thread's bins, where its next request on that
+ * stream takes it, with no event recorded. */
+static void test_remote_free(void)
+{
+  cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  remote x = { .m = m, .s = s };
+  for (int i = 0; i < 3; i++)
+    CHECK_CU(cuemm_alloc_async(m, &x.p[i], 6000, s));
+  pthread_t t;
+  pthread_create(&t, NULL, free_for_another, &x);
+  pthread_join(t, NULL);
+  ok(x.r[0] == CUDA_SUCCESS && x.r[1] == CUDA_SUCCESS && x.r[2] == CUDA_SUCCESS,
+     "another thread frees three blocks this one allocated");
+  is(x.records, 0, "no event was recorded for them");
+  is(x.r[3], CUDA_ERROR_INVALID_VALUE, "its second free of the third is refused");
+  like(x.why, "was freed already, by another thread", "as a double free");
+  unsigned long work = driver_work();
+  CUdeviceptr a = 0, b = 0;
+  CHECK_CU(cuemm_alloc_async(m, &a, 6000, s));
+  CHECK_CU(cuemm_alloc_async(m, &b, 6100, s));
+  tap_diag("got 0x%llx 0x%llx, freed 0x%llx 0x%llx 0x%llx", (unsigned long long)a, (unsigned long long)b,
+           (unsigned long long)x.p[0], (unsigned long long)x.p[1], (unsigned long long)x.p[2]);
+  ok(a == x.p[2] && b == x.p[1], "this thread's next requests on the stream take the last two back, newest first");
+  is(driver_work() - work, 0, "with no driver call");
+  cuemm_stats st = test_stats(m);
+  is(st.live_count, 2, "two blocks live");
+  is(st.frees, 3, "three frees counted");
+  CHECK_CU(cuemm_free_async(m, a, s));
+  CHECK_CU(cuemm_free_async(m, b, s));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 typedef struct growth {
   cuemm_manager *m;
   CUstream s;
@@ -981,6 +1040,7 @@ int main(void)
   test_threads();
   test_reclaim();
   test_grow_before_raid();
+  test_remote_free();
   test_threshold();
   test_keep_large();
   test_release_and_reset();
