@@ -562,6 +562,42 @@ static void test_threads(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
+/* A request the pool cannot serve, on a stream whose own cached blocks
+ * would: they go back to the pool as freed on that stream and serve it,
+ * with no event recorded and no growth. */
+static void test_give_back_own_stream(void)
+{
+  cuemm_config c = test_config(10, 0.2);
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_reserve = 256 * MIB;
+  c.pool_chunk = 32 * MIB;
+  c.pool_release_threshold = 256 * MIB;
+  c.stream_reuse = CUEMM_STREAM_REUSE_EVENT;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  enum { N = 150 };
+  CUdeviceptr p[N];
+  for (int i = 0; i < N; i++)
+    CHECK_CU(cuemm_alloc_async(m, &p[i], 200 << 10, s));
+  for (int i = 0; i < N; i++)
+    CHECK_CU(cuemm_free_async(m, p[i], s));
+  cuemm_stats before = test_stats(m);
+  unsigned long records = calls("cuEventRecord"), creates = calls("cuMemCreate");
+  CUdeviceptr big;
+  is(cuemm_alloc_async(m, &big, 8 * MIB, s), CUDA_SUCCESS, "8 MiB on a stream whose thread caches 29 MiB on it");
+  cuemm_stats after = test_stats(m);
+  is(calls("cuEventRecord") - records, 0, "no event was recorded for it");
+  is(calls("cuMemCreate") - creates, 0, "the pool did not grow");
+  ok(after.held_bytes == before.held_bytes && after.stream_cached_bytes + 6 * MIB <= before.stream_cached_bytes,
+     "the stream's own cached blocks served it (%zu cached bytes, %zu before)", after.stream_cached_bytes,
+     before.stream_cached_bytes);
+  CHECK_CU(cuemm_free_async(m, big, s));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 typedef struct remote {
   cuemm_manager *m;
   CUstream s;
@@ -1040,6 +1076,7 @@ int main(void)
   test_threads();
   test_reclaim();
   test_grow_before_raid();
+  test_give_back_own_stream();
   test_remote_free();
   test_threshold();
   test_keep_large();
