@@ -305,9 +305,11 @@ static void backward(struct train *t, uint64_t loss_grad)
 }
 
 /* optimizer.step() with foreach kernels, then zero_grad(set_to_none=True):
- * the states are made at the first step and held; each step the foreach
- * ops make a list of temporaries as large as the parameters, all live at
- * once, then the gradients go. */
+ * the states are made at the first step and held; each step a foreach op
+ * makes a list of temporaries as large as the parameters (AdamW's
+ * torch._foreach_sqrt of exp_avg_sq, SGD's gradients plus weight decay),
+ * all live at once since torch._foreach_* takes every parameter of a
+ * device and dtype in one list; then the gradients go. */
 static void opt_step(struct train *t, int nstate)
 {
   struct gen *g = t->g;
@@ -316,14 +318,9 @@ static void opt_step(struct train *t, int nstate)
       if (t->p[i].state[k] == NO_BLK)
         t->p[i].state[k] = al(g, t->stream, t->p[i].bytes);
   struct blist tmp = {0};
-  /* the foreach kernels run over groups of parameters, as
-   * torch._foreach_* splits its lists by device and dtype */
-  size_t group = 64;
-  for (size_t i0 = 0; i0 < t->np; i0 += group) {
-    for (size_t i = i0; i < t->np && i < i0 + group; i++)
-      push(&tmp, al(g, t->stream, t->p[i].bytes));
-    free_all(g, &tmp, 0);
-  }
+  for (size_t i = 0; i < t->np; i++)
+    push(&tmp, al(g, t->stream, t->p[i].bytes));
+  free_all(g, &tmp, 0);
   free(tmp.v);
   for (size_t i = 0; i < t->np; i++)
     if (t->p[i].grad != NO_BLK) {
