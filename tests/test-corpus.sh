@@ -77,7 +77,8 @@ for name in $names; do
   log="$dir/$name.csv"
   # shellcheck disable=SC2086
   if ! err=$("$gen" $args 2>&1 > "$log"); then
-    notok "$name: cuemm-tracegen$args failed: $err"
+    printf '%s\n' "$err" | sed 's/^/# /'
+    notok "$name: cuemm-tracegen$args failed: $(printf '%s\n' "$err" | grep -m1 .)"
     notok "$name: no footprint # TODO above 1.10"
     continue
   fi

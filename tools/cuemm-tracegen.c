@@ -764,6 +764,7 @@ static void shape_serve(struct gen *g)
     blk ids = sample(g, &m, ss, N);
     fr(g, logits);
     free_all(g, &in, 0);
+    free(in.v);
     if (prev_ids != NO_BLK) /* last step's ids, copied to the host by now */
       fr(g, prev_ids);
     prev_ids = ids;
