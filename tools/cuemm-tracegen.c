@@ -803,6 +803,8 @@ static void shape_kv(struct gen *g)
     die("out of host memory");
   size_t n = 0;
   struct blist w = {0};
+  /* the model, bf16: the embedding, then a layer's q, k and v, o and an
+   * MLP of three h x 2h matrices in one tensor each */
   push(&w, al(g, 0, m.vocab * m.h * 2));
   for (uint64_t l = 0; l < m.layers; l++)
     push(&w, al(g, 0, m.h * (m.h + m.kvd + m.h + 6 * m.h) * 2));
@@ -1150,7 +1152,7 @@ static const struct param p_kv[] = {
   STEPS(1500),
   {"streams", 2, 1, 8, "streams the sequences are spread over"},
   {"layers", 16, 1, 128, "layers whose k and v a block holds"},
-  {"hidden", 2048, 256, 16384, "model width (k and v are 1/4 of it each, bf16)"},
+  {"hidden", 2048, 256, 16384, "model width (k and v together 1/4 of it, bf16)"},
   {"block-tokens", 32, 1, 4096, "tokens a block of the cache holds"},
   {"max-seqs", 48, 1, 4096, "sequences at once"},
   {"arrive-pct", 30, 1, 100, "chance a step that a new sequence arrives (repeated while it does)"},
