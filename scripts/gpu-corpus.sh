@@ -114,8 +114,9 @@ done
   med() { awk -v c="$1" '$c ~ /^[0-9.]+$/ { print $c }' "$rows" | sort -n |
     awk '{ v[NR] = $1 } END { if (NR) printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print "n/a" }'; }
   echo "median footprint: cuemm-async $(med 3), cuMemAllocAsync $(med 4)"
-  same=$(awk '$7 != "none" && $3 == $7' "$rows" | wc -l) all=$(wc -l < "$rows")
-  echo "cuemm-async footprint equal to the one recorded on simcuda: $same of $all logs"
+  same=$(awk '$7 != "none" && $3 == $7' "$rows" | wc -l) recd=$(awk '$7 != "none"' "$rows" | wc -l)
+  all=$(wc -l < "$rows")
+  echo "cuemm-async footprint equal to the one recorded on simcuda: $same of the $recd logs recorded there"
   awk '$7 != "none" && $3 != $7 { print "  differs: " $1 " GPU " $3 ", simcuda " $7 }' "$rows"
   above=$(awk '$3 ~ /^[0-9.]+$/ && $3 > 1.10' "$rows" | wc -l)
   echo "cuemm-async above 1.10: $above of $all logs"

@@ -1,10 +1,12 @@
 #!/bin/sh
 # test-gpu-corpus.sh: scripts/gpu-corpus.sh run here, on the driver the
-# suite runs on, over a corpus of two small logs (CORPUS) and one pass
-# each (REPLAY_ARGS=--quick), so that the script the GPU run depends on is
-# known to work before it reaches a GPU: a table per log with the four
-# backends, the corpus's table with a row per log and its medians, the
-# failure of a log that cannot be generated, and the usage errors.
+# suite runs on, over a corpus of three logs (CORPUS: two small ones and
+# serve-mixed of the corpus) and one pass each (REPLAY_ARGS=--quick), so
+# that the script the GPU run depends on is known to work before it
+# reaches a GPU: a table per log with the four backends, the corpus's
+# table with a row per log, the figure recorded on simcuda beside the log
+# of the corpus, the medians and counts, the failure of a log that cannot
+# be generated, and the usage error.
 b=${CUEMM_TOP_BUILDDIR:-.}
 src=${top_srcdir:-$(dirname "$0")/..}
 script="$src/scripts/gpu-corpus.sh"
@@ -19,12 +21,13 @@ fi
 n=0
 check() { d=$1; shift; n=$((n + 1)); if "$@"; then echo "ok $n - $d"; else echo "not ok $n - $d"; fi; }
 has() { grep -q -e "$2" "$1"; }
-echo "1..11"
+echo "1..12"
 
 cat > "$tmp/corpus.txt" <<'LIST'
 # a small corpus for the test
 tiny-cupy   cupy-array --steps 300 --elems-max 200000 --seed 3
 tiny-serve  serve-mixed --steps 6 --layers 2 --hidden 256 --kv-mib 16 --seed 2
+serve-mixed serve-mixed --seed 1
 LIST
 CORPUS="$tmp/corpus.txt" REPLAY_ARGS=--quick sh "$script" "$tmp/out" "$b" > "$tmp/run.txt" 2>&1; rc=$?
 sed 's/^/# /' "$tmp/run.txt"
@@ -36,10 +39,14 @@ for k in cuMemAlloc cuMemAllocAsync cuemm-async cuemm-deferred; do
     has "$tmp/run.txt" "^  $k  *[0-9.]*  *\([0-9.]*\|n/a\)  *0$"
 done
 check "the corpus's table has a row per log, cuemm-async's footprint to 4 places" \
-  test "$(grep -c '^tiny-[a-z]*  *[0-9]*  *[0-9]\.[0-9][0-9][0-9][0-9] ' "$tmp/run.txt")" = 2
-check "the medians and the count of logs above 1.10" \
+  test "$(grep -c '^[a-z-]*  *[0-9]*  *[0-9]\.[0-9][0-9][0-9][0-9] ' "$tmp/run.txt")" = 3
+recorded=$(awk '$1 == "serve-mixed" { print $4 }' "$src/tests/fixtures/corpus-footprint.txt")
+check "a log of the corpus shows the figure recorded on simcuda ($recorded), the others none" \
+  test -n "$recorded" -a "$(awk '$1 ~ /^(tiny-cupy|tiny-serve|serve-mixed)$/ { printf "%s ", $7 }' "$tmp/run.txt")" = "none none $recorded "
+check "the medians, the logs equal to simcuda's figures and those above 1.10" \
   test "$(grep -c -e '^median footprint: cuemm-async [0-9]\.[0-9]*, cuMemAllocAsync' \
-    -e '^cuemm-async above 1.10: [0-9]* of 2 logs' "$tmp/run.txt")" = 2
+    -e '^cuemm-async footprint equal to the one recorded on simcuda: [01] of the 1 logs recorded there$' \
+    -e '^cuemm-async above 1.10: [0-9]* of 3 logs' "$tmp/run.txt")" = 3
 check "the logs, replays and summary are written under OUTDIR" \
   test -s "$tmp/out/logs/tiny-cupy.csv" -a -s "$tmp/out/replay-tiny-serve.txt" -a -s "$tmp/out/summary.txt"
 
