@@ -51,8 +51,8 @@ for s in $shapes; do
   else
     check "$s: sizes rounded to 512 bytes ($7 not)" test "$7" = 0
   fi
-  check "$s: documented in --help with its --steps or --requests" \
-    sh -c "sed -n '/^$s: /,/^\$/p' '$tmp/help.txt' | grep -q -e '--steps' -e '--requests'"
+  np=$(sed -n "/^$s: /,/^\$/p" "$tmp/help.txt" | grep -c '^  --[a-z-]* .*([0-9]* \[[0-9]*\.\.[0-9]*\])$')
+  check "$s: documented in --help, $np parameters with default and range" test "$np" -ge 3
 done
 
 "$gen" cupy-array --steps 500 --seed 7 > "$tmp/a.csv"

@@ -2,8 +2,8 @@
  * named shape, for tools/cuemm-replay and the trace corpus
  * (tests/test-corpus.sh).  It owns the shapes: models of what real programs
  * ask a device allocator for (PyTorch training and serving, a KV cache that
- * grows block by block, CuPy temporaries, Numba device arrays, a server of
- * several threads), each driven by a seeded generator so that one seed and
+ * grows block by block, generate() growing its cache by concatenation, CuPy
+ * temporaries, Numba device arrays, a server of several threads), each driven by a seeded generator so that one seed and
  * one set of parameters always give the same bytes.
  *
  * The program is not installed: its logs are a yardstick for cuemm's
@@ -862,6 +862,124 @@ static void shape_kv(struct gen *g)
   free(q);
 }
 
+/* ---- generate() with a cache grown by concatenation ------------------------ */
+
+/* Hugging Face transformers' generate() with its dynamic cache: each step
+ * a layer's keys and values are concatenated with the step's (torch.cat:
+ * a new tensor one token longer, then the old one freed), and so are the
+ * token ids and the attention mask; a batch runs to its length, padded to
+ * its longest prompt, then the next batch starts. */
+struct hf {
+  const struct lm *m;
+  uint64_t B, kw; /* sequences; bytes of one token's keys (or values) in a layer */
+  blk *K, *V;
+};
+
+/* One layer over T new tokens, the cache LEN tokens long after it; X is
+ * the hidden state, replaced by the layer's output. */
+static void hf_layer(struct gen *g, struct hf *c, uint64_t l, uint64_t T, uint64_t len, blk *x)
+{
+  const struct lm *m = c->m;
+  blk n = al(g, 0, T * m->h * 2);
+  blk q = al(g, 0, T * m->h * 2), k = al(g, 0, T * c->kw), v = al(g, 0, T * c->kw);
+  fr(g, n);
+  if (c->K[l] == NO_BLK) { /* the prompt's keys and values are the cache */
+    c->K[l] = k;
+    c->V[l] = v;
+  } else {
+    blk nk = al(g, 0, c->B * len * c->kw);
+    fr(g, c->K[l]);
+    fr(g, k);
+    c->K[l] = nk;
+    blk nv = al(g, 0, c->B * len * c->kw);
+    fr(g, c->V[l]);
+    fr(g, v);
+    c->V[l] = nv;
+  }
+  blk a = al(g, 0, T * m->h * 2);
+  fr(g, q);
+  blk o = al(g, 0, T * m->h * 2); /* output projection plus the residual */
+  fr(g, a);
+  fr(g, *x);
+  blk act = al(g, 0, T * m->ffn * 2); /* SiLU(gate) * up */
+  blk d = al(g, 0, T * m->h * 2);     /* down projection plus the residual */
+  fr(g, act);
+  fr(g, o);
+  *x = d;
+}
+
+static void shape_hf(struct gen *g)
+{
+  struct lm m = {.layers = (uint64_t)P(g, "layers"), .h = (uint64_t)P(g, "hidden"), .vocab = 32000};
+  m.ffn = m.h * 11 / 4;
+  uint64_t kv_heads_div = (uint64_t)P(g, "kv-div");
+  m.kvd = 2 * m.h / kv_heads_div;
+  struct blist w = {0};
+  lm_weights(g, &m, 0, &w);
+  struct hf c = {.m = &m, .kw = m.h / kv_heads_div * 2};
+  c.K = calloc(m.layers, sizeof *c.K);
+  c.V = calloc(m.layers, sizeof *c.V);
+  if (!c.K || !c.V)
+    die("out of host memory");
+  for (long long bi = 0; bi < P(g, "batches") && !g->failed; bi++) {
+    c.B = (uint64_t)irange(g, P(g, "batch-min"), P(g, "batch-max"));
+    uint64_t len = 0;
+    for (uint64_t i = 0; i < c.B; i++) { /* padded to the longest prompt */
+      uint64_t p = (uint64_t)logrange(g, P(g, "prompt-min"), P(g, "prompt-max"));
+      if (p > len)
+        len = p;
+    }
+    uint64_t gen_n = (uint64_t)irange(g, P(g, "new-min"), P(g, "new-max"));
+    for (uint64_t l = 0; l < m.layers; l++)
+      c.K[l] = c.V[l] = NO_BLK;
+    blk ids = al(g, 0, c.B * len * 8), mask = al(g, 0, c.B * len * 8);
+    for (uint64_t t = 0; t <= gen_n; t++) {
+      uint64_t T = t == 0 ? c.B * len : c.B; /* the prompt, then a token a sequence */
+      if (t > 0)
+        len++;
+      blk x = al(g, 0, T * m.h * 2);
+      for (uint64_t l = 0; l < m.layers; l++)
+        hf_layer(g, &c, l, T, len, &x);
+      blk last = al(g, 0, c.B * m.h * 2);
+      fr(g, x);
+      blk logits = al(g, 0, c.B * m.vocab * 4); /* the last token's, in fp32 */
+      fr(g, last);
+      /* sampling: top-p sorts each row, then a cumulative sum */
+      blk probs = al(g, 0, c.B * m.vocab * 4);
+      blk sv = al(g, 0, c.B * m.vocab * 4), si = al(g, 0, c.B * m.vocab * 8);
+      blk cs = al(g, 0, c.B * m.vocab * 4);
+      fr(g, cs);
+      fr(g, si);
+      fr(g, sv);
+      fr(g, logits);
+      blk next = al(g, 0, c.B * 8);
+      fr(g, probs);
+      if (t == gen_n) {
+        fr(g, next);
+        break;
+      }
+      /* the ids and the mask grow by a column */
+      blk nids = al(g, 0, c.B * (len + 1) * 8);
+      fr(g, ids);
+      fr(g, next);
+      ids = nids;
+      blk nmask = al(g, 0, c.B * (len + 1) * 8);
+      fr(g, mask);
+      mask = nmask;
+    }
+    for (uint64_t l = 0; l < m.layers; l++) {
+      fr(g, c.K[l]);
+      fr(g, c.V[l]);
+    }
+    fr(g, mask);
+    fr(g, ids);
+  }
+  free(c.K);
+  free(c.V);
+  free_all(g, &w, 0);
+  free(w.v);
+}
+
 /* ---- CuPy-like array code --------------------------------------------------- */
 
 static void shape_cupy(struct gen *g)
@@ -1163,6 +1281,19 @@ static const struct param p_kv[] = {
   {"stop-pct", 1, 0, 100, "chance a step that a sequence stops early"},
   END};
 
+static const struct param p_hf[] = {
+  {"batches", 3, 1, 100000, "batches generated one after the other"},
+  {"layers", 6, 1, 128, "decoder blocks"},
+  {"hidden", 2048, 256, 16384, "model width (MLP 2.75x)"},
+  {"kv-div", 1, 1, 64, "attention heads over key-value heads (1: every head its own keys and values)"},
+  {"batch-min", 4, 1, 4096, "fewest sequences in a batch"},
+  {"batch-max", 16, 1, 4096, "most sequences in a batch"},
+  {"prompt-min", 16, 1, 1048576, "shortest prompt (a batch is padded to its longest)"},
+  {"prompt-max", 1500, 1, 1048576, "longest prompt"},
+  {"new-min", 32, 1, 1048576, "fewest tokens a batch generates"},
+  {"new-max", 112, 1, 1048576, "most tokens a batch generates"},
+  END};
+
 static const struct param p_cupy[] = {
   STEPS(3000),
   {"arrays", 24, 1, 4096, "arrays held across iterations"},
@@ -1218,6 +1349,9 @@ static const struct shape shapes[] = {
   {"kv-cache", "a KV cache allocated block by block as sequences grow; sequences stop at random and release "
                "their blocks",
    p_kv, shape_kv, 1},
+  {"hf-generate", "Hugging Face generate() in batches: keys, values, token ids and mask grown a token at a "
+                  "time by concatenation (a new tensor, then the old one freed)",
+   p_hf, shape_hf, 1},
   {"cupy-array", "CuPy-like array code: a working set of arrays, element-wise chains of temporaries, "
                  "reductions, masks, arrays that change size",
    p_cupy, shape_cupy, 1},
@@ -1358,7 +1492,8 @@ int main(int argc, char **argv)
                                          {"img-min", "img-max"},             {"prompt-min", "prompt-max"},
                                          {"long-min", "long-max"},           {"output-min", "output-max"},
                                          {"elems-min", "elems-max"},         {"nx-min", "nx-max"},
-                                         {"particles-min", "particles-max"}};
+                                         {"particles-min", "particles-max"},
+                                         {"new-min", "new-max"}};
   for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
     int lo = -1, hi = -1;
     for (int k = 0; k < np; k++) {
