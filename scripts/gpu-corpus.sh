@@ -16,8 +16,9 @@
 # autotools are): the tarball is unpacked under OUTDIR/build, configured and
 # built there (gcc and make; no autotools, no libtool needed).  Writes
 # OUTDIR/logs/NAME.csv (the logs), OUTDIR/replay-NAME.txt (cuemm-replay's
-# output, progress in .err), OUTDIR/gpu.txt and OUTDIR/summary.txt (the
-# tables).  About 3 to 5 minutes on an H100; each replay stops at
+# output, progress in .err), OUTDIR/gpu.txt, OUTDIR/summary.txt (the
+# tables) and OUTDIR/corpus-footprint.txt (the figures in the format of
+# tests/fixtures/corpus-footprint.txt, the driver's pool's filled in).  About 3 to 5 minutes on an H100; each replay stops at
 # LOG_TIMEOUT seconds (default 150).  CORPUS names another list
 # (default the tree's tests/fixtures/corpus.txt); REPLAY_ARGS replaces
 # `--reps 3` (tests/test-gpu-corpus.sh runs it on simcuda with --quick).
@@ -63,6 +64,11 @@ test -f "$list" || { echo "gpu-corpus: no corpus list $list" >&2; exit 2; }
 cat "$out/gpu.txt"
 
 status=0
+{
+  echo "# the corpus's footprints (peak held / peak live) on $(sed -n 2p "$out/gpu.txt" | cut -d, -f1), written by"
+  echo "# scripts/gpu-corpus.sh (${REPLAY_ARGS:---reps 3}); the format of tests/fixtures/corpus-footprint.txt"
+  echo "# name events peak-live cuemm-async cuMemAllocAsync"
+} > "$out/corpus-footprint.txt"
 sum="$out/summary.txt"
 rows="$out/rows.txt"
 : > "$rows"
@@ -104,6 +110,7 @@ for name in $names; do
   # footprints to 4 places from the bytes (the table shows 2)
   fp() { awk -v h="$(field "$t" "$1" 7 "$r")" -v l="$live" 'BEGIN { if (h ~ /^[0-9]+$/ && l > 0) printf "%.4f", h / l; else print "n/a" }'; }
   echo "$name $events $(fp cuemm-async) $(fp cuMemAllocAsync) $(field "$t" cuemm-async 5 "$r") $(field "$t" cuMemAllocAsync 5 "$r") ${simrec:-none}" >> "$rows"
+  echo "$name $events $live $(fp cuemm-async) $(fp cuMemAllocAsync)" >> "$out/corpus-footprint.txt"
 done
 
 {

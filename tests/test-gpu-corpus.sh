@@ -21,7 +21,7 @@ fi
 n=0
 check() { d=$1; shift; n=$((n + 1)); if "$@"; then echo "ok $n - $d"; else echo "not ok $n - $d"; fi; }
 has() { grep -q -e "$2" "$1"; }
-echo "1..12"
+echo "1..13"
 
 cat > "$tmp/corpus.txt" <<'LIST'
 # a small corpus for the test
@@ -49,6 +49,10 @@ check "the medians, the logs equal to simcuda's figures and those above 1.10" \
     -e '^cuemm-async above 1.10: [0-9]* of 3 logs' "$tmp/run.txt")" = 3
 check "the logs, replays and summary are written under OUTDIR" \
   test -s "$tmp/out/logs/tiny-cupy.csv" -a -s "$tmp/out/replay-tiny-serve.txt" -a -s "$tmp/out/summary.txt"
+check "OUTDIR/corpus-footprint.txt has the fixture's format, serve-mixed's events and peak as recorded" \
+  test "$(grep -v '^#' "$tmp/out/corpus-footprint.txt" | awk 'NF == 5' | wc -l)" = 3 -a \
+  "$(awk '$1 == "serve-mixed" { print $2, $3 }' "$tmp/out/corpus-footprint.txt")" = \
+  "$(awk '$1 == "serve-mixed" { print $2, $3 }' "$src/tests/fixtures/corpus-footprint.txt")"
 
 printf 'bad  cupy-array --steps 0\n' > "$tmp/bad.txt"
 CORPUS="$tmp/bad.txt" REPLAY_ARGS=--quick sh "$script" "$tmp/out2" "$b" > "$tmp/bad.out" 2>&1; rc=$?
