@@ -13,13 +13,16 @@
 # TREE (default .) is either a configured cuemm tree (an unpacked `make
 # dist` tarball, configured: its Makefile is used as it is), or a checkout
 # holding .gpu/cuemm-*.tar.gz (scripts/gpu-run.sh pack makes it where the
-# autotools are): the tarball is unpacked under OUTDIR/build, configured and
-# built there (gcc and make; no autotools, no libtool needed).  Writes
-# OUTDIR/logs/NAME.csv (the logs), OUTDIR/replay-NAME.txt (cuemm-replay's
-# output, progress in .err), OUTDIR/gpu.txt, OUTDIR/summary.txt (the
-# tables) and OUTDIR/corpus-footprint.txt (the figures in the format of
-# tests/fixtures/corpus-footprint.txt, the driver's pool's filled in).  About 3 to 5 minutes on an H100; each replay stops at
-# LOG_TIMEOUT seconds (default 150).  CORPUS names another list
+# autotools are): the tarball is unpacked into a directory under
+# ${TMPDIR:-/tmp}, configured and built there (gcc and make; no autotools,
+# no libtool needed), so that OUTDIR holds results only.  The logs are
+# generated into that directory too (KEEP_LOGS=1: into OUTDIR/logs), since
+# the generator makes them again from the list.  Writes to OUTDIR
+# replay-NAME.txt (cuemm-replay's output, progress in .err), gpu.txt,
+# build.log, summary.txt (the tables) and corpus-footprint.txt (the figures
+# in the format of tests/fixtures/corpus-footprint.txt, the driver's
+# pool's filled in).  About 3 to 5 minutes on an H100; each replay stops
+# at LOG_TIMEOUT seconds (default 150).  CORPUS names another list
 # (default the tree's tests/fixtures/corpus.txt); REPLAY_ARGS replaces
 # `--reps 3` (tests/test-gpu-corpus.sh runs it on simcuda with --quick).
 # Exit 0 when every log replayed.
@@ -27,10 +30,16 @@ set -u
 out=${1:-}
 tree=${2:-.}
 test -n "$out" || { echo "usage: scripts/gpu-corpus.sh OUTDIR [TREE]" >&2; exit 2; }
-mkdir -p "$out/logs" || exit 1
+mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
 tree=$(cd "$tree" && pwd) || exit 2
 start=$(date +%s)
+work=$(mktemp -d "${TMPDIR:-/tmp}/cuemm-corpus.XXXXXX") || exit 1
+logs=$work/logs
+test "${KEEP_LOGS:-0}" = 1 && logs=$out/logs
+# the work directory stays when it holds the build
+trap 'rm -rf "$work/logs"; rmdir "$work" 2> /dev/null' EXIT
+mkdir -p "$logs" || exit 1
 
 if test -f "$tree/Makefile" && grep -q '^tools_cuemm_tracegen_SOURCES' "$tree/Makefile"; then
   b=$tree
@@ -41,8 +50,8 @@ else
       "(run 'scripts/gpu-run.sh pack' where the autotools are)" >&2
     exit 2
   fi
-  rm -rf "$out/build" && mkdir -p "$out/build" && tar -xzf "$tarball" -C "$out/build" || exit 1
-  b=$(ls -d "$out"/build/cuemm-* | head -n 1)
+  tar -xzf "$tarball" -C "$work" || exit 1
+  b=$(ls -d "$work"/cuemm-* | head -n 1)
   echo "gpu-corpus: building $(basename "$tarball") in $b"
   (cd "$b" && ./configure) > "$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 fi
@@ -79,13 +88,14 @@ field() { awk -v t="$1" -v k="$2" -v c="$3" '$1 == t && $2 == k { print $c; exit
 names=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$list" | awk '{ print $1 }')
 for name in $names; do
   args=$(sed -e 's/#.*//' "$list" | awk -v n="$name" '$1 == n { $1 = ""; print; exit }')
-  log="$out/logs/$name.csv"
+  log="$logs/$name.csv"
   # shellcheck disable=SC2086
   if ! "$b/tools/cuemm-tracegen" $args > "$log" 2> "$out/gen-$name.err"; then
     echo "gpu-corpus: cuemm-tracegen$args: $(cat "$out/gen-$name.err")" | tee -a "$sum" >&2
     status=1
     continue
   fi
+  rm -f "$out/gen-$name.err"
   r="$out/replay-$name.txt"
   # shellcheck disable=SC2086
   timeout "${LOG_TIMEOUT:-150}" "$b/tools/cuemm-replay" ${REPLAY_ARGS:---reps 3} "$log" > "$r" 2> "$out/replay-$name.err"
@@ -127,6 +137,6 @@ done
   awk '$7 != "none" && $3 != $7 { print "  differs: " $1 " GPU " $3 ", simcuda " $7 }' "$rows"
   above=$(awk '$3 ~ /^[0-9.]+$/ && $3 > 1.10' "$rows" | wc -l)
   echo "cuemm-async above 1.10: $above of $all logs"
-  echo "gpu-corpus: done in $(($(date +%s) - start)) s; logs and tables in $out"
+  echo "gpu-corpus: done in $(($(date +%s) - start)) s; tables in $out, the build in $b"
 } | tee -a "$sum"
 exit $status

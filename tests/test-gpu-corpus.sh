@@ -21,7 +21,7 @@ fi
 n=0
 check() { d=$1; shift; n=$((n + 1)); if "$@"; then echo "ok $n - $d"; else echo "not ok $n - $d"; fi; }
 has() { grep -q -e "$2" "$1"; }
-echo "1..13"
+echo "1..14"
 
 cat > "$tmp/corpus.txt" <<'LIST'
 # a small corpus for the test
@@ -29,7 +29,7 @@ tiny-cupy   cupy-array --steps 300 --elems-max 200000 --seed 3
 tiny-serve  serve-mixed --steps 6 --layers 2 --hidden 256 --kv-mib 16 --seed 2
 serve-mixed serve-mixed --seed 1
 LIST
-CORPUS="$tmp/corpus.txt" REPLAY_ARGS=--quick sh "$script" "$tmp/out" "$b" > "$tmp/run.txt" 2>&1; rc=$?
+TMPDIR=$tmp KEEP_LOGS=1 CORPUS="$tmp/corpus.txt" REPLAY_ARGS=--quick sh "$script" "$tmp/out" "$b" > "$tmp/run.txt" 2>&1; rc=$?
 sed 's/^/# /' "$tmp/run.txt"
 check "the run exits 0 (exit $rc)" test $rc -eq 0
 check "a table per log, with its events and streams" \
@@ -47,15 +47,17 @@ check "the medians, the logs equal to simcuda's figures and those above 1.10" \
   test "$(grep -c -e '^median footprint: cuemm-async [0-9]\.[0-9]*, cuMemAllocAsync' \
     -e '^cuemm-async footprint equal to the one recorded on simcuda: [01] of the 1 logs recorded there$' \
     -e '^cuemm-async above 1.10: [0-9]* of 3 logs' "$tmp/run.txt")" = 3
-check "the logs, replays and summary are written under OUTDIR" \
+check "the logs (KEEP_LOGS=1), replays and summary are written under OUTDIR" \
   test -s "$tmp/out/logs/tiny-cupy.csv" -a -s "$tmp/out/replay-tiny-serve.txt" -a -s "$tmp/out/summary.txt"
+check "without KEEP_LOGS the logs are not kept, nor the empty work directory" \
+  test ! -d "$tmp/out2/logs" -a -z "$(ls -d "$tmp"/cuemm-corpus.* 2>/dev/null)"
 check "OUTDIR/corpus-footprint.txt has the fixture's format, serve-mixed's events and peak as recorded" \
   test "$(grep -v '^#' "$tmp/out/corpus-footprint.txt" | awk 'NF == 5' | wc -l)" = 3 -a \
   "$(awk '$1 == "serve-mixed" { print $2, $3 }' "$tmp/out/corpus-footprint.txt")" = \
   "$(awk '$1 == "serve-mixed" { print $2, $3 }' "$src/tests/fixtures/corpus-footprint.txt")"
 
 printf 'bad  cupy-array --steps 0\n' > "$tmp/bad.txt"
-CORPUS="$tmp/bad.txt" REPLAY_ARGS=--quick sh "$script" "$tmp/out2" "$b" > "$tmp/bad.out" 2>&1; rc=$?
+TMPDIR=$tmp CORPUS="$tmp/bad.txt" REPLAY_ARGS=--quick sh "$script" "$tmp/out2" "$b" > "$tmp/bad.out" 2>&1; rc=$?
 check "a log that cannot be generated is named with the generator's message, exit 1 (exit $rc)" \
   test $rc -eq 1 -a "$(grep -c "gpu-corpus: cuemm-tracegen cupy-array --steps 0: cuemm-tracegen: cupy-array --steps: 0 is outside" "$tmp/bad.out")" -ge 1
 sh "$script" > "$tmp/usage.txt" 2>&1; rc=$?
