@@ -3,8 +3,9 @@
  * (tests/test-corpus.sh).  It owns the shapes: models of what real programs
  * ask a device allocator for (PyTorch training and serving, a KV cache that
  * grows block by block, generate() growing its cache by concatenation, CuPy
- * temporaries, Numba device arrays, a server of several threads), each driven by a seeded generator so that one seed and
- * one set of parameters always give the same bytes.
+ * temporaries, Numba device arrays, a server of several threads), each
+ * driven by a seeded generator so that one seed and one set of parameters
+ * always give the same bytes.
  *
  * The program is not installed: its logs are a yardstick for cuemm's
  * placement (tests, benchmarks, the GPU scripts run it from the build tree),
@@ -1250,17 +1251,23 @@ static const struct param p_resnet[] = {
   {"amp", 1, 0, 1, "1: bf16 autocast; 0: fp32"},
   END};
 
-#define SERVE_PARAMS(steps, streams, hidden, kv, maxtok, pmin, pmax, lpct, lmin, lmax, omin, omax, rate)  \
-  STEPS(steps), {"streams", streams, 1, 4, "streams: 1 the model, 2 sampling, 3 input copies, 4 a second model stream"}, \
-  {"layers", 12, 1, 128, "decoder blocks"}, {"hidden", hidden, 256, 16384, "model width (MLP 2.75x, k and v 1/4)"},      \
-  {"kv-mib", kv, 0, 1048576, "the paged KV cache, allocated at start, one tensor a layer"},                           \
-  {"max-seqs", 64, 1, 4096, "sequences running at once"},                                                               \
-  {"max-tokens", maxtok, 16, 1048576, "tokens a step (decode tokens, then chunks of prefill)"},                           \
-  {"prompt-min", pmin, 1, 1048576, "shortest prompt"}, {"prompt-max", pmax, 1, 1048576, "longest prompt"},               \
-  {"long-pct", lpct, 0, 100, "percent of requests with a long prompt instead"},                                         \
-  {"long-min", lmin, 1, 1048576, "shortest long prompt"}, {"long-max", lmax, 1, 1048576, "longest long prompt"},         \
-  {"output-min", omin, 1, 1048576, "fewest tokens generated"}, {"output-max", omax, 1, 1048576, "most tokens generated"}, \
-  {"rate-pct", rate, 1, 100000, "requests arriving per 100 steps"}, END
+/* The three serving shapes differ in their defaults only. */
+#define SERVE_PARAMS(steps, streams, hidden, kv, maxtok, pmin, pmax, lpct, lmin, lmax, omin, omax, rate)       \
+  STEPS(steps),                                                                                            \
+    {"streams", streams, 1, 4, "streams: 1 the model, 2 sampling, 3 input copies, 4 a second model stream"}, \
+    {"layers", 12, 1, 128, "decoder blocks"},                                                              \
+    {"hidden", hidden, 256, 16384, "model width (MLP 2.75x, k and v 1/4)"},                                \
+    {"kv-mib", kv, 0, 1048576, "the paged KV cache, allocated at start, one tensor a layer"},               \
+    {"max-seqs", 64, 1, 4096, "sequences running at once"},                                                \
+    {"max-tokens", maxtok, 16, 1048576, "tokens a step (decode tokens, then chunks of prefill)"},           \
+    {"prompt-min", pmin, 1, 1048576, "shortest prompt"},                                                   \
+    {"prompt-max", pmax, 1, 1048576, "longest prompt"},                                                    \
+    {"long-pct", lpct, 0, 100, "percent of requests with a long prompt instead"},                          \
+    {"long-min", lmin, 1, 1048576, "shortest long prompt"},                                                \
+    {"long-max", lmax, 1, 1048576, "longest long prompt"},                                                 \
+    {"output-min", omin, 1, 1048576, "fewest tokens generated"},                                           \
+    {"output-max", omax, 1, 1048576, "most tokens generated"},                                             \
+    {"rate-pct", rate, 1, 100000, "requests arriving per 100 steps"}, END
 
 static const struct param p_chat[] = {SERVE_PARAMS(100, 2, 2048, 1024, 2048, 20, 1500, 5, 2000, 6000, 20, 600, 150)};
 static const struct param p_rag[] = {SERVE_PARAMS(120, 3, 1536, 512, 8192, 1000, 6000, 0, 6000, 8000, 10, 200, 80)};
@@ -1528,8 +1535,8 @@ int main(int argc, char **argv)
   if (summary)
     fprintf(stderr, "%s seed %lld: %zu events, %zu allocations, %d threads, %d streams, peak live %" PRIu64
                     " bytes (%.1f MiB)\n",
-            sh->name, seed, g.events, g.allocs, __builtin_popcountll(g.threads_used), __builtin_popcountll(g.streams_used), g.peak,
-            (double)g.peak / (double)MIB);
+            sh->name, seed, g.events, g.allocs, __builtin_popcountll(g.threads_used),
+            __builtin_popcountll(g.streams_used), g.peak, (double)g.peak / (double)MIB);
   free(g.out);
   free(g.a);
   return 0;
