@@ -1524,6 +1524,8 @@ int main(int argc, char **argv)
     fprintf(stderr, PROG ": %s makes more than %zu events with these parameters; lower --steps (or the like) "
                     "or raise --max-events\n",
             sh->name, g.max_events);
+    free(g.out);
+    free(g.a);
     return 1;
   }
   for (size_t i = 0; i < g.na; i++)
