@@ -156,6 +156,11 @@ static void *run(void *arg)
           pthread_mutex_unlock(&shadow_lock);
         }
         shadow_remove(got.p);
+        /* Work of this thread's on the block, queued on its stream before
+         * the free there: the allocating thread may reuse it only once
+         * that work is done (the free is another thread's, whether it goes
+         * back to the allocating thread's heap or this one's). */
+        cuMemsetD8Async(got.p, (unsigned char)(got.tag + 1), got.size, got.s);
         CUresult cr = cuemm_free_async(mgr, got.p, got.s);
         if (cr != CUDA_SUCCESS)
           note_error("cuemm_free_async (handed over)", cr);

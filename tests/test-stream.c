@@ -651,8 +651,48 @@ static void test_remote_free(void)
   cuemm_stats st = test_stats(m);
   is(st.live_count, 2, "two blocks live");
   is(st.frees, 3, "three frees counted");
-  CHECK_CU(cuemm_free_async(m, a, s));
-  CHECK_CU(cuemm_free_async(m, b, s));
+
+  /* Freed by the other thread on a stream of its own with its work still
+   * queued there: the allocating thread's next request on its stream must
+   * not get it (it waits in this heap for that stream's event). */
+  if (!sim_present || !sim.set_queue_mode)
+    skip(1, "needs simcuda's queue mode to hold work back");
+  else {
+    CUstream s2;
+    CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    x.s = s2;
+    x.p[0] = a;
+    x.p[1] = b;
+    CHECK_CU(cuemm_alloc_async(m, &x.p[2], 6000, s));
+    CHECK_CU(cuCtxSynchronize());
+    sim.set_queue_mode(1);
+    for (int i = 0; i < 3; i++)
+      CHECK_CU(cuMemsetD8Async(x.p[i], 7, 6000, s2));
+    pthread_create(&t, NULL, free_for_another, &x);
+    pthread_join(t, NULL);
+    CUdeviceptr c[3];
+    for (int i = 0; i < 3; i++)
+      CHECK_CU(cuemm_alloc_async(m, &c[i], 6000, s));
+    int taken = 0;
+    for (int i = 0; i < 3; i++)
+      for (int j = 0; j < 3; j++)
+        taken += c[i] == x.p[j];
+    ok(x.r[0] == CUDA_SUCCESS && x.r[1] == CUDA_SUCCESS && x.r[2] == CUDA_SUCCESS && taken == 0,
+       "blocks another thread freed on its stream, its work queued there, do not serve this thread's stream "
+       "(%d of 3 did)", taken);
+    CHECK_CU(cuCtxSynchronize());
+    sim.set_queue_mode(0);
+    for (int i = 0; i < 3; i++)
+      CHECK_CU(cuemm_free_async(m, c[i], s));
+    CHECK_CU(cuStreamSynchronize(s));
+    CHECK_CU(cuemm_stream_release(m, s2));
+    CHECK_CU(cuStreamDestroy(s2));
+    a = b = 0;
+  }
+  if (a)
+    CHECK_CU(cuemm_free_async(m, a, s));
+  if (b)
+    CHECK_CU(cuemm_free_async(m, b, s));
   CHECK_CU(cuemm_destroy(m));
   CHECK_CU(cuStreamDestroy(s));
 }
