@@ -280,13 +280,9 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
    * first, so that the growth replaces it rather than adds to it. */
   if (cuemm__pool_free_bytes(m->pool) >= size)
     cuemm__pool_release(m->pool, 0);
-  char before[512];
-  snprintf(before, sizeof before, "%s", cuemm_last_error());
   r = cuemm__pool_grow(m->pool, size);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && pool_reclaim_take(m, CUEMM__RECLAIM_IDLE, want, size, tag, p, blk)) {
-    cuemm__error(CUDA_SUCCESS, "%s", before); /* the growth's failure is not the program's */
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && pool_reclaim_take(m, CUEMM__RECLAIM_IDLE, want, size, tag, p, blk))
     return leave_after_take(m, &g, blk);
-  }
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     m->st.oom_retries++;
     cuemm__log_note(m->log, "oom-retry", 0);
