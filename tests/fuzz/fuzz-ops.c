@@ -10,7 +10,9 @@
  * operations, one byte each plus their arguments: cuemm_alloc_async and
  * cuemm_alloc of sizes from 1 byte to past the pool's reservation;
  * cuemm_free_async on the block's stream or, after that stream's work is
- * done, on another; cuemm_free; writes queued on the block's stream or on
+ * done, on another, by this thread or by a second one (the block then goes
+ * back to this thread's cache without a lock, or the general way);
+ * cuemm_free; writes queued on the block's stream or on
  * another after cuemm_record_stream; running some or all of a stream's
  * queued work; checks of a block's data; trims, flushes and defer scopes;
  * cuemm_stream_release and a new stream in the old one's place (the driver
@@ -46,6 +48,7 @@
  *    manager destroyed, simcuda holds nothing more than before.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -286,6 +289,57 @@ static void op_alloc(int async)
   }
 }
 
+/* A second thread that frees what this one hands it and waits until the
+ * free is done: the frees of another thread, in a deterministic order. */
+static struct {
+  pthread_once_t once;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int job;          /* 1: a free to do, 0: done */
+  CUdeviceptr p;
+  CUstream stream;
+  CUresult r;
+  char why[512];
+} other = { PTHREAD_ONCE_INIT, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, CUDA_SUCCESS, "" };
+
+static void *other_thread(void *unused)
+{
+  (void)unused;
+  pthread_mutex_lock(&other.lock);
+  for (;;) {
+    while (other.job != 1)
+      pthread_cond_wait(&other.cond, &other.lock);
+    cuCtxSetCurrent(ctx);
+    other.r = cuemm_free_async(s.m, other.p, other.stream);
+    snprintf(other.why, sizeof other.why, "%s", cuemm_last_error());
+    other.job = 0;
+    pthread_cond_broadcast(&other.cond);
+  }
+  return NULL;
+}
+
+static void other_start(void)
+{
+  pthread_t t;
+  FUZZ_ASSERT(pthread_create(&t, NULL, other_thread, NULL) == 0, "pthread_create");
+  pthread_detach(t);
+}
+
+static CUresult free_by_other(CUdeviceptr p, CUstream stream)
+{
+  pthread_once(&other.once, other_start);
+  pthread_mutex_lock(&other.lock);
+  other.p = p;
+  other.stream = stream;
+  other.job = 1;
+  pthread_cond_broadcast(&other.cond);
+  while (other.job != 0)
+    pthread_cond_wait(&other.cond, &other.lock);
+  CUresult r = other.r;
+  pthread_mutex_unlock(&other.lock);
+  return r;
+}
+
 static void op_free_async(void)
 {
   unsigned bi = next(), how = next();
@@ -304,12 +358,25 @@ static void op_free_async(void)
   if (how & 0x80)
     check_data(b);
   size_t before = live_count();
-  CUresult r = cuemm_free_async(s.m, b->p, stream_of(f));
-  if (s.mode == MODE_NONE) {
+  /* By the second thread, on any stream but the per-thread one (which is
+   * another stream there). */
+  int by_other = how & 0x40 && f != 1;
+  CUresult r = by_other ? free_by_other(b->p, stream_of(f)) : cuemm_free_async(s.m, b->p, stream_of(f));
+  if (by_other) {
+    /* Its message is the other thread's. */
+    FUZZ_ASSERT(s.mode != MODE_NONE || r == CUDA_ERROR_NOT_SUPPORTED, "cuemm_free_async without a pool: %d (%s)",
+                (int)r, other.why);
+    FUZZ_ASSERT(r == CUDA_SUCCESS || s.faults || s.mode == MODE_NONE, "cuemm_free_async by another thread: %d (%s)",
+                (int)r, other.why);
+    FUZZ_ASSERT(r == CUDA_SUCCESS || other.why[0], "cuemm_free_async by another thread failed (%d) with no message",
+                (int)r);
+    if (s.mode == MODE_NONE)
+      return;
+  } else if (s.mode == MODE_NONE) {
     check_refused(r, "cuemm_free_async");
     return;
-  }
-  check_ok(r, "cuemm_free_async");
+  } else
+    check_ok(r, "cuemm_free_async");
   if (r == CUDA_SUCCESS || !still_live(b))
     remove_live(i);
   else
