@@ -28,8 +28,11 @@ typedef enum cuemm__chunk_state {
                                  * until a resumption creates and maps it again */
 } cuemm__chunk_state;
 
-/* One entry per unit (cfg->pool_chunk bytes) of the reservation.  A chunk is
- * one physical handle covering `units` consecutive units from its head. */
+/* One entry per unit (the device's allocation granularity) of the
+ * reservation: 32 bytes each, 1.25 MiB for an 80 GiB reservation in 2 MiB
+ * units (calloc'd, so the pages of the part never mapped stay untouched).
+ * A chunk is one physical handle covering `units` consecutive units from
+ * its head. */
 typedef struct cuemm__pool_unit {
   CUmemGenericAllocationHandle handle;  /* at the head; valid while has_handle */
   uint32_t head;                        /* the unit where this unit's chunk starts */
