@@ -194,13 +194,21 @@ typedef struct cuemm_config {
   cuemm_pool_kind pool;
   /* Bytes of virtual address space reserved for the pool at creation
    * (CUEMM_POOL_RESERVE); 0: the device's total memory.  Rounded up to a
-   * whole number of chunks.  Requests larger than the reservation (or the
+   * multiple of the device's allocation granularity.  Requests larger than the reservation (or the
    * limit) are not served by the pool but by cuMemAlloc. */
   size_t pool_reserve;
-  /* The growth unit in bytes (CUEMM_POOL_CHUNK): the pool maps physical
-   * memory in whole multiples of it, one physical allocation per growth
-   * step (several for a large one, see pool_piece).  Must be a multiple of the device's allocation granularity
-   * (2 MiB on current GPUs; checked at creation).  Default 32 MiB. */
+  /* The largest growth step in bytes (CUEMM_POOL_CHUNK).  The pool maps
+   * physical memory in multiples of the device's allocation granularity
+   * (2 MiB on current GPUs), one physical allocation per growth step
+   * (several for a large one, see pool_piece); a step maps what its
+   * request needs up to the next multiple of an eighth of the bytes mapped
+   * (rounded up to the granularity), and that eighth never exceeds
+   * pool_chunk: an empty pool grows by 2 MiB, one of 64 MiB by 8 MiB, one
+   * of 256 MiB or more by pool_chunk, so a small program holds little more
+   * than it uses and a large one grows in few steps.  With pool_ipc or
+   * pool_slab the step is pool_chunk.  Also the size of a
+   * managed memory segment.  Must be a multiple of the device's allocation
+   * granularity (checked at creation).  Default 32 MiB. */
   size_t pool_chunk;
   /* Free bytes the pool keeps mapped (CUEMM_POOL_RELEASE_THRESHOLD): when
    * more is free after frees were released, wholly free chunks go back to
@@ -214,7 +222,8 @@ typedef struct cuemm_config {
    * threshold counts.  Default 1000. */
   size_t pool_release_delay_ms;
   /* A cap on the pool's mapped bytes (CUEMM_POOL_LIMIT); 0: none (the
-   * reservation is the cap).  Rounded down to whole chunks.  A request the
+   * reservation is the cap).  Rounded down to a multiple of the device's
+   * allocation granularity.  A request the
    * pool could serve only by growing past it fails with
    * CUDA_ERROR_OUT_OF_MEMORY (after the flush, trim and retry); a request
    * larger than it goes to cuMemAlloc, unless pool_limit_hard.  Default 0. */
@@ -239,8 +248,8 @@ typedef struct cuemm_config {
    * bytes: a growth larger than it is created as several physical
    * allocations of this size (the last one smaller), mapped side by side,
    * so that no single cuMemCreate is of a size the driver is slow at.
-   * Must be a multiple of the device's allocation granularity and of
-   * pool_chunk (checked at creation).  0: chosen per device by
+   * Must be a multiple of the device's allocation granularity (checked at
+   * creation).  0: chosen per device by
    * measurement: the pool times its own cuMemCreate and cuMemMap calls and
    * takes the power-of-two size cheapest per byte, from 4 GiB up (growths
    * up to 512 MiB stay one piece, those up to 4 GiB start from their
@@ -547,7 +556,8 @@ CUEMM_EXTERN CUresult cuemm_defer_cleanup_end(cuemm_manager *m);
 /* With cuemm_config.pool = CUEMM_POOL_VMM (CUEMM_POOL=vmm), a manager
  * reserves pool_reserve bytes of virtual addresses at creation and maps
  * physical memory into them (cuMemCreate, cuMemMap, cuMemSetAccess) only
- * when a request does not fit, at least pool_chunk bytes at a time.  A
+ * when a request does not fit, in steps that grow with the pool up to
+ * pool_chunk bytes (see pool_chunk).  A
  * large growth is made of several physical allocations (pieces, see
  * pool_piece) mapped side by side, with one cuMemSetAccess for the whole;
  * each piece is a chunk, released on its own once wholly free.  Blocks
@@ -570,7 +580,7 @@ typedef struct cuemm_pool_stats {
   int enabled;                 /* 0: the manager has no pool (all else 0) */
   CUdeviceptr base;            /* start of the reservation */
   size_t reserved_bytes;       /* virtual address space reserved */
-  size_t chunk_bytes;          /* growth unit (pool_chunk) */
+  size_t chunk_bytes;          /* the largest growth step (pool_chunk) */
   size_t granularity;          /* the driver's allocation granularity */
   size_t release_threshold;    /* free bytes kept mapped */
   size_t limit_bytes;          /* cap on mapped bytes (the reservation when none) */

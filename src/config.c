@@ -89,7 +89,8 @@ static const knob knobs[] = {
     offsetof(cuemm_config, pool_chunk), 32 * MIB, 0, SIZE_MAX_ACCEPTED, 1,
     "a size in bytes greater than 0, a multiple of the device's allocation granularity (2MiB), such as 32MiB",
     NEEDS_POOL_OR_MANAGED,
-    "The unit the pool grows and releases memory in, and the size of a managed memory segment." },
+    "The largest step the pool grows by (an empty pool grows by 2MiB, one of 8 times this size or more by this "
+    "size), and the size of a managed memory segment." },
   { "CUEMM_POOL_RELEASE_THRESHOLD", "pool_release_threshold", KNOB_SIZE,
     offsetof(cuemm_config, pool_release_threshold), 1024 * MIB, 0, SIZE_MAX_ACCEPTED, 0,
     "a size in bytes up to 256TiB, such as 1GiB, 256M or 0", NEEDS_POOL_OR_MANAGED,
@@ -122,7 +123,7 @@ static const knob knobs[] = {
     "instead of going to cuMemAlloc." },
   { "CUEMM_POOL_PIECE", "pool_piece", KNOB_SIZE,
     offsetof(cuemm_config, pool_piece), 0, 0, SIZE_MAX_ACCEPTED, 0,
-    "a size in bytes, a multiple of CUEMM_POOL_CHUNK and of the allocation granularity (2MiB), such as 1GiB "
+    "a size in bytes, a multiple of the allocation granularity (2MiB), such as 1GiB "
     "(0: chosen by measurement)", NEEDS_POOL,
     "The size of the physical allocations a large growth is made of (0: the size the pool measures cheapest "
     "per byte on the device)." },

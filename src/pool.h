@@ -28,8 +28,11 @@ typedef enum cuemm__chunk_state {
                                  * until a resumption creates and maps it again */
 } cuemm__chunk_state;
 
-/* One entry per unit (cfg->pool_chunk bytes) of the reservation.  A chunk is
- * one physical handle covering `units` consecutive units from its head. */
+/* One entry per unit (the device's allocation granularity) of the
+ * reservation: 32 bytes each, 1.25 MiB for an 80 GiB reservation in 2 MiB
+ * units (calloc'd, so the pages of the part never mapped stay untouched).
+ * A chunk is one physical handle covering `units` consecutive units from
+ * its head. */
 typedef struct cuemm__pool_unit {
   CUmemGenericAllocationHandle handle;  /* at the head; valid while has_handle */
   uint32_t head;                        /* the unit where this unit's chunk starts */
@@ -44,7 +47,8 @@ typedef struct cuemm__pool {
   CUdevice dev;
   CUdeviceptr base;
   size_t reserved;        /* bytes of virtual address space */
-  size_t unit;            /* growth unit: cfg->pool_chunk */
+  size_t unit;            /* the smallest mapping, and the unit of `units`: the driver's granularity */
+  size_t step;            /* cfg->pool_chunk: the most a growth maps beyond what its request needs */
   size_t granularity;     /* the driver's minimum granularity */
   size_t threshold;       /* free bytes kept mapped */
   size_t limit;           /* cap on mapped bytes (== reserved when none) */
@@ -225,9 +229,19 @@ static inline const cuemm__sa_block *cuemm__pool_block(const cuemm__pool *p, uin
 /* The pool's annotations for a tool (nvtx.c), NULL without one. */
 static inline struct cuemm__nvtx_pool *cuemm__pool_nvtx(const cuemm__pool *p) { return p->nvtx; }
 
-/* The release threshold (free bytes kept mapped), and the growth unit. */
+/* The release threshold (free bytes kept mapped), and the full growth step
+ * (cfg->pool_chunk), which a pool of 8 of them or more maps at a time. */
 static inline size_t cuemm__pool_threshold(const cuemm__pool *p) { return p->threshold; }
-static inline size_t cuemm__pool_unit_bytes(const cuemm__pool *p) { return p->unit; }
+static inline size_t cuemm__pool_unit_bytes(const cuemm__pool *p) { return p->step; }
+
+/* A growth maps at least 1/CUEMM__POOL_STEP_DIV of what is mapped. */
+#define CUEMM__POOL_STEP_DIV 8
+
+/* The least a growth maps now (more when its request needs more): an
+ * eighth of the mapped bytes rounded up to the granularity, at least one
+ * granule and at most cfg->pool_chunk; with pool_ipc or pool_slab,
+ * cfg->pool_chunk. */
+size_t cuemm__pool_step(const cuemm__pool *p);
 
 /* Maps new memory at the lowest place where it lets a request of `size`
  * bytes fit (extending free space below it when there is some): one chunk

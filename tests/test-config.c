@@ -155,7 +155,7 @@ static void pool_knobs(void)
   valid_size("CUEMM_POOL_PIECE", "0", offsetof(cuemm_config, pool_piece), 0);
   invalid("CUEMM_POOL_PIECE", "1GB");
   like(cuemm_last_error(), "CUEMM_POOL_PIECE=\"1GB\" is invalid: expected a size in bytes, a multiple of "
-       "CUEMM_POOL_CHUNK", "message says what sizes are accepted");
+       "the allocation granularity", "message says what sizes are accepted");
   invalid("CUEMM_POOL_PIECE", "-64M");
   invalid("CUEMM_POOL_PIECE", "0.5G");
 

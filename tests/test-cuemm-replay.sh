@@ -47,12 +47,14 @@ for t in two-streams.csv rmm-bare-hex.csv; do
       test "$(col $t "$k" 1)" = "$(case $t in two*) echo 10 ;; *) echo 6 ;; esac)" -a "$(col $t "$k" 7)" = 0
   done
 done
-check "cuemm-async replays two-streams without out of memory, in one 32 MiB chunk" \
-  test "$(col two-streams.csv cuemm-async 7)" = 0 -a "$(col two-streams.csv cuemm-async 5)" = 33554432
-# One 32 MiB chunk holds the whole of two-streams, and the 256 MiB block of
-# rmm-bare-hex needs 8 chunks with the 1000 bytes beside it in a ninth.
-check "cuemm deferred holds one chunk for two-streams" test "$(col two-streams.csv "cuemm-deferred" 5)" = 33554432
-check "cuemm deferred holds nine chunks for rmm-bare-hex" test "$(col rmm-bare-hex.csv "cuemm-deferred" 5)" = 301989888
+check "cuemm-async replays two-streams without out of memory, in 4 MiB" \
+  test "$(col two-streams.csv cuemm-async 7)" = 0 -a "$(col two-streams.csv cuemm-async 5)" = 4194304
+# An empty pool grows by a granule (2 MiB) at least, a larger one by an
+# eighth of what it maps, up to CUEMM_POOL_CHUNK: two-streams' 1 MiB block
+# maps 2 MiB and its 2 MiB block 2 MiB more; rmm-bare-hex's 256 MiB block
+# maps 256 MiB, and the 1000 bytes after it a step of 32 MiB.
+check "cuemm deferred holds two granules for two-streams" test "$(col two-streams.csv "cuemm-deferred" 5)" = 4194304
+check "cuemm deferred holds 256 + 32 MiB for rmm-bare-hex" test "$(col rmm-bare-hex.csv "cuemm-deferred" 5)" = 301989888
 if test "${CUEMM_TEST_DRIVER:-sim}" != system; then
   check "cuMemAlloc holds exactly the live bytes on simcuda" test "$(col two-streams.csv cuMemAlloc 5)" = 3153920
 else
@@ -234,8 +236,8 @@ printf '%s\n' "$out" | sed 's/^/# /'
 check "--manager 2: its 2 events, peak live 5 MiB, its allocate failure skipped (exit $rc)" \
   test $rc -eq 0 -a -n "$(has "2 events replayed on 1 stream; peak live 5242880 bytes" && has "skipped: 1 'allocate failure' lines" && echo y)"
 check "--manager 2: 4 rows of manager 1 skipped" has "replaying manager 2 (--manager); skipped: 4 rows of other managers"
-check "--manager 2: cuemm-deferred holds one 32 MiB chunk for its 5 MiB" \
-  test "$(col replay-managers.csv cuemm-deferred 5)" = 33554432 -a "$(col replay-managers.csv cuemm-deferred 4)" = 5242880
+check "--manager 2: cuemm-deferred holds 6 MiB, whole granules, for its 5 MiB" \
+  test "$(col replay-managers.csv cuemm-deferred 5)" = 6291456 -a "$(col replay-managers.csv cuemm-deferred 4)" = 5242880
 out=$("$replay" --quick --manager 3 "$src/tests/fixtures/replay-managers.csv" 2>&1); rc=$?
 check "--manager 3 of a log of managers 1 and 2 is refused (exit $rc)" \
   test $rc -eq 1 -a "$out" = "cuemm-replay: $src/tests/fixtures/replay-managers.csv: no rows of manager 3 (the log's managers: 1, 2)"
@@ -274,13 +276,13 @@ sim_check "the same log on one stream: cuemm-async holds 4 MiB (exit $rc)" \
 # --backends: a subset, in the order named.
 out=$("$replay" --quick --backends cuemm-async "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'
-check "--backends cuemm-async: one row in the table, cuemm-async's, one 32 MiB chunk held (exit $rc)" \
+check "--backends cuemm-async: one row in the table, cuemm-async's, 4 MiB held (exit $rc)" \
   test $rc -eq 0 -a "$(printf '%s\n' "$out" | grep -c '^two-streams.csv ')" = 1 \
-    -a "$(col two-streams.csv cuemm-async 5)" = 33554432 -a "$(col two-streams.csv cuemm-async 1)" = 10
+    -a "$(col two-streams.csv cuemm-async 5)" = 4194304 -a "$(col two-streams.csv cuemm-async 1)" = 10
 check "--backends cuemm-async: no other backend ran" \
   test -z "$(printf '%s\n' "$out" | grep -e '^cuMemAlloc' -e '^cuemm-deferred')"
 check "--backends cuemm-async: its line says events, peak live, held and footprint" \
-  has "^cuemm-async      10 events, [0-9.]* ns/event; peak live 3153920 bytes, peak held 33554432, footprint 10.64; out of memory 0$"
+  has "^cuemm-async      10 events, [0-9.]* ns/event; peak live 3153920 bytes, peak held 4194304, footprint 1.33; out of memory 0$"
 check "the pool is turned on, and that is said, when CUEMM_POOL is unset" \
   has "cuemm backends: CUEMM_POOL is unset; the replay turns the pool on (as CUEMM_POOL=vmm)"
 out=$("$replay" --reps 3 --backends cuemm-async "$src/bench/traces/two-streams.csv" 2>&1); rc=$?

@@ -158,8 +158,8 @@ static void test_sequence(void)
   is_str(r[0].f[SIZE], "1000", "row 0: the size asked for");
   is_str(r[0].f[STREAM], "0x0", "row 0: stream 0x0 for cuemm_alloc");
   is_str(r[0].f[CALL], "alloc", "row 0: call alloc");
-  is_str(r[0].f[EVENTS], "grow=33554432", "row 0: the pool grew by a chunk");
-  is_str(r[0].f[HELD], "33554432", "row 0: held 32 MiB after it");
+  is_str(r[0].f[EVENTS], "grow=2097152", "row 0: the pool grew by one granule (an empty pool's step)");
+  is_str(r[0].f[HELD], "2097152", "row 0: held 2 MiB after it");
 
   is_str(r[1].f[ACTION], "allocate", "row 1: allocate");
   is(hex(r[1].f[STREAM]), (uintptr_t)s, "row 1: the stream, 0x-hex");
@@ -172,7 +172,7 @@ static void test_sequence(void)
   is_str(r[3].f[EVENTS], "", "row 3: a queued free does nothing more");
   like(r[4].f[EVENTS], "earlier:flush=1", "row 4 carries cuemm_flush's notes, marked earlier");
   like(r[4].f[EVENTS], "fallback", "row 4: the request went to cuMemAlloc");
-  like(r[4].f[EVENTS], "earlier:release=33554432", "and its release of the pool's chunk, now wholly free");
+  like(r[4].f[EVENTS], "earlier:release=2097152", "and its release of the pool's chunk, now wholly free");
   is(strtoull(r[4].f[HELD], NULL, 10), 512 * MIB, "row 4: held counts the cuMemAlloc memory (and the chunk is gone)");
   is_str(r[5].f[SIZE], "536870912", "row 5: the free of the large block");
   is_str(r[5].f[EVENTS], "", "row 5: no notes (the free is queued)");

@@ -105,6 +105,109 @@ static void automatic(void)
   CHECK_CU(cuemm_destroy(m));
 }
 
+/* ---- the size of a growth ------------------------------------------------------ */
+
+/* Fills the pool's free space with one block, then asks for 256 bytes more,
+ * which grows the pool; returns the bytes mapped after that growth. */
+static size_t grow_once(cuemm_manager *m, CUdeviceptr *fill, CUdeviceptr *small)
+{
+  cuemm_pool_stats s = pstats(m);
+  *fill = 0;
+  if (s.free_bytes)
+    CHECK_CU(cuemm_alloc(m, fill, s.free_bytes));
+  CHECK_CU(cuemm_alloc(m, small, 256));
+  return pstats(m).mapped_bytes;
+}
+
+/* The pool's mapped bytes after each growth from empty, each forced by a
+ * request of 256 bytes when no byte is free: an empty pool maps one granule
+ * (2 MiB on simcuda and an H100), and a growth ends at the next multiple of
+ * the step, an eighth of the mapped bytes rounded up to the granule, at
+ * most CUEMM_POOL_CHUNK. */
+static void steps(void)
+{
+  static const unsigned want32[] = { 2,  4,  6,  8,   10,  12,  14,  16,  18,  20,  24,  28,  32,  36,
+                                     42, 48, 54, 56,  64,  72,  80,  90,  96,  108, 112, 126, 128, 144,
+                                     162, 176, 198, 208, 234, 240, 270, 288, 320, 352, 384, 416 };
+  enum { N32 = sizeof want32 / sizeof want32[0] };
+  static const unsigned want8[] = { 2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 24, 28,
+                                    32, 36, 42, 48, 54, 56, 64, 72, 80, 88, 96, 104 };
+  enum { N8 = sizeof want8 / sizeof want8[0] };
+  CUdeviceptr v[2 * N32 + 4];
+  size_t nv = 0;
+
+  cuemm_config c = growth_config(32 * MiB, 2048 * MiB, 0);
+  cuemm_manager *m = make(&c);
+  cuemm_pool_stats s = pstats(m);
+  if (s.granularity != 2 * MiB) {
+    skip(8, "the device's granularity is not 2 MiB");
+    CHECK_CU(cuemm_destroy(m));
+    return;
+  }
+  is(s.chunk_bytes, 32 * MiB, "chunk_bytes says the largest step, CUEMM_POOL_CHUNK");
+  reset_calls();
+  char got[512] = "";
+  int same = 1;
+  for (size_t i = 0; i < N32; i++) {
+    size_t mapped = grow_once(m, &v[nv], &v[nv + 1]);
+    nv += v[nv] ? 2 : 1;
+    if (!v[nv - 1])
+      v[nv - 1] = v[nv];
+    same &= mapped == (size_t)want32[i] * MiB;
+    snprintf(got + strlen(got), sizeof got - strlen(got), " %zu", mapped / MiB);
+  }
+  ok(same, "mapped MiB after each growth from empty, chunk 32 MiB:%s", got);
+  s = pstats(m);
+  ok(s.grow_steps == N32 && s.chunks == N32, "one chunk a growth (%llu steps, %zu chunks)",
+     (unsigned long long)s.grow_steps, s.chunks);
+  check_calls(N32, N32, N32, "a cuMemCreate, a cuMemMap and a cuMemSetAccess a growth");
+  CUdeviceptr fill = 0, big;
+  if (s.free_bytes)
+    CHECK_CU(cuemm_alloc(m, &fill, s.free_bytes));
+  CHECK_CU(cuemm_alloc(m, &big, 100 * MiB));
+  is(pstats(m).mapped_bytes, 544 * MiB, "100 MiB at 416 MiB mapped: up to the next multiple of 32 MiB, 544 MiB");
+  CHECK_CU(cuemm_free(m, big));
+  if (fill)
+    CHECK_CU(cuemm_free(m, fill));
+  for (size_t i = 0; i < nv; i++)
+    if (v[i])
+      CHECK_CU(cuemm_free(m, v[i]));
+  CHECK_CU(cuemm_destroy(m));
+
+  /* CUEMM_POOL_CHUNK caps the step. */
+  c = growth_config(8 * MiB, 1024 * MiB, 0);
+  m = make(&c);
+  got[0] = '\0';
+  same = 1;
+  nv = 0;
+  for (size_t i = 0; i < N8; i++) {
+    CUdeviceptr f, t;
+    size_t mapped = grow_once(m, &f, &t);
+    if (f)
+      v[nv++] = f;
+    v[nv++] = t;
+    same &= mapped == (size_t)want8[i] * MiB;
+    snprintf(got + strlen(got), sizeof got - strlen(got), " %zu", mapped / MiB);
+  }
+  ok(same, "chunk 8 MiB: the step stops at 8 MiB (80 MiB mapped grows by 8, not 10):%s", got);
+  for (size_t i = 0; i < nv; i++)
+    CHECK_CU(cuemm_free(m, v[i]));
+  CHECK_CU(cuemm_destroy(m));
+
+  /* With pool IPC every growth is a whole CUEMM_POOL_CHUNK, so that a
+   * block spans few chunks (an IPC handle lists at most six). */
+  c = growth_config(4 * MiB, 1024 * MiB, 0);
+  c.pool_ipc = 1;
+  m = make(&c);
+  CUdeviceptr p;
+  CHECK_CU(cuemm_alloc(m, &p, 256));
+  s = pstats(m);
+  ok(s.mapped_bytes == 4 * MiB && s.chunks == 1, "pool IPC: 256 bytes map a whole chunk of 4 MiB (%zu bytes)",
+     s.mapped_bytes);
+  CHECK_CU(cuemm_free(m, p));
+  CHECK_CU(cuemm_destroy(m));
+}
+
 /* ---- a pinned piece size ------------------------------------------------------- */
 
 static void pinned(void)
@@ -160,11 +263,11 @@ static void pinned(void)
   CHECK_CU(cuemm_free(m, p));
   CHECK_CU(cuemm_destroy(m));
 
-  c = growth_config(4 * MiB, 1024 * MiB, 6 * MiB);
+  c = growth_config(4 * MiB, 1024 * MiB, 5 * MiB);
   m = NULL;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a piece that is not a multiple of the chunk");
-  like(cuemm_last_error(), "CUEMM_POOL_PIECE (cuemm_config.pool_piece) = 6291456 bytes is not a multiple",
-       "the message names the knob and its value");
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a piece that is not a multiple of the granularity");
+  like(cuemm_last_error(), "CUEMM_POOL_PIECE (cuemm_config.pool_piece) = 5242880 bytes is not a multiple of "
+       "device 0's allocation granularity", "the message names the knob, its value and the granularity");
   ok(m == NULL, "and nothing is created");
 }
 
@@ -355,6 +458,7 @@ int main(void)
   test_primary_context(0);
   size_t live0 = sim_live_baseline();
   automatic(); /* first: it needs the device's record empty */
+  steps();
   pinned();
   rollback();
   ipc();

@@ -76,7 +76,7 @@ static void test_snapshot(void)
     return;
   }
   is(snap->nchunks, 1, "one chunk mapped");
-  is(snap->chunks[0].size, 32 * MIB, "of 32 MiB");
+  is(snap->chunks[0].size, 2 * MIB, "of 2 MiB, one granule: an empty pool grows by the least it can");
   ok(snap->chunks[0].base == snap->pool.base, "at the pool's base");
   const cuemm_snapshot_block *b = find(snap, live);
   ok(b && b->state == CUEMM_BLOCK_LIVE && b->requested == 1000 && b->size == 1024 && b->chunk == 0 &&
@@ -109,10 +109,10 @@ static void test_snapshot(void)
       free_bytes += x->size;
   }
   ok(order, "the pool's blocks follow each other in address order");
-  is(covered, 32 * MIB, "and cover the chunk exactly");
+  is(covered, 2 * MIB, "and cover the chunk exactly");
   is(free_bytes, snap->pool.free_bytes, "the free ones are the pool's free bytes");
   is(snap->stats.live_bytes, 1000 + 4096 + 300 * MIB, "the statistics of the same moment: live bytes");
-  is(snap->stats.held_bytes, 32 * MIB + 300 * MIB, "held: the chunk and the cuMemAlloc memory");
+  is(snap->stats.held_bytes, 2 * MIB + 300 * MIB, "held: the chunk and the cuMemAlloc memory");
 
   FILE *f = tmpfile();
   is(cuemm_snapshot_write_json(snap, f), CUDA_SUCCESS, "written as JSON");
@@ -180,11 +180,11 @@ static void test_print(void)
   char *t = slurp(f);
   fclose(f);
   like(t, "live        2.00 MiB now in 1 allocations; 3.00 MiB at peak in 2", "live and peak");
-  like(t, "held        32.00 MiB now; 32.00 MiB at peak; footprint 10.67x", "held and the footprint");
+  like(t, "held        4.00 MiB now; 4.00 MiB at peak; footprint 1.33x", "held and the footprint");
   like(t, "3 allocations, 2 frees", "the calls");
   like(t, "1 flushes, 0 frees pending", "the flush");
-  like(t, "pool        32.00 MiB mapped in 1 chunks", "the pool");
-  like(t, "1 growth steps", "its growth");
+  like(t, "pool        4.00 MiB mapped in 2 chunks", "the pool");
+  like(t, "2 growth steps", "its growth: 2 MiB, then a granule more for the 1 MiB");
   char want[96];
   snprintf(want, sizeof want, "stream %p: 8.00 KiB cached in 1 blocks", (void *)s);
   like(t, want, "the cached bytes of the stream");

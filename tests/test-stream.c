@@ -823,6 +823,11 @@ static void test_keep_large(void)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr v[5], p, q;
+  /* One chunk of 8 MiB, idle, that the blocks below come from (a pool
+   * this small grows by less). */
+  CHECK_CU(cuemm_alloc(m, &p, 8 * MIB));
+  CHECK_CU(cuemm_free(m, p));
+  CHECK_CU(cuemm_flush(m));
   for (int i = 0; i < 5; i++) {
     CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
     CHECK_CU(cuMemsetD8Async(v[i], (unsigned char)(0x30 + i), MIB, s));
