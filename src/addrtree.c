@@ -7,8 +7,10 @@
  * (cuemm__at_replace) takes its priority with it and the order holds.
  * Insertion descends to where the new node's priority belongs, raising
  * the maxima on the way (they only grow), and splits the subtree there
- * under it.  Removal joins the node's two subtrees in its place and
- * recomputes the maxima on the path back up, the only ones that change.
+ * under it.  Every node knows its parent, so that removal and replacement
+ * start at the node itself, with no descent: removal joins the node's two
+ * subtrees in its place, and both recompute the maxima on the way up, the
+ * only ones that change, stopping at the first that stays.
  */
 #include "addrtree.h"
 
@@ -36,17 +38,21 @@ static inline void pull(cuemm__at_node *n, uint32_t t)
   n[t].max = m;
 }
 
-/* Splits subtree t into the nodes of offset below `off` (*l) and the rest
- * (*r). */
-static void split(cuemm__at_node *n, uint32_t t, size_t off, uint32_t *l, uint32_t *r)
+/* Splits subtree t into the nodes of offset below `off` (*l, a link of
+ * node lp) and the rest (*r, a link of node rp). */
+static void split(cuemm__at_node *n, uint32_t t, size_t off, uint32_t *l, uint32_t lp, uint32_t *r, uint32_t rp)
 {
   while (t != NIL) {
     if (n[t].off < off) {
       *l = t;
+      n[t].parent = lp;
+      lp = t;
       l = &n[t].right;
       t = n[t].right;
     } else {
       *r = t;
+      n[t].parent = rp;
+      rp = t;
       r = &n[t].left;
       t = n[t].left;
     }
@@ -63,7 +69,8 @@ static void pull_edge(cuemm__at_node *n, uint32_t t, int right)
   pull(n, t);
 }
 
-/* Joins subtrees a and b, every offset of a below every one of b. */
+/* Joins subtrees a and b, every offset of a below every one of b; the
+ * caller sets the parent of the root returned. */
 static uint32_t join(cuemm__at_node *n, uint32_t a, uint32_t b)
 {
   if (a == NIL)
@@ -71,74 +78,31 @@ static uint32_t join(cuemm__at_node *n, uint32_t a, uint32_t b)
   if (b == NIL)
     return a;
   if (n[a].prio > n[b].prio) {
-    n[a].right = join(n, n[a].right, b);
+    uint32_t c = join(n, n[a].right, b);
+    n[a].right = c;
+    n[c].parent = a;
     pull(n, a);
     return a;
   }
-  n[b].left = join(n, a, n[b].left);
+  uint32_t c = join(n, a, n[b].left);
+  n[b].left = c;
+  n[c].parent = b;
   pull(n, b);
   return b;
 }
 
-void cuemm__at_insert(cuemm__at_node *n, uint32_t *root, uint32_t i, size_t off, size_t size)
+/* The link that points at node i: its parent's child field, or the root. */
+static inline uint32_t *link_of(cuemm__at_node *n, uint32_t *root, uint32_t i)
 {
-  uint32_t p = hash(i), *link = root, t;
-  n[i].off = off;
-  n[i].size = size;
-  n[i].prio = p;
-  while ((t = *link) != NIL && n[t].prio > p) {
-    if (n[t].max < size)
-      n[t].max = size;
-    link = off < n[t].off ? &n[t].left : &n[t].right;
-  }
-  split(n, t, off, &n[i].left, &n[i].right);
-  pull_edge(n, n[i].left, 1);
-  pull_edge(n, n[i].right, 0);
-  pull(n, i);
-  *link = i;
+  uint32_t p = n[i].parent;
+  return p == NIL ? root : n[p].left == i ? &n[p].left : &n[p].right;
 }
 
-/* The path from the root down to a node: the nodes above it, so that
- * their maxima can be recomputed bottom up, stopping at the first that
- * does not change (those above it do not either).  A treap deeper than
- * PATH_MAX is astronomically unlikely; past it, every maximum on the way
- * is recomputed by a second descent. */
-#ifndef PATH_MAX_DEPTH
-#define PATH_MAX_DEPTH 96
-#endif
-
-/* The link that points at node i (in the tree rooted at *root); the nodes
- * above it go into path[0 .. *depth), *depth set past PATH_MAX_DEPTH when
- * they did not fit. */
-static uint32_t *descend(cuemm__at_node *n, uint32_t *root, uint32_t i, uint32_t *path, unsigned *depth)
+/* Recomputes the maxima from node t up, stopping at the first that does
+ * not change: those above it do not either. */
+static inline void pull_up(cuemm__at_node *n, uint32_t t)
 {
-  uint32_t *link = root, t;
-  size_t key = n[i].off;
-  unsigned d = 0;
-  while ((t = *link) != i) {
-    if (d < PATH_MAX_DEPTH)
-      path[d] = t;
-    d++;
-    link = key < n[t].off ? &n[t].left : &n[t].right;
-  }
-  *depth = d;
-  return link;
-}
-
-static void pull_path(cuemm__at_node *n, uint32_t root, size_t key, const uint32_t *path, unsigned depth)
-{
-  if (depth > PATH_MAX_DEPTH) {
-    /* Each node above, deepest first, found by a descent of its own. */
-    while (depth--) {
-      uint32_t t = root;
-      for (unsigned d = 0; d < depth; d++)
-        t = key < n[t].off ? n[t].left : n[t].right;
-      pull(n, t);
-    }
-    return;
-  }
-  while (depth--) {
-    uint32_t t = path[depth];
+  for (; t != NIL; t = n[t].parent) {
     size_t was = n[t].max;
     pull(n, t);
     if (n[t].max == was)
@@ -146,13 +110,33 @@ static void pull_path(cuemm__at_node *n, uint32_t root, size_t key, const uint32
   }
 }
 
+void cuemm__at_insert(cuemm__at_node *n, uint32_t *root, uint32_t i, size_t off, size_t size)
+{
+  uint32_t p = hash(i), *link = root, t, up = NIL;
+  n[i].off = off;
+  n[i].size = size;
+  n[i].prio = p;
+  while ((t = *link) != NIL && n[t].prio > p) {
+    if (n[t].max < size)
+      n[t].max = size;
+    up = t;
+    link = off < n[t].off ? &n[t].left : &n[t].right;
+  }
+  split(n, t, off, &n[i].left, i, &n[i].right, i);
+  pull_edge(n, n[i].left, 1);
+  pull_edge(n, n[i].right, 0);
+  pull(n, i);
+  n[i].parent = up;
+  *link = i;
+}
+
 void cuemm__at_remove(cuemm__at_node *n, uint32_t *root, uint32_t i)
 {
-  uint32_t path[PATH_MAX_DEPTH];
-  unsigned depth;
-  uint32_t *link = descend(n, root, i, path, &depth);
-  *link = join(n, n[i].left, n[i].right);
-  pull_path(n, *root, n[i].off, path, depth);
+  uint32_t p = n[i].parent, c = join(n, n[i].left, n[i].right);
+  *link_of(n, root, i) = c;
+  if (c != NIL)
+    n[c].parent = p;
+  pull_up(n, p);
 }
 
 void cuemm__at_resize(cuemm__at_node *n, uint32_t root, uint32_t i, size_t size)
@@ -162,20 +146,23 @@ void cuemm__at_resize(cuemm__at_node *n, uint32_t root, uint32_t i, size_t size)
 
 void cuemm__at_replace(cuemm__at_node *n, uint32_t *root, uint32_t old, uint32_t i, size_t off, size_t size)
 {
-  uint32_t path[PATH_MAX_DEPTH];
-  unsigned depth;
-  uint32_t *link = descend(n, root, old, path, &depth);
-  uint32_t l = n[old].left, r = n[old].right, p = n[old].prio;
+  uint32_t *link = link_of(n, root, old);
+  uint32_t l = n[old].left, r = n[old].right, p = n[old].prio, up = n[old].parent;
   size_t was = n[old].max;
   n[i].off = off;
   n[i].size = size;
   n[i].left = l;
   n[i].right = r;
   n[i].prio = p;
+  n[i].parent = up;
+  if (l != NIL)
+    n[l].parent = i;
+  if (r != NIL)
+    n[r].parent = i;
   *link = i;
   pull(n, i);
   if (n[i].max != was)
-    pull_path(n, *root, off, path, depth);
+    pull_up(n, up);
 }
 
 /* check's walk of subtree t, every offset in (lo, hi) (lo excluded unless
@@ -192,6 +179,8 @@ static const char *check_in(const cuemm__at_node *n, uint32_t cap, uint32_t t, s
   if ((!first && n[t].off <= lo) || (!last && n[t].off >= hi))
     return "offsets are not in order";
   uint32_t l = n[t].left, r = n[t].right;
+  if ((l != NIL && l < cap && n[l].parent != t) || (r != NIL && r < cap && n[r].parent != t))
+    return "a child's parent link is wrong";
   if ((l != NIL && l < cap && n[l].prio > n[t].prio) || (r != NIL && r < cap && n[r].prio > n[t].prio))
     return "priorities are not in heap order";
   const char *e = check_in(n, cap, l, lo, first, n[t].off, 0, count);
@@ -210,5 +199,7 @@ static const char *check_in(const cuemm__at_node *n, uint32_t cap, uint32_t t, s
 const char *cuemm__at_check(const cuemm__at_node *n, uint32_t cap, uint32_t root, size_t *count)
 {
   *count = 0;
+  if (root != NIL && root < cap && n[root].parent != NIL)
+    return "the root has a parent";
   return check_in(n, cap, root, 0, 1, 0, 1, count);
 }

@@ -26,6 +26,7 @@ typedef struct cuemm__at_node {
   size_t max;     /* the largest size in the subtree rooted here */
   uint32_t left, right;
   uint32_t prio;  /* heap order: no child's is higher */
+  uint32_t parent;        /* NIL at the root */
 } cuemm__at_node;
 
 /* Node i, not in the tree, joins it with key `off` and `size`. */
@@ -34,14 +35,16 @@ void cuemm__at_insert(cuemm__at_node *n, uint32_t *root, uint32_t i, size_t off,
 /* Node i, in the tree, leaves it. */
 void cuemm__at_remove(cuemm__at_node *n, uint32_t *root, uint32_t i);
 
-/* Node i, in the tree, takes `size` (its key unchanged).  O(depth). */
+/* Node i, in the tree, takes `size` (its key unchanged).  O(depth) at
+ * most, its maxima recomputed upwards. */
 void cuemm__at_resize(cuemm__at_node *n, uint32_t root, uint32_t i, size_t size);
 
 /* Node i (not in the tree, or `old` itself) takes the place of node `old`,
  * with key `off` and `size`: one descent, where a removal and an insertion
  * would cost two.  The caller guarantees that `off` lies strictly between
  * the keys of old's neighbours in key order, as when a block is cut or
- * grows into free space beside it.  O(depth). */
+ * grows into free space beside it.  No descent: O(1) and the maxima
+ * above that change. */
 void cuemm__at_replace(cuemm__at_node *n, uint32_t *root, uint32_t old, uint32_t i, size_t off, size_t size);
 
 /* The node of lowest offset whose size is at least `size`, or NIL.  One
