@@ -10,11 +10,12 @@
  * address among equals): in its own bin, else in the first non-empty bin
  * above.  A request of CUEMM__SA_LOW_FIT or more takes the free block of
  * lowest address that fits, found in one descent of a tree of the tag's
- * free blocks of that size or more (addrtree.c), kept beside the bins:
- * placed so, the live blocks pack towards low addresses and the free space
- * gathers in a few large runs, where best fit left it in pieces beside
- * every size that came and went (docs/performance.md has the footprints
- * measured).  Whatever a chosen block has beyond the request is
+ * free blocks of that size or more (addrtree.c), kept beside the bins,
+ * so that live blocks pack towards low addresses and free space gathers
+ * in large runs at the top.  It helps where large sizes come and go at
+ * random (CuPy-like logs) and in the deferred path; with the threads'
+ * kept large blocks (stream.c) it changes little (docs/performance.md has
+ * the footprints measured).  Whatever a chosen block has beyond the request is
  * split off and stays free, in the block's place in the tree, and a freed
  * large block merges with free neighbours at once, the merged block taking
  * the place of a neighbour's node.

@@ -26,11 +26,10 @@
 /* Requests of this size or more take the lowest-address fit instead, from
  * a tree of the free blocks of this size or more (addrtree.h), and freed
  * blocks of this size or more are never cached by size: they merge at once,
- * where the lowest-address fit sees them.  64 KiB measured best among 16,
- * 64 and 256 KiB on the trace corpus (docs/performance.md). */
-#ifndef CUEMM__SA_LOW_FIT
+ * where the lowest-address fit sees them.  On the trace corpus 16, 64
+ * and 256 KiB gave footprints within a pool chunk of one another
+ * (docs/performance.md); 64 KiB leaves the smaller traffic to the bins. */
 #define CUEMM__SA_LOW_FIT ((size_t)64 << 10)
-#endif
 /* Blocks below this size are exact size classes, cached when freed. */
 #define CUEMM__SA_SMALL ((size_t)64 * CUEMM__SA_ALIGN)
 /* The default bound on the bytes one class's cache holds. */
