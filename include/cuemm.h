@@ -753,7 +753,9 @@ CUEMM_EXTERN CUresult cuemm_pool_resume(cuemm_manager *m);
  * marks it with the stream, merges it with free space beside it, and serves
  * that stream's requests from it at once (stream order makes that safe), at
  * any size.  So the pool's free space coalesces across sizes as without
- * streams, and a training step's memory is placed best-fit.
+ * streams, and a training step's memory is placed as without streams: a
+ * block of 64 KiB or more at the lowest address that fits, a smaller one
+ * best-fit.
  *
  * A request on stream B takes a block freed on stream A (in the cache or
  * the pool) only once A's work before that free is known done: one event

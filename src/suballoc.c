@@ -9,11 +9,20 @@
  * 256-byte size class; larger sizes have sixteen bins per power of two.  A
  * small request looks first at the head of its own bin, then at the first
  * non-empty bin whose every block is large enough (one bitmap scan), then,
- * before giving up, at the rest of its own bin.  A request of 16 KiB or
- * more takes the best fit instead (lowest address among equals): in its
- * own bin, else in the first non-empty bin above.  Whatever a chosen block
- * has beyond the request is split off and stays free, and a freed large
- * block merges with free neighbours at once.
+ * before giving up, at the rest of its own bin.  A request from 16 KiB
+ * up to CUEMM__SA_LOW_FIT (64 KiB) takes the best fit instead (lowest
+ * address among equals): in its own bin, else in the first non-empty bin
+ * above.  A request of CUEMM__SA_LOW_FIT or more takes the free block of
+ * lowest address that fits, found in one descent of a tree of the tag's
+ * free blocks of that size or more (addrtree.c), kept beside the bins,
+ * so that live blocks pack towards low addresses and free space gathers
+ * in large runs at the top.  It helps where large sizes come and go at
+ * random (CuPy-like logs) and in the deferred path; with the threads'
+ * kept large blocks (stream.c) it changes little (docs/performance.md has
+ * the footprints measured).  Whatever a chosen block has beyond the request is
+ * split off and stays free, in the block's place in the tree, and a freed
+ * large block merges with free neighbours at once, the merged block taking
+ * the place of a neighbour's node.
  *
  * Tags: a block freed on a stream whose work may still use it is FREE with
  * that stream's tag, in bins of its tag (see suballoc.h); idle free blocks
@@ -30,9 +39,11 @@
  * takes no more: further frees of its size merge at once.  Cached blocks
  * count as free in every counter.
  *
- * Large blocks are cached the same way, by exact size: a small open-addressing
- * map from size to a LIFO list, so that steady traffic of any size pops what
- * it pushed.  Besides the occasions above, the large caches are coalesced
+ * Large blocks below CUEMM__SA_LOW_FIT are cached the same way, by exact
+ * size: a small open-addressing map from size to a LIFO list, so that
+ * steady traffic of those sizes pops what it pushed.  Larger ones are not:
+ * a cache by size hands a block back wherever it lies, which undoes the
+ * lowest-address placement.  Besides the occasions above, the large caches are coalesced
  * when their bytes would pass max(large_limit, a quarter of the mapped
  * bytes), which bounds the free space kept in pieces, and when the map runs
  * out of slots for new sizes (coalescing empties it).
@@ -93,6 +104,7 @@ static inline unsigned first_nonempty(const cuemm__sa_bins *bs, unsigned from)
 static void bins_init(cuemm__sa_bins *bs)
 {
   memset(bs, 0, sizeof *bs);
+  bs->tree = NIL;
   for (unsigned k = 0; k < CUEMM__SA_NBINS; k++)
     bs->heads[k] = NIL;
 }
@@ -130,9 +142,10 @@ static int bins_make(cuemm__sa *s, uint32_t tag)
 
 /* ---- lists ---------------------------------------------------------------- */
 
-/* FREE block i joins the bins of its tag.  The free and alloc paths' own
- * helper, kept apart from list_add so that they inline it whole. */
-static inline __attribute__((always_inline)) void free_link(cuemm__sa *s, uint32_t i)
+/* FREE block i joins the bins of its tag (not its tree).  The free and
+ * alloc paths' own helper, kept apart from list_add so that they inline it
+ * whole. */
+static inline __attribute__((always_inline)) void bins_link(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
   cuemm__sa_bins *bs = bins_of(s, b->tag);
@@ -152,8 +165,8 @@ static inline __attribute__((always_inline)) void free_link(cuemm__sa *s, uint32
   *head = i;
 }
 
-/* FREE block i leaves its bin. */
-static inline __attribute__((always_inline)) void free_unlink(cuemm__sa *s, uint32_t i)
+/* FREE block i leaves its bin (not its tree). */
+static inline __attribute__((always_inline)) void bins_unlink(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
   cuemm__sa_bins *bs = bins_of(s, b->tag);
@@ -169,6 +182,33 @@ static inline __attribute__((always_inline)) void free_unlink(cuemm__sa *s, uint
   if (b->tag)
     s->tagged_bytes -= b->size;
   s->free_count--;
+}
+
+/* Node i leaves the tree of bins bs. */
+static inline void tree_del(cuemm__sa *s, cuemm__sa_bins *bs, uint32_t i)
+{
+  cuemm__at_remove(s->at, &bs->tree, i);
+  bs->tree_count--;
+}
+
+/* FREE block i joins the bins of its tag, and its tree when large. */
+static inline __attribute__((always_inline)) void free_link(cuemm__sa *s, uint32_t i)
+{
+  bins_link(s, i);
+  cuemm__sa_block *b = &s->b[i];
+  if (b->size >= CUEMM__SA_LOW_FIT) {
+    cuemm__sa_bins *bs = bins_of(s, b->tag);
+    cuemm__at_insert(s->at, &bs->tree, i, b->off, b->size);
+    bs->tree_count++;
+  }
+}
+
+/* FREE block i leaves its bin, and its tree when large. */
+static inline __attribute__((always_inline)) void free_unlink(cuemm__sa *s, uint32_t i)
+{
+  bins_unlink(s, i);
+  if (s->b[i].size >= CUEMM__SA_LOW_FIT)
+    tree_del(s, bins_of(s, s->b[i].tag), i);
 }
 
 static inline void list_add(cuemm__sa *s, uint32_t i)
@@ -225,6 +265,12 @@ int cuemm__sa_reserve(cuemm__sa *s, uint32_t n)
   uint32_t cap = s->cap ? s->cap * 2 : 64;
   while (cap - s->cap + s->nspare < n)
     cap *= 2;
+  /* The tree nodes first: if the descriptors cannot follow, the nodes'
+   * array is only larger than it needs be. */
+  cuemm__at_node *at = realloc(s->at, (size_t)cap * sizeof *at);
+  if (!at)
+    return -1;
+  s->at = at;
   cuemm__sa_block *b = realloc(s->b, (size_t)cap * sizeof *b);
   if (!b)
     return -1;
@@ -296,16 +342,44 @@ static inline int mergeable(const cuemm__sa_block *a, const cuemm__sa_block *n, 
   return n->state == CUEMM__SA_FREE && (n->tag == a->tag || (mix && (!n->tag || !a->tag)));
 }
 
-/* Block i (unlinked, final state set) absorbs its mergeable neighbours
- * (runs of them on both sides); returns the surviving index (the lowest),
- * unlinked, with the tag of any tagged part and the newest free number. */
-static uint32_t merge(cuemm__sa *s, uint32_t i, int mix)
+/* Large FREE blocks a merge absorbed, out of their bins but still in their
+ * trees: the merged block takes the place of one of its own tree there,
+ * one descent where a removal and an insertion would cost two. */
+#define MERGE_STALE 4
+typedef struct stale {
+  uint32_t n;
+  uint32_t i[MERGE_STALE];
+  cuemm__sa_bins *bs[MERGE_STALE];
+} stale;
+
+/* Neighbour x leaves its lists for a merge. */
+static inline void merge_unlink(cuemm__sa *s, uint32_t x, stale *st)
 {
-  uint8_t st = s->b[i].state;
+  cuemm__sa_block *b = &s->b[x];
+  if (b->state != CUEMM__SA_FREE || b->size < CUEMM__SA_LOW_FIT) {
+    list_del(s, x);
+    return;
+  }
+  cuemm__sa_bins *bs = bins_of(s, b->tag);
+  bins_unlink(s, x);
+  if (st->n < MERGE_STALE) {
+    st->i[st->n] = x;
+    st->bs[st->n++] = bs;
+  } else
+    tree_del(s, bs, x);
+}
+
+/* Block i (unlinked, final state set) absorbs its mergeable neighbours
+ * (runs of them on both sides), and the surviving block (the lowest), with
+ * the tag of any tagged part and the newest free number, joins its lists. */
+static void merge_link(cuemm__sa *s, uint32_t i, int mix)
+{
+  stale st = { .n = 0 };
+  uint8_t st_state = s->b[i].state;
   uint64_t seq = s->b[i].seq;
   uint32_t n;
   while ((n = s->b[i].next) != NIL && mergeable(&s->b[i], &s->b[n], mix)) {
-    list_del(s, n);
+    merge_unlink(s, n, &st);
     if (s->b[n].state == CUEMM__SA_FREE && s->b[n].tag) {
       s->b[i].tag = s->b[n].tag;
       if (s->b[n].seq > seq)
@@ -319,7 +393,7 @@ static uint32_t merge(cuemm__sa *s, uint32_t i, int mix)
   }
   uint32_t p;
   while ((p = s->b[i].prev) != NIL && mergeable(&s->b[i], &s->b[p], mix)) {
-    list_del(s, p);
+    merge_unlink(s, p, &st);
     uint32_t tag = s->b[i].tag;
     if (s->b[p].state == CUEMM__SA_FREE && s->b[p].tag) {
       tag = s->b[p].tag;
@@ -331,12 +405,33 @@ static uint32_t merge(cuemm__sa *s, uint32_t i, int mix)
     if (s->b[i].next != NIL)
       s->b[s->b[i].next].prev = p;
     desc_put(s, i);
-    s->b[p].state = st;
+    s->b[p].state = st_state;
     s->b[p].tag = tag;
     i = p;
   }
-  s->b[i].seq = s->b[i].tag ? seq : 0;
-  return i;
+  cuemm__sa_block *b = &s->b[i];
+  b->seq = b->tag ? seq : 0;
+  if (b->state != CUEMM__SA_FREE) {
+    list_add(s, i); /* nothing stale: only free blocks merge with free ones */
+    return;
+  }
+  bins_link(s, i);
+  cuemm__sa_bins *bs = bins_of(s, b->tag);
+  uint32_t keep = st.n;
+  if (b->size >= CUEMM__SA_LOW_FIT)
+    for (keep = 0; keep < st.n && st.bs[keep] != bs; keep++)
+      ;
+  /* The others leave first: within the merged range, their keys would
+   * stand beside the merged block's. */
+  for (uint32_t k = 0; k < st.n; k++)
+    if (k != keep)
+      tree_del(s, st.bs[k], st.i[k]);
+  if (keep < st.n)
+    cuemm__at_replace(s->at, &bs->tree, st.i[keep], i, b->off, b->size);
+  else if (b->size >= CUEMM__SA_LOW_FIT) {
+    cuemm__at_insert(s->at, &bs->tree, i, b->off, b->size);
+    bs->tree_count++;
+  }
 }
 
 /* ---- the interface ---------------------------------------------------------- */
@@ -368,6 +463,7 @@ void cuemm__sa_fini(cuemm__sa *s)
     free(s->tagged[t]);
   free(s->tagged);
   free(s->scratch);
+  free(s->at);
   free(s->b);
   memset(s, 0, sizeof *s);
 }
@@ -385,9 +481,10 @@ static inline uint32_t best_in(const cuemm__sa *s, uint32_t i, size_t size)
   return best;
 }
 
-/* A FREE block of at least `size` bytes in bins bs, or NIL.  Small
- * requests take the head of the first bin that serves them (good fit, O(1)).
- * Large ones take the best fit: in their own bin, else in the first bin
+/* A FREE block of at least `size` bytes in bins bs, or NIL.  Requests of
+ * CUEMM__SA_LOW_FIT or more take the lowest-address fit from the tree.
+ * Small requests take the head of the first bin that serves them (good fit, O(1)).
+ * Those between take the best fit: in their own bin, else in the first bin
  * above, lowest address among equals; their bins are short, and a good
  * fit's choice of whatever block heads a larger bin splits large free
  * blocks for requests a smaller one would serve (a serving trace with
@@ -397,6 +494,8 @@ static inline uint32_t best_in(const cuemm__sa *s, uint32_t i, size_t size)
  * bitmap alone. */
 static uint32_t find_free(const cuemm__sa *s, const cuemm__sa_bins *bs, size_t size, unsigned top)
 {
+  if (size >= CUEMM__SA_LOW_FIT)
+    return cuemm__at_lowest_fit(s->at, bs->tree, size);
   if (size >= CUEMM__SA_BEST_FIT) {
     uint32_t i = best_in(s, bs->heads[bin_of(size)], size);
     if (i != NIL)
@@ -423,12 +522,28 @@ static uint32_t find_free(const cuemm__sa *s, const cuemm__sa_bins *bs, size_t s
  * its tag. */
 static uint32_t cut(cuemm__sa *s, uint32_t i, size_t size)
 {
-  free_unlink(s, i);
-  if (s->b[i].size > size) {
-    uint32_t rest = split(s, i, size);
-    if (rest != NIL)
-      free_link(s, rest);
+  if (s->b[i].size < CUEMM__SA_LOW_FIT) {
+    free_unlink(s, i);
+    if (s->b[i].size > size) {
+      uint32_t rest = split(s, i, size);
+      if (rest != NIL)
+        free_link(s, rest);
+    }
+    return i;
   }
+  /* In its tree, the rest takes the block's place. */
+  cuemm__sa_bins *bs = bins_of(s, s->b[i].tag);
+  bins_unlink(s, i);
+  uint32_t rest = s->b[i].size > size ? split(s, i, size) : NIL;
+  if (rest == NIL) {
+    tree_del(s, bs, i);
+    return i;
+  }
+  bins_link(s, rest);
+  if (s->b[rest].size >= CUEMM__SA_LOW_FIT)
+    cuemm__at_replace(s->at, &bs->tree, i, rest, s->b[rest].off, s->b[rest].size);
+  else
+    tree_del(s, bs, i);
   return i;
 }
 
@@ -476,7 +591,7 @@ int cuemm__sa_free_tagged(cuemm__sa *s, uint32_t i, uint32_t tag, uint64_t seq)
   s->b[i].state = CUEMM__SA_FREE;
   s->b[i].tag = tag;
   s->b[i].seq = seq;
-  free_link(s, merge(s, i, 1));
+  merge_link(s, i, 1);
   return 0;
 }
 
@@ -515,7 +630,7 @@ size_t cuemm__sa_untag(cuemm__sa *s, uint32_t tag, uint64_t done)
     if (s->b[i].state != CUEMM__SA_FREE)
       continue;
     list_del(s, i);
-    list_add(s, merge(s, i, 1));
+    merge_link(s, i, 1);
   }
   return moved;
 }
@@ -525,7 +640,7 @@ void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i)
   s->b[i].state = CUEMM__SA_FREE;
   s->b[i].tag = 0;
   s->b[i].seq = 0;
-  list_add(s, merge(s, i, 1));
+  merge_link(s, i, 1);
 }
 
 uint32_t cuemm__sa_fit_below(const cuemm__sa *s, size_t size, uint32_t tag, size_t limit)
@@ -566,7 +681,7 @@ static void coalesce_large(cuemm__sa *s)
       list_del(s, i);
       s->b[i].state = CUEMM__SA_FREE;
       s->b[i].tag = 0;
-      list_add(s, merge(s, i, 1));
+      merge_link(s, i, 1);
     }
     s->lkey[k] = 0;
     s->lkeys--;
@@ -620,7 +735,7 @@ void cuemm__sa_coalesce(cuemm__sa *s)
       list_del(s, i);
       s->b[i].state = CUEMM__SA_FREE;
       s->b[i].tag = 0;
-      list_add(s, merge(s, i, 1));
+      merge_link(s, i, 1);
     }
   }
 }
@@ -644,7 +759,7 @@ static void recolor(cuemm__sa *s, size_t off, size_t size, uint8_t to)
   if (to == CUEMM__SA_USED)
     s->used_count++;
   else
-    list_add(s, merge(s, i, 0));
+    merge_link(s, i, 0);
 }
 
 void cuemm__sa_fill(cuemm__sa *s, size_t off, size_t size)
@@ -744,6 +859,11 @@ const char *cuemm__sa_check(const cuemm__sa *s)
         return "a free block has a tag with no bins";
       if (!b->tag && b->seq)
         return "an idle free block has a free number";
+      if (b->size >= CUEMM__SA_LOW_FIT && b->tag <= s->ntags && (!b->tag || s->tagged[b->tag - 1])) {
+        const cuemm__sa_bins *bs = b->tag ? s->tagged[b->tag - 1] : &s->idle;
+        if (cuemm__at_find(s->at, bs->tree, b->off) != i || s->at[i].size != b->size)
+          return "a large free block is not in its tag's tree, or with another size";
+      }
     } else if (b->state == CUEMM__SA_CACHED) {
       fb += b->size, fc++, cb += b->size, cc++;
       if (b->size >= CUEMM__SA_SMALL) {
@@ -803,7 +923,7 @@ const char *cuemm__sa_check(const cuemm__sa *s)
     const cuemm__sa_bins *bs = t ? s->tagged[t - 1] : &s->idle;
     if (!bs)
       continue;
-    size_t bytes = 0, count = 0;
+    size_t bytes = 0, count = 0, large = 0;
     for (unsigned k = 0; k < CUEMM__SA_NBINS; k++) {
       int bit = (bs->bitmap[k / 64] >> (k % 64)) & 1;
       if (bit != (bs->heads[k] != NIL))
@@ -814,10 +934,19 @@ const char *cuemm__sa_check(const cuemm__sa *s)
         if (s->b[i].tag != t)
           return "a bin holds a block of another tag";
         bytes += s->b[i].size;
+        large += s->b[i].size >= CUEMM__SA_LOW_FIT;
       }
     }
     if (bytes != bs->bytes || count != bs->count)
       return "a tag's counters disagree with its bins";
+    size_t in_tree;
+    const char *e = cuemm__at_check(s->at, s->cap, bs->tree, &in_tree);
+    if (e)
+      return e;
+    /* Every large free block of the tag is in the tree (checked above), so
+     * equal counts leave no other node in it. */
+    if (in_tree != bs->tree_count || in_tree != large)
+      return "a tag's tree holds other nodes than its large free blocks";
   }
   if (listed != fc - cc)
     return "bins do not hold every free block";

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "addrtree.h"
+
 /* Every offset and size is a multiple of this. */
 #define CUEMM__SA_ALIGN ((size_t)256)
 #define CUEMM__SA_NIL UINT32_MAX
@@ -21,6 +23,13 @@
 #define CUEMM__SA_NBINS 640
 /* Requests of this size or more take the best fit (see find_free). */
 #define CUEMM__SA_BEST_FIT ((size_t)16 << 10)
+/* Requests of this size or more take the lowest-address fit instead, from
+ * a tree of the free blocks of this size or more (addrtree.h), and freed
+ * blocks of this size or more are never cached by size: they merge at once,
+ * where the lowest-address fit sees them.  On the trace corpus 16, 64
+ * and 256 KiB gave footprints within a pool chunk of one another
+ * (docs/performance.md); 64 KiB leaves the smaller traffic to the bins. */
+#define CUEMM__SA_LOW_FIT ((size_t)64 << 10)
 /* Blocks below this size are exact size classes, cached when freed. */
 #define CUEMM__SA_SMALL ((size_t)64 * CUEMM__SA_ALIGN)
 /* The default bound on the bytes one class's cache holds. */
@@ -54,15 +63,19 @@ typedef struct cuemm__sa_block {
                            * word of the caller's (0 when handed out) */
 } cuemm__sa_block;
 
-/* Segregated bins of FREE blocks: those of one tag. */
+/* Segregated bins of FREE blocks: those of one tag; those of
+ * CUEMM__SA_LOW_FIT bytes or more are in its tree as well. */
 typedef struct cuemm__sa_bins {
   uint32_t heads[CUEMM__SA_NBINS];
   uint64_t bitmap[CUEMM__SA_NBINS / 64];
   size_t bytes, count;
+  uint32_t tree;          /* root of its tree in cuemm__sa.at */
+  uint32_t tree_count;
 } cuemm__sa_bins;
 
 typedef struct cuemm__sa {
   cuemm__sa_block *b;     /* descriptors; index 0 always starts at offset 0 */
+  cuemm__at_node *at;     /* the tree node of each descriptor, by its index */
   uint32_t cap;
   uint32_t spare;         /* stack of unused descriptors (through lnext) */
   uint32_t nspare;
@@ -166,7 +179,7 @@ static inline uint32_t cuemm__sa_alloc(cuemm__sa *s, size_t size)
   uint32_t i, *head;
   if (size < CUEMM__SA_SMALL)
     head = &s->cache[size / CUEMM__SA_ALIGN];
-  else if ((i = cuemm__sa_lslot(s, size)) != CUEMM__SA_NIL)
+  else if (size < CUEMM__SA_LOW_FIT && (i = cuemm__sa_lslot(s, size)) != CUEMM__SA_NIL)
     head = &s->lhead[i];
   else
     return cuemm__sa_alloc_slow(s, size);
@@ -206,6 +219,10 @@ static inline void cuemm__sa_free(cuemm__sa *s, uint32_t i)
     head = &s->cache[k];
     s->ncached[k]++;
   } else {
+    if (size >= CUEMM__SA_LOW_FIT) {
+      cuemm__sa_free_merge(s, i);
+      return;
+    }
     if ((k = cuemm__sa_lslot(s, size)) == CUEMM__SA_NIL || !cuemm__sa_large_room(s, size)) {
       cuemm__sa_free_large(s, i);
       return;

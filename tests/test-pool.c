@@ -800,7 +800,7 @@ static void fragmentation(void)
   for (int i = 0; i < 60; i++)
     CHECK_CU(cuemm_alloc(m, &v[i], 4096));
   for (int i = 60; i < 64; i++)
-    CHECK_CU(cuemm_alloc(m, &v[i], MiB)); /* large ones */
+    CHECK_CU(cuemm_alloc(m, &v[i], 32 * 1024)); /* large ones the pool caches by size (below CUEMM__SA_LOW_FIT) */
   for (int i = 0; i < 64; i++)
     CHECK_CU(cuemm_free(m, v[i]));
   cuemm_pool_stats ps = pstats(m);

@@ -808,6 +808,45 @@ static void test_reclaim(void)
   CHECK_CU(cuStreamDestroy(s2));
 }
 
+/* Before the pool grows, every idle block the threads keep goes back to
+ * it, not only as many as the request needs: those left would split the
+ * free space around the request. */
+static void test_reclaim_all(void)
+{
+  cuemm_config c = test_config(10, 0.2);
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_reserve = 64 * MIB;
+  c.pool_chunk = 8 * MIB;
+  c.stream_keep_large = 5;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr v[4], r;
+  for (int i = 0; i < 4; i++)
+    CHECK_CU(cuemm_alloc_async(m, &v[i], 2 * MIB, s));
+  for (int i = 0; i < 4; i++)
+    CHECK_CU(cuemm_free_async(m, v[i], s));
+  CHECK_CU(cuStreamSynchronize(s));
+  cuemm_stats st = test_stats(m);
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  ok(st.stream_cached_bytes == 8 * MIB && ps.mapped_bytes == 8 * MIB,
+     "the stream keeps all four 2 MiB blocks, the whole 8 MiB chunk (%zu cached)", (size_t)st.stream_cached_bytes);
+  /* 3 MiB: no kept block serves it and the pool has nothing free; the two
+   * oldest kept blocks, merged, would do. */
+  CHECK_CU(cuemm_alloc_async(m, &r, 3 * MIB, s));
+  st = test_stats(m);
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.mapped_bytes, 8 * MIB, "a 3 MiB request is served without growing");
+  is(r, v[0], "at the lowest address");
+  is(st.stream_cached_bytes, 0, "every kept block went back to the pool first, not only the two it needed");
+  is(ps.used_bytes, 3 * MIB, "the request is the pool's only used block, the rest free");
+  CHECK_CU(cuemm_free_async(m, r, s));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 /* CUEMM_STREAM_KEEP_LARGE: a stream keeps the large blocks it freed last,
  * as many as it says; a newer one sends the oldest back to the pool, at
  * its free or where a request goes to the pool; 0 keeps none. */
@@ -1125,6 +1164,7 @@ int main(void)
   test_remote_free();
   test_threshold();
   test_keep_large();
+  test_reclaim_all();
   test_release_and_reset();
   test_exit_per_thread();
   test_range_and_ipc();

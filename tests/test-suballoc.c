@@ -41,6 +41,16 @@ static size_t random_size(void)
   return (size + 255) & ~(size_t)255;
 }
 
+/* The model of the lowest-address fit: the first FREE block of `tag`, in
+ * address order, of at least `size` bytes (NIL if none). */
+static uint32_t lowest_model(const cuemm__sa *s, size_t size, uint32_t tag)
+{
+  for (uint32_t i = 0; i != CUEMM__SA_NIL; i = s->b[i].next)
+    if (s->b[i].state == CUEMM__SA_FREE && s->b[i].tag == tag && s->b[i].size >= size)
+      return i;
+  return CUEMM__SA_NIL;
+}
+
 static void count_free(void *arg, const cuemm__sa_block *b)
 {
   (void)b;
@@ -169,55 +179,58 @@ int main(void)
   /* The large-block caches. */
   {
     cuemm__sa c3;
-    const size_t L64 = (size_t)64 << 10;
+    /* Sizes the large caches take: from CUEMM__SA_SMALL up to below
+     * CUEMM__SA_LOW_FIT (larger ones merge at once); the first 128 KiB of
+     * the unit mapped. */
+    const size_t L32 = (size_t)32 << 10, L48 = (size_t)48 << 10, CU = (size_t)128 << 10;
     cuemm__sa_init(&c3, SPAN);
     cuemm__sa_reserve(&c3, 2);
-    cuemm__sa_fill(&c3, 0, UNIT);
-    uint32_t x = cuemm__sa_alloc(&c3, L64);
+    cuemm__sa_fill(&c3, 0, CU);
+    uint32_t x = cuemm__sa_alloc(&c3, L32);
     size_t x_off = c3.b[x].off;
     cuemm__sa_free(&c3, x);
-    is(c3.b[x].state, CUEMM__SA_CACHED, "a freed 64 KiB block is cached");
-    ok(c3.lcached_count == 1 && c3.lcached_bytes == L64, "counted as a cached large block");
+    is(c3.b[x].state, CUEMM__SA_CACHED, "a freed 32 KiB block is cached");
+    ok(c3.lcached_count == 1 && c3.lcached_bytes == L32, "counted as a cached large block");
     ok(cuemm__sa_check(&c3) == NULL, "cached large state is sound: %s", cuemm__sa_check(&c3) ? cuemm__sa_check(&c3) : "ok");
-    is(c3.free_bytes, UNIT, "cached bytes count as free");
+    is(c3.free_bytes, CU, "cached bytes count as free");
     uint32_t nspare = c3.nspare, bins = (uint32_t)(c3.free_count - cached(&c3));
-    uint32_t y = cuemm__sa_alloc(&c3, L64);
-    ok(y == x && c3.b[y].off == x_off, "the next 64 KiB request gets it back");
+    uint32_t y = cuemm__sa_alloc(&c3, L32);
+    ok(y == x && c3.b[y].off == x_off, "the next 32 KiB request gets it back");
     ok(c3.nspare == nspare && c3.free_count == bins, "without a split: no descriptor taken, the free block untouched");
-    uint32_t z = cuemm__sa_alloc(&c3, 2 * L64);
+    uint32_t z = cuemm__sa_alloc(&c3, L48);
     cuemm__sa_free(&c3, z);
     cuemm__sa_free(&c3, y);
     ok(cuemm__sa_check(&c3) == NULL && cached(&c3) == 2, "two sizes cached side by side");
-    is(cuemm__sa_largest_free(&c3), UNIT - L64 - 2 * L64, "the largest free block is the rest");
+    is(cuemm__sa_largest_free(&c3), CU - L32 - L48, "the largest free block is the rest");
 
-    /* Cut the unit into 1 MiB blocks and free them all: cached, so that a
+    /* Cut the unit into 32 KiB blocks and free them all: cached, so that a
      * request of the whole unit is served only by coalescing. */
-    c3.large_limit = UNIT;
+    c3.large_limit = CU;
     cuemm__sa_coalesce(&c3);
     uint32_t q[4];
     for (int k = 0; k < 4; k++)
-      q[k] = cuemm__sa_alloc(&c3, UNIT / 4);
-    ok(q[3] != CUEMM__SA_NIL && c3.free_count == 0, "the unit holds four 1 MiB blocks");
+      q[k] = cuemm__sa_alloc(&c3, CU / 4);
+    ok(q[3] != CUEMM__SA_NIL && c3.free_count == 0, "the unit holds four 32 KiB blocks");
     for (int k = 0; k < 4; k++)
       cuemm__sa_free(&c3, q[k]);
     ok(cuemm__sa_check(&c3) == NULL && cached(&c3) == 4 && c3.free_count == 4, "all four cached, none merged");
-    is(cuemm__sa_largest_free(&c3), UNIT / 4, "the largest free block is a cached one");
-    uint32_t big = cuemm__sa_alloc(&c3, UNIT);
+    is(cuemm__sa_largest_free(&c3), CU / 4, "the largest free block is a cached one");
+    uint32_t big = cuemm__sa_alloc(&c3, CU);
     ok(big != CUEMM__SA_NIL && c3.b[big].off == 0, "a request of the whole unit is served by coalescing the large caches");
     ok(cuemm__sa_check(&c3) == NULL && cached(&c3) == 0 && c3.lkeys == 0, "the caches and the map are empty afterwards");
-    is(c3.hole_bytes, SPAN - UNIT, "without any fill");
+    is(c3.hole_bytes, SPAN - CU, "without any fill");
     cuemm__sa_free(&c3, big);
 
     /* The bound: past max(large_limit, mapped / 4) the large caches merge. */
-    c3.large_limit = UNIT / 2;
+    c3.large_limit = CU / 2;
     for (int k = 0; k < 4; k++)
-      q[k] = cuemm__sa_alloc(&c3, UNIT / 4);
+      q[k] = cuemm__sa_alloc(&c3, CU / 4);
     cuemm__sa_free(&c3, q[0]);
     cuemm__sa_free(&c3, q[1]);
-    ok(cached(&c3) == 2 && c3.lcached_bytes == UNIT / 2, "two 1 MiB blocks cached, at the bound");
+    ok(cached(&c3) == 2 && c3.lcached_bytes == CU / 2, "two 32 KiB blocks cached, at the bound");
     cuemm__sa_free(&c3, q[2]);
     ok(cuemm__sa_check(&c3) == NULL, "a free past the bound: %s", cuemm__sa_check(&c3) ? cuemm__sa_check(&c3) : "ok");
-    ok(c3.free_count == 2 && cuemm__sa_largest_free(&c3) == UNIT / 2,
+    ok(c3.free_count == 2 && cuemm__sa_largest_free(&c3) == CU / 2,
        "the bound triggers merging: the first two are one free block");
     ok(cached(&c3) == 1 && c3.b[q[2]].state == CUEMM__SA_CACHED, "with room again, the third is cached");
     cuemm__sa_free(&c3, q[3]);
@@ -226,6 +239,8 @@ int main(void)
     /* Many sizes: the map never overflows, it is coalesced when full. */
     c3.large_limit = UNIT;
     cuemm__sa_coalesce(&c3);
+    cuemm__sa_reserve(&c3, 2);
+    cuemm__sa_fill(&c3, CU, UNIT - CU);
     uint32_t many[120];
     size_t nm = 0;
     for (size_t k = 0; k < 120; k++)
@@ -248,6 +263,53 @@ int main(void)
     ok(cuemm__sa_check(&c3) == NULL && c3.hole_bytes == SPAN && c3.free_bytes == 0 && c3.hole_count == 1,
        "the whole unit drains: everything is one hole again");
     cuemm__sa_fini(&c3);
+  }
+
+  /* Placement: requests of CUEMM__SA_LOW_FIT or more take the free block
+   * of lowest address that fits, not the best fit; smaller ones the best. */
+  {
+    const size_t K = 1024;
+    cuemm__sa pl;
+    cuemm__sa_init(&pl, SPAN);
+    cuemm__sa_reserve(&pl, 2);
+    cuemm__sa_fill(&pl, 0, UNIT);
+    /* Free 512 KiB at 0, 256 KiB and 1 MiB above, each behind a live block. */
+    size_t sizes[6] = { 512 * K, 64 * K, 256 * K, 64 * K, 1024 * K, 64 * K };
+    uint32_t blk[6];
+    for (int k = 0; k < 6; k++)
+      blk[k] = cuemm__sa_alloc(&pl, sizes[k]);
+    size_t off256 = pl.b[blk[2]].off, off1m = pl.b[blk[4]].off;
+    ok(pl.b[blk[0]].off == 0 && off256 == 576 * K && off1m == 896 * K, "six blocks in address order");
+    cuemm__sa_free(&pl, blk[0]);
+    cuemm__sa_free(&pl, blk[2]);
+    cuemm__sa_free(&pl, blk[4]);
+    ok(cuemm__sa_check(&pl) == NULL && pl.cached_bytes == 0, "freed, merged at once: none cached (%s)",
+       cuemm__sa_check(&pl) ? cuemm__sa_check(&pl) : "ok");
+    uint32_t a1 = cuemm__sa_alloc(&pl, 200 * K);
+    is(a1 != CUEMM__SA_NIL ? pl.b[a1].off : SIZE_MAX, 0,
+       "200 KiB goes to the lowest block that fits (512 KiB at 0), not the best fit (256 KiB)");
+    uint32_t a2 = cuemm__sa_alloc(&pl, 300 * K);
+    is(a2 != CUEMM__SA_NIL ? pl.b[a2].off : SIZE_MAX, 200 * K, "300 KiB takes the rest of it, at 200 KiB");
+    uint32_t a3 = cuemm__sa_alloc(&pl, 256 * K);
+    is(a3 != CUEMM__SA_NIL ? pl.b[a3].off : SIZE_MAX, off256, "256 KiB: the 12 KiB left at 500 KiB is too small, "
+       "the 256 KiB block next");
+    uint32_t a4 = cuemm__sa_alloc(&pl, CUEMM__SA_LOW_FIT);
+    is(a4 != CUEMM__SA_NIL ? pl.b[a4].off : SIZE_MAX, off1m, "CUEMM__SA_LOW_FIT bytes: the 1 MiB block, the lowest "
+       "that fits");
+    cuemm__sa_free(&pl, a4);
+    /* Below the threshold, best fit: a 12 KiB block at 500 KiB and the
+     * 1 MiB one are free; 8 KiB takes the smaller. */
+    uint32_t a5 = cuemm__sa_alloc(&pl, 8 * K);
+    is(a5 != CUEMM__SA_NIL ? pl.b[a5].off : SIZE_MAX, 500 * K, "8 KiB takes the 12 KiB block (a good fit)");
+    /* Among a stream's blocks too: the lowest of its tag. */
+    cuemm__sa_free_tagged(&pl, a3, 1, 1);  /* 256 KiB at 576 KiB, of stream 1 */
+    cuemm__sa_free_tagged(&pl, a1, 1, 2);  /* 200 KiB at 0, of stream 1 */
+    uint32_t f = cuemm__sa_fit(&pl, 100 * K, 1);
+    is(f != CUEMM__SA_NIL ? pl.b[f].off : SIZE_MAX, 0, "a stream's request fits at the lowest of its blocks");
+    f = cuemm__sa_fit(&pl, 210 * K, 1);
+    is(f != CUEMM__SA_NIL ? pl.b[f].off : SIZE_MAX, off256, "and past a block too small, at the next");
+    ok(cuemm__sa_check(&pl) == NULL, "placement state is sound: %s", cuemm__sa_check(&pl) ? cuemm__sa_check(&pl) : "ok");
+    cuemm__sa_fini(&pl);
   }
 
   /* Tags: blocks freed on a stream whose work may still use them. */
@@ -347,7 +409,7 @@ int main(void)
     }
     struct { uint32_t blk; size_t off, size; } TL[256];
     size_t tn = 0, early = 0, takes = 0, untags = 0, tagged_takes = 0;
-    size_t below_bad = 0, below_found = 0, below_none = 0;
+    size_t below_bad = 0, below_found = 0, below_none = 0, low_bad = 0, low_hit = 0;
     const char *tbad = NULL;
     for (int step = 0; step < 30000 && !tbad && !early; step++) {
       unsigned op = (unsigned)(next_rand() % 100);
@@ -356,6 +418,10 @@ int main(void)
         size_t size = (((size_t)256 << (next_rand() % 13)) + 255) & ~(size_t)255;
         /* cuemm__sa_fit_below is cuemm__sa_fit's choice under a limit. */
         uint32_t f = cuemm__sa_fit(&t, size, tag);
+        if (size >= CUEMM__SA_LOW_FIT) {
+          low_bad += f != lowest_model(&t, size, tag);
+          low_hit += f != CUEMM__SA_NIL;
+        }
         size_t lim = size + (size_t)(next_rand() % 5) * size / 2;
         uint32_t fb = cuemm__sa_fit_below(&t, size, tag, lim);
         below_bad += fb != (f != CUEMM__SA_NIL && t.b[f].size < lim ? f : CUEMM__SA_NIL);
@@ -400,6 +466,8 @@ int main(void)
     is(early, 0, "no block was handed to a stream while another stream's work could still use part of it");
     ok(below_bad == 0 && below_found > 100 && below_none > 100, "under a limit, the fit is cuemm__sa_fit's when "
        "smaller, else none (%zu differed; %zu found, %zu over the limit)", below_bad, below_found, below_none);
+    ok(low_bad == 0 && low_hit > 100, "requests of CUEMM__SA_LOW_FIT or more fit at the lowest address of their "
+       "tag's free blocks, as a walk in address order finds (%zu differed, %zu found)", low_bad, low_hit);
     ok(takes > 1000 && untags > 100 && tagged_takes > 0, "the run took %zu blocks (%zu granules of their own stream's), "
        "untagged %zu times", takes, tagged_takes, untags);
     cuemm__sa_fini(&t);
@@ -407,14 +475,21 @@ int main(void)
 
   /* Random traffic against a shadow list. */
   live L[MAXLIVE];
-  size_t n = 0, fails = 0, fills = 3, drains = 0;
+  size_t n = 0, fails = 0, fills = 3, drains = 0, low_checked = 0, low_wrong = 0;
   const char *bad = NULL;
   int overlap = 0;
   for (int step = 0; step < 40000 && !bad && !overlap; step++) {
     unsigned op = (unsigned)(next_rand() % 100);
     if (op < 50 && n < MAXLIVE) {
       size_t size = random_size();
+      uint32_t low = size >= CUEMM__SA_LOW_FIT ? lowest_model(&s, size, 0) : CUEMM__SA_NIL;
+      size_t low_off = low != CUEMM__SA_NIL ? s.b[low].off : 0;
       uint32_t i = cuemm__sa_alloc(&s, size);
+      if (low != CUEMM__SA_NIL) {
+        low_checked++;
+        if (i == CUEMM__SA_NIL || s.b[i].off != low_off)
+          low_wrong++;
+      }
       if (i == CUEMM__SA_NIL) {
         fails++;
         if (cuemm__sa_largest_free(&s) >= size)
@@ -462,6 +537,8 @@ int main(void)
   }
   ok(bad == NULL, "40000 random steps keep every invariant%s%s", bad ? ": " : "", bad ? bad : "");
   ok(!overlap, "no two live blocks overlap");
+  ok(low_wrong == 0 && low_checked > 1000, "every request of CUEMM__SA_LOW_FIT or more got the lowest-address free "
+     "block that fits (%zu of %zu did not)", low_wrong, low_checked);
   ok(fills > 3 && drains > 0 && fails > 0, "the run mapped (%zu), released (%zu) and ran out (%zu)", fills, drains, fails);
   size_t used = 0;
   for (size_t k = 0; k < n; k++)
