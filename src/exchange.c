@@ -483,7 +483,7 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
   cuemm_stream_reuse reuse = m->cfg.stream_reuse;
   int wait = reuse == CUEMM_STREAM_REUSE_WAIT;
   CUresult r = pool_pick(m, size, tag, stream, wait, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-  if (r != CUDA_SUCCESS && h && !stream_is_own_only(stream)) {
+  if (r != CUDA_SUCCESS && h && !stream_is_own_only(stream) && !cuemm__reclaims_churn(m)) {
     /* Before the pool settles, reclaims or grows, the blocks this thread
      * cached on this very stream: no event is needed for them. */
     int in = heap_get(h);

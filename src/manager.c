@@ -272,7 +272,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
       return leave_after_take(m, &g, blk);
   }
   size_t want = (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1);
-  if (pool_reclaim_take(m, CUEMM__RECLAIM_OWN, want, size, tag, p, blk))
+  if (!cuemm__reclaims_churn(m) && pool_reclaim_take(m, CUEMM__RECLAIM_OWN, want, size, tag, p, blk))
     return leave_after_take(m, &g, blk);
   if (!grow)
     return cuemm__ctx_leave(m, &g, CUDA_ERROR_NOT_READY);
@@ -280,7 +280,11 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
    * first, so that the growth replaces it rather than adds to it. */
   if (cuemm__pool_free_bytes(m->pool) >= size)
     cuemm__pool_release(m->pool, 0);
+  /* A pool whose caches gave back again and again since its last growth
+   * fills between growths: it grows by a larger step (cuemm__pool_press). */
+  cuemm__pool_press(m->pool, cuemm__reclaims_churn(m));
   r = cuemm__pool_grow(m->pool, size);
+  m->reclaims_at_growth = m->stream_reclaims;
   if (r == CUDA_ERROR_OUT_OF_MEMORY && pool_reclaim_take(m, CUEMM__RECLAIM_IDLE, want, size, tag, p, blk))
     return leave_after_take(m, &g, blk);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {

@@ -412,7 +412,9 @@ size_t cuemm__pool_step(const cuemm__pool *p)
   if (p->ipc || p->slab)
     return p->step;
   size_t s = round_up(p->mapped / CUEMM__POOL_STEP_DIV, p->unit);
-  return s > p->step ? p->step : s < p->unit ? p->unit : s;
+  size_t least = !p->pressed ? p->unit : CUEMM__POOL_STEP_MIN < p->step ? round_up(CUEMM__POOL_STEP_MIN, p->unit)
+                                                                          : p->step;
+  return s > p->step ? p->step : s < least ? least : s;
 }
 
 CUresult cuemm__pool_grow(cuemm__pool *p, size_t size)

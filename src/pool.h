@@ -49,6 +49,7 @@ typedef struct cuemm__pool {
   size_t reserved;        /* bytes of virtual address space */
   size_t unit;            /* the smallest mapping, and the unit of `units`: the driver's granularity */
   size_t step;            /* cfg->pool_chunk: the most a growth maps beyond what its request needs */
+  uint8_t pressed;        /* cached blocks were taken back again and again since the last growth */
   size_t granularity;     /* the driver's minimum granularity */
   size_t threshold;       /* free bytes kept mapped */
   size_t limit;           /* cap on mapped bytes (== reserved when none) */
@@ -236,10 +237,23 @@ static inline size_t cuemm__pool_unit_bytes(const cuemm__pool *p) { return p->st
 
 /* A growth maps at least 1/CUEMM__POOL_STEP_DIV of what is mapped. */
 #define CUEMM__POOL_STEP_DIV 8
+/* The smallest growth step of a pool whose threads' caches had blocks
+ * taken back again and again since its last growth (manager.h's
+ * CUEMM__RECLAIMS_BEFORE_GROWTH; CUEMM_POOL_CHUNK when that is smaller): small steps keep a small pool's footprint near its live bytes,
+ * but one that fills between growths makes its caches give back at nearly
+ * every miss (a thread keeping sixteen blocks of up to 128 KiB, 1 MiB
+ * live, in a 2 MiB pool: 2.3x the instructions an operation of an 8 MiB
+ * pool). */
+#define CUEMM__POOL_STEP_MIN ((size_t)8 << 20)
+
+/* Says whether cached blocks were taken back again and again since the
+ * last growth (the manager's lock held): the next growth's step is then at
+ * least CUEMM__POOL_STEP_MIN. */
+static inline void cuemm__pool_press(cuemm__pool *p, int pressed) { p->pressed = (uint8_t)pressed; }
 
 /* The least a growth maps now (more when its request needs more): an
  * eighth of the mapped bytes rounded up to the granularity, at least one
- * granule and at most cfg->pool_chunk; with pool_ipc or pool_slab,
+ * granule (CUEMM__POOL_STEP_MIN when pressed) and at most cfg->pool_chunk; with pool_ipc or pool_slab,
  * cfg->pool_chunk. */
 size_t cuemm__pool_step(const cuemm__pool *p);
 

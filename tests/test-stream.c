@@ -598,6 +598,40 @@ static void test_give_back_own_stream(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
+/* A pool its caches fill between growths: after 64 takings back it grows,
+ * by 8 MiB at least, instead of taking back at nearly every miss. */
+static void test_churn_grows(void)
+{
+  cuemm_config c = test_config(10, 0.2);
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_reserve = 256 * MIB;
+  c.pool_release_threshold = 256 * MIB;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr live[16];
+  uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 16; i++)
+    CHECK_CU(cuemm_alloc_async(m, &live[i], 256, s));
+  for (int k = 0; k < 20000; k++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    int i = (int)(x % 16);
+    CHECK_CU(cuemm_free_async(m, live[i], s));
+    CHECK_CU(cuemm_alloc_async(m, &live[i], 256 + (size_t)(x >> 20) % (128 << 10), s));
+  }
+  cuemm_stats st = test_stats(m);
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  ok(st.stream_reclaims <= 100 && ps.mapped_bytes >= 8 * MIB,
+     "16 blocks of up to 128 KiB replaced 20,000 times: %llu takings back, %zu MiB mapped",
+     (unsigned long long)st.stream_reclaims, ps.mapped_bytes >> 20);
+  for (int i = 0; i < 16; i++)
+    CHECK_CU(cuemm_free_async(m, live[i], s));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 typedef struct remote {
   cuemm_manager *m;
   CUstream s;
@@ -1161,6 +1195,7 @@ int main(void)
   test_reclaim();
   test_grow_before_raid();
   test_give_back_own_stream();
+  test_churn_grows();
   test_remote_free();
   test_threshold();
   test_keep_large();
