@@ -552,11 +552,15 @@ static void test_threads(void)
   x.p = 0;
   CHECK_CU(cuemm_alloc_async(m, &x.p, 6000, s));
   CHECK_CU(cuemm_record_stream(m, x.p, s2));
-  sim.calls_reset();
+  if (sim_present)
+    sim.calls_reset();
   pthread_create(&t, NULL, free_elsewhere, &x);
   pthread_join(t, NULL);
   is(x.r1, CUDA_SUCCESS, "another thread frees a block a second stream used");
-  is(calls("cuStreamWaitEvent"), 1, "its free makes the freeing stream wait for the second one's work");
+  if (sim_present)
+    is(calls("cuStreamWaitEvent"), 1, "its free makes the freeing stream wait for the second one's work");
+  else
+    skip(1, "needs the simulated driver's counters (running on the system driver)");
   CHECK_CU(cuemm_destroy(m));
   CHECK_CU(cuStreamDestroy(s2));
   CHECK_CU(cuStreamDestroy(s));
