@@ -36,9 +36,9 @@ test "${2:-}" = "--quick" && quick=--quick
 b=${CUEMM_BUILDDIR:-.}
 b=$(cd "$b" && pwd)
 py=${PYTHON:-python3}
+src=$(cd "$(dirname "$0")/.." && pwd)
 test -f "$b/.libs/libcuemm.so.0" && test -f "$src/python/cuemm/__init__.py" ||
   { echo "gpu-frameworks: no $b/.libs/libcuemm.so.0 or $src/python/cuemm/__init__.py; run ./configure && make first" >&2; exit 2; }
-src=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
 CUEMM_LIBRARY=$b/.libs/libcuemm.so.0; export CUEMM_LIBRARY
