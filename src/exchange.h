@@ -66,14 +66,7 @@ static inline void pool_trim_tagged(cuemm_manager *m)
 /* Moves cached block r (of another stream) to LIVE on hs. */
 static inline void take_cached(cuemm__heap *h, uint32_t r, uint32_t hs, size_t req)
 {
-  cuemm__heap_unbin(h, r);
-  cuemm__hblock *b = &h->b[r];
-  b->state = CUEMM__HB_LIVE;
-  b->hs = hs;
-  b->req = req;
-  h->live_bytes += req;
-  h->live_count++;
-  h->allocs++;
+  cuemm__heap_take(h, r, hs, req);
   h->steals++;
 }
 

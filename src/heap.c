@@ -253,14 +253,7 @@ uint32_t cuemm__heap_pop_fit(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t r
   }
   if (best == CUEMM__HEAP_NIL)
     return CUEMM__HEAP_NIL;
-  cuemm__heap_unbin(h, best);
-  cuemm__hblock *b = &h->b[best];
-  b->state = CUEMM__HB_LIVE;
-  b->hs = hs;
-  b->req = req;
-  h->live_bytes += req;
-  h->live_count++;
-  h->allocs++;
+  cuemm__heap_take(h, best, hs, req);
   return best;
 }
 

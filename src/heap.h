@@ -472,6 +472,20 @@ static inline __attribute__((always_inline)) uint32_t cuemm__heap_pop(cuemm__hea
  * none of them is (heap.c). */
 uint32_t cuemm__heap_pop_fit(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t rs, size_t req);
 
+/* Takes cached block r out of its bin (any position): it becomes LIVE on
+ * stream `hs` with `req` bytes asked for. */
+static inline void cuemm__heap_take(cuemm__heap *h, uint32_t r, uint32_t hs, size_t req)
+{
+  cuemm__heap_unbin(h, r);
+  cuemm__hblock *b = &h->b[r];
+  b->state = CUEMM__HB_LIVE;
+  b->hs = hs;
+  b->req = req;
+  h->live_bytes += req;
+  h->live_count++;
+  h->allocs++;
+}
+
 /* cuemm__heap_cache for a (stream, size) that has no bin yet. */
 int cuemm__heap_cache_newbin(cuemm__heap *h, uint32_t r, uint32_t hs);
 
