@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fence.h"
 #include "stream-event.h"
 
 /* Asks the driver which of stream a's recorded events have completed, and
@@ -114,11 +115,30 @@ CUresult cuemm__stream_wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t 
   cuemm__ctx_guard g;
   if ((res = cuemm__ctx_enter(m, &g)) != CUDA_SUCCESS)
     return res;
+  /* The per-thread default stream named by the heap's owner is another
+   * stream in any other thread, which cannot record an event on it: a free
+   * from another thread waits for the whole context instead (a fuzzed
+   * sequence had a block reused while the owner's per-thread stream still
+   * wrote it). */
+  int foreign = h->owner != cuemm__fence_self();
+  for (uint32_t i = 0; foreign && i < h->nuses; i++)
+    if (h->uses[i].r == r && h->uses[i].s == CU_STREAM_PER_THREAD) {
+      if ((res = m->drv->CtxSynchronize()) != CUDA_SUCCESS) {
+        cuemm__driver_error(res, "cuCtxSynchronize (for a block another thread's per-thread default stream used, "
+                            "named by cuemm_record_stream)");
+        return cuemm__ctx_leave(m, &g, res);
+      }
+      break;
+    }
   /* A use is dropped once `freeing` waits for it; after a failure the
    * rest stay, so that the free, tried again, waits for them. */
   for (uint32_t i = 0; i < h->nuses;) {
     if (h->uses[i].r != r || res != CUDA_SUCCESS) {
       i++;
+      continue;
+    }
+    if (foreign && h->uses[i].s == CU_STREAM_PER_THREAD) {
+      h->uses[i] = h->uses[--h->nuses]; /* the synchronization above covered it */
       continue;
     }
     CUevent ev;
