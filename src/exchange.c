@@ -302,6 +302,17 @@ uint32_t cuemm__exchange_steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, si
 
 /* ---- giving cached blocks back ------------------------------------------------------- */
 
+/* Cached record r of h (at `ptr`), whose block the pool has taken, leaves
+ * the heap and the owned table.  Both locks held. */
+static void heap_forget(cuemm_manager *m, cuemm__heap *h, uint32_t r, uintptr_t ptr)
+{
+  cuemm__heap_unbin(h, r);
+  cuemm__heap_remove(h, r);
+  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
+  if (e)
+    cuemm__owned_remove(&m->owned, e);
+}
+
 /* Returns cached blocks of h to the pool, oldest first, until at most
  * `keep` bytes stay cached: idle ones (their stream's `done` passed them),
  * and the others as freed on their stream (pool_give_on), except those of
@@ -349,11 +360,7 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
         continue;
     } else
       cuemm__pool_give_tagged(m->pool, blk, 0, 0);
-    cuemm__heap_unbin(h, r);
-    cuemm__heap_remove(h, r);
-    cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
-    if (e)
-      cuemm__owned_remove(&m->owned, e);
+    heap_forget(m, h, r, ptr);
     given += size;
   }
   return given;
@@ -382,11 +389,7 @@ static size_t heap_give_back_stream(cuemm_manager *m, cuemm__heap *h, CUstream s
     size_t size = b->size;
     if (pool_give_on(m, b->blk, s) != 0)
       break;
-    cuemm__heap_unbin(h, r);
-    cuemm__heap_remove(h, r);
-    cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
-    if (e)
-      cuemm__owned_remove(&m->owned, e);
+    heap_forget(m, h, r, ptr);
     given += size;
   }
   return given;

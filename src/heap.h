@@ -426,6 +426,21 @@ static inline void cuemm__heap_account_cached(cuemm__heap *h, uint32_t r, int si
   }
 }
 
+/* Record r, out of its bin and its lists, becomes LIVE on stream `hs` with
+ * `req` bytes asked for: every way a request takes a cached block ends
+ * here. */
+static inline __attribute__((always_inline)) void cuemm__heap_mark_live(cuemm__heap *h, uint32_t r, uint32_t hs,
+                                                                         size_t req)
+{
+  cuemm__hblock *b = &h->b[r];
+  b->state = CUEMM__HB_LIVE;
+  b->hs = hs;
+  b->req = req;
+  h->live_bytes += req;
+  h->live_count++;
+  h->allocs++;
+}
+
 /* Takes block r out of its bin (any position). */
 static inline void cuemm__heap_unbin(cuemm__heap *h, uint32_t r)
 {
@@ -457,12 +472,7 @@ static inline __attribute__((always_inline)) uint32_t cuemm__heap_pop(cuemm__hea
     bn->tail = CUEMM__HEAP_NIL;
   cuemm__heap_unlist(h, r);
   cuemm__heap_account_cached(h, r, -1);
-  b->state = CUEMM__HB_LIVE;
-  b->hs = hs;
-  b->req = req;
-  h->live_bytes += req;
-  h->live_count++;
-  h->allocs++;
+  cuemm__heap_mark_live(h, r, hs, req);
   return r;
 }
 
@@ -477,13 +487,7 @@ uint32_t cuemm__heap_pop_fit(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t r
 static inline void cuemm__heap_take(cuemm__heap *h, uint32_t r, uint32_t hs, size_t req)
 {
   cuemm__heap_unbin(h, r);
-  cuemm__hblock *b = &h->b[r];
-  b->state = CUEMM__HB_LIVE;
-  b->hs = hs;
-  b->req = req;
-  h->live_bytes += req;
-  h->live_count++;
-  h->allocs++;
+  cuemm__heap_mark_live(h, r, hs, req);
 }
 
 /* cuemm__heap_cache for a (stream, size) that has no bin yet. */
