@@ -151,7 +151,9 @@ typedef enum cuemm_pool_kind {
  * another (see cuemm_alloc_async). */
 typedef enum cuemm_stream_reuse {
   /* Only once an event recorded on the freeing stream after the free has
-   * completed (queried, never waited on). */
+   * completed (queried, never waited on), or once the freeing stream is
+   * found to have no work left at all (cuStreamQuery, asked instead of
+   * recording an event; never of a stream being captured). */
   CUEMM_STREAM_REUSE_EVENT = 0,
   /* Also before: the allocating stream is made to wait on that event
    * (cuStreamWaitEvent), as the driver pool's

@@ -51,6 +51,7 @@ CUresult CUDAAPI cuemm__cuMemAdvise_v8000(CUdeviceptr devPtr, size_t count, CUme
   O(MemAllocAsync) O(MemFreeAsync) O(StreamSynchronize)                       \
   O(EventCreate) O(EventDestroy) O(EventRecord) O(EventQuery)                  \
   O(StreamWaitEvent) O(ThreadExchangeStreamCaptureMode)                       \
+  O(StreamQuery) O(StreamIsCapturing)                                         \
   O(MemAllocManaged) O(MemPrefetchAsync) O(MemAdvise)                        \
   O(MemcpyDtoH) O(MemcpyHtoD)
 

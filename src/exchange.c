@@ -91,9 +91,7 @@ void cuemm__exchange_settle(cuemm_manager *m, int synced)
       cuemm__pool_untag(pool, k + 1, a->freed);
       continue;
     }
-    cuemm__stream_query(m, ps, a);
-    if (a->covered < a->freed && !a->retired && cuemm__stream_record(m, ps, a) == CUDA_SUCCESS)
-      cuemm__stream_query(m, ps, a);
+    cuemm__stream_learn(m, ps, a, a->freed);
     if (a->done)
       cuemm__pool_untag(pool, k + 1, a->done);
   }
@@ -167,11 +165,8 @@ static __attribute__((noinline)) int pool_pick_across(cuemm_manager *m, size_t s
     uint64_t seq = cuemm__pool_block_word(pool, best);
     if (!entered && cuemm__ctx_enter(m, &g) == CUDA_SUCCESS)
       entered = 1;
-    if (entered) {
-      cuemm__stream_query(m, ps, a);
-      if (a->covered < seq && !a->retired && cuemm__stream_record(m, ps, a) == CUDA_SUCCESS)
-        cuemm__stream_query(m, ps, a);
-    }
+    if (entered)
+      cuemm__stream_learn(m, ps, a, seq);
     if (a->done >= seq) {
       cuemm__pool_untag(pool, bt, a->done); /* idle now, merged: choose again */
       ps->steals++;
@@ -269,11 +264,8 @@ uint32_t cuemm__exchange_steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, si
           return CUEMM__HEAP_NIL;
         entered = 1;
       }
-      if (cuemm__stream_query(m, h, a) != CUDA_SUCCESS)
+      if (cuemm__stream_learn(m, h, a, h->b[t].seq) != CUDA_SUCCESS)
         continue;
-      if (h->b[t].seq > a->done && a->covered < h->b[t].seq && !a->retired)
-        if (cuemm__stream_record(m, h, a) == CUDA_SUCCESS)
-          cuemm__stream_query(m, h, a);
     }
     if (h->b[t].seq <= a->done) {
       got = t;
@@ -335,11 +327,10 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
     cuemm__hstream *a = &h->st[k];
     if (!a->cached_count)
       continue;
-    cuemm__stream_query(m, h, a);
-    if (want && !all && a->covered < a->freed && !a->retired && !stream_is_own_only(a->s)) {
-      cuemm__stream_record(m, h, a);
+    if (want && !all && !stream_is_own_only(a->s))
+      cuemm__stream_learn(m, h, a, a->freed);
+    else
       cuemm__stream_query(m, h, a);
-    }
   }
   for (uint32_t r = h->oldest, next; r != CUEMM__HEAP_NIL && (all || h->cached_bytes > keep); r = next) {
     cuemm__hblock *b = &h->b[r];

@@ -112,6 +112,7 @@ typedef struct cuemm__hstream {
   uint32_t nwanted;     /* requests recorded there so far (the next goes to nwanted % CUEMM__HEAP_WANTED) */
   uint32_t steal_bin;   /* the bin (of another stream) its latest steal came from: looked at first */
   uint8_t retired;      /* no further same-stream reuse; blocks wait for `done` or a flush */
+  uint8_t idle_skip;    /* learnings left before the stream is asked whether it is idle again */
 } cuemm__hstream;
 
 /* A bin: the cached blocks of one (stream, size), newest at head. */

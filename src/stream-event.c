@@ -85,6 +85,55 @@ CUresult cuemm__stream_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *
   return CUDA_SUCCESS;
 }
 
+/* A stream found busy is asked again only after this many learnings have
+ * recorded events instead: in a program whose streams are always busy the
+ * question costs a driver call on one take in this many + 1. */
+#define IDLE_SKIP 8
+
+/* Whether stream a has no work queued (so every free on it so far is
+ * complete), asked only where that cannot disturb a capture: a stream being
+ * captured must not be queried (the query would invalidate the capture),
+ * nor the legacy stream while a blocking stream captures (the driver then
+ * refuses cuStreamIsCapturing on it), nor another thread's per-thread
+ * stream.  On yes, `done` and `covered` move to every free so far and the
+ * recorded events go back to the cache. */
+static int stream_idle(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
+{
+  if (a->idle_skip) {
+    a->idle_skip--;
+    return 0;
+  }
+  if (!m->drv->StreamQuery || !m->drv->StreamIsCapturing ||
+      (stream_is_own_only(a->s) && h->owner != cuemm__fence_self()))
+    return 0;
+  CUstreamCaptureStatus cs;
+  if (m->drv->StreamIsCapturing(a->s, &cs) != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE) {
+    a->idle_skip = IDLE_SKIP;
+    return 0;
+  }
+  uint64_t freed = a->freed; /* the frees queued before the question */
+  if (m->drv->StreamQuery(a->s) != CUDA_SUCCESS) {
+    a->idle_skip = IDLE_SKIP; /* busy (or a failure: an event decides) */
+    return 0;
+  }
+  for (unsigned k = 0; k < a->nbatch; k++)
+    h->evcache[h->nev++] = a->batch[k].ev;
+  a->nbatch = 0;
+  a->done = a->covered = freed;
+  return 1;
+}
+
+CUresult cuemm__stream_learn(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a, uint64_t upto)
+{
+  CUresult r = cuemm__stream_query(m, h, a);
+  if (r != CUDA_SUCCESS || a->done >= upto || a->retired || a->covered >= upto)
+    return r;
+  /* An event still pending says the stream is busy without asking. */
+  if ((a->nbatch || !stream_idle(m, h, a)) && cuemm__stream_record(m, h, a) == CUDA_SUCCESS)
+    cuemm__stream_query(m, h, a);
+  return CUDA_SUCCESS;
+}
+
 /* Destroys the heap's events (with `use_driver`); returns how many the
  * driver refused to destroy (leaked), the first failure's message kept. */
 size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver)

@@ -28,6 +28,16 @@ CUresult cuemm__stream_event_get(cuemm_manager *m, cuemm__heap *h, CUevent *ev, 
  * thread. */
 CUresult cuemm__stream_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a);
 
+/* Finds out whether stream a's frees up to `upto` are complete, the
+ * cheapest way the driver allows: its recorded events first; then, when
+ * none covers them, whether the stream has no work left at all
+ * (cuStreamQuery: every free on it so far is then complete, with no event);
+ * else one event recorded for its frees so far, queried at once.  Returns
+ * the first driver failure of the recorded events' queries (`done` then
+ * stays); a failed record or idleness query only leaves `done` short.
+ * Context current; the same conditions as cuemm__stream_record. */
+CUresult cuemm__stream_learn(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a, uint64_t upto);
+
 /* Destroys the heap's events (with `use_driver`); returns how many the
  * driver refused to destroy (leaked). */
 size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver);

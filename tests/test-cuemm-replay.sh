@@ -252,9 +252,10 @@ check "--manager on an RMM log (no Manager column) is refused (exit $rc)" \
 # when B asks (4: c takes a's place), and B's when A asks (6: d takes b's);
 # e needs a second chunk: 4 MiB held.  The deferred path keeps a and b
 # pending (no flush before 11 frees): c and d take a second chunk, e a
-# third: 6 MiB.  With SIMCUDA_QUEUE=1 work waits for a synchronization and
-# so do the events: c grows the pool, d takes a (its own stream A), e grows
-# again: 6 MiB, where the same log on one stream holds 4 MiB.
+# third: 6 MiB.  With SIMCUDA_QUEUE=1 work waits for a synchronization, an
+# event recorded too, but the replay queues no work: each stream is idle
+# when the other asks (cuStreamQuery), with no event, so the stream-ordered
+# path holds 4 MiB there too, as does the same log on one stream.
 fx="$src/tests/fixtures/replay-streams.csv"
 out=$(CUEMM_POOL_CHUNK=2MiB "$replay" --quick "$fx" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'
@@ -265,8 +266,8 @@ check "two streams, 2 MiB chunks: cuemm-deferred holds 6 MiB, footprint 1.50" \
   test "$(col replay-streams.csv cuemm-deferred 5)" = 6291456 -a "$(col replay-streams.csv cuemm-deferred 6)" = 1.50
 out=$(SIMCUDA_QUEUE=1 CUEMM_POOL_CHUNK=2MiB "$replay" --quick "$fx" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'
-sim_check "two streams whose work waits: cuemm-async holds 6 MiB, footprint 1.50 (exit $rc)" \
-  test "$(col replay-streams.csv cuemm-async 5)" = 6291456 -a "$(col replay-streams.csv cuemm-async 6)" = 1.50
+sim_check "two streams, work held back but none queued: cuemm-async holds 4 MiB, footprint 1.00 (exit $rc)" \
+  test "$(col replay-streams.csv cuemm-async 5)" = 4194304 -a "$(col replay-streams.csv cuemm-async 6)" = 1.00
 sed 's/,0x5600000b0000,/,0x5600000a0000,/' "$fx" > "$tmp/one-stream.csv"
 out=$(SIMCUDA_QUEUE=1 CUEMM_POOL_CHUNK=2MiB "$replay" --quick "$tmp/one-stream.csv" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'

@@ -209,6 +209,91 @@ static void test_cross_stream(void)
   held_end(&t);
 }
 
+/* Queue mode: whether another stream's blocks are done is asked of the
+ * stream itself when no event covers them: an idle stream gives them at
+ * once with no event; a busy one gets an event, and is not asked again for
+ * the next few takes; a stream being captured (or the legacy stream while
+ * a blocking stream captures) is never queried, since the query would
+ * invalidate the capture. */
+static void test_idle_stream(void)
+{
+  held t;
+  if (!held_begin(&t, CUEMM_STREAM_REUSE_EVENT, 20))
+    return;
+  cuemm_manager *m = t.m;
+  CUstream s1 = t.s1, s2 = t.s2;
+  CUdeviceptr p, q, r;
+  CHECK_CU(cuemm_alloc_async(m, &p, 8192, s1));
+  CHECK_CU(cuemm_free_async(m, p, s1));
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &q, 8192, s2));
+  is(q, p, "s1 has no work: s2 takes its block at once");
+  is(calls("cuEventRecord"), 0, "no event recorded");
+  is(calls("cuStreamQuery"), 1, "one cuStreamQuery of s1");
+  is(calls("cuStreamIsCapturing"), 1, "after asking whether s1 is captured");
+
+  /* Busy: an event decides, and s1 is not asked again for a while. */
+  CHECK_CU(cuMemsetD8Async(q, 0x5A, 8192, s2));
+  CHECK_CU(cuStreamSynchronize(s2));
+  CHECK_CU(cuemm_alloc_async(m, &p, 8192, s1));
+  CHECK_CU(cuMemsetD8Async(p, 0x11, 8192, s1));
+  CHECK_CU(cuemm_free_async(m, p, s1));
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &r, 8192, s2));
+  ok(r != p, "s1's work on its block is queued: s2 gets another");
+  is(calls("cuStreamQuery"), 1, "s1 was asked once");
+  is(calls("cuEventRecord"), 1, "it was busy: one event for its frees");
+  CHECK_CU(cuStreamSynchronize(s1)); /* its event is done: the next take must ask again or skip */
+  is(byte_at(p, 8191), 0x11, "s1's work wrote its block");
+  CUdeviceptr p2, r2;
+  CHECK_CU(cuemm_alloc_async(m, &p2, 4096, s1));
+  CHECK_CU(cuMemsetD8Async(p2, 0x22, 4096, s1));
+  CHECK_CU(cuemm_free_async(m, p2, s1));
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &r2, 4096, s2));
+  ok(r2 != p2, "still busy: s2 gets another block of 4 KiB");
+  is(calls("cuStreamQuery"), 0, "a stream found busy is not asked at the next take");
+  is(calls("cuEventRecord"), 1, "an event is recorded instead");
+  CHECK_CU(cuStreamSynchronize(s1));
+  CHECK_CU(cuemm_free_async(m, r, s2));
+  CHECK_CU(cuemm_free_async(m, r2, s2));
+  CHECK_CU(cuemm_free_async(m, q, s2));
+  CHECK_CU(cuStreamSynchronize(s2));
+
+  /* Captured: never queried, the capture stays valid. */
+  CUstream s3;
+  CHECK_CU(cuStreamCreate(&s3, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr c, d;
+  CHECK_CU(cuemm_alloc_async(m, &c, 16384, s3));
+  CHECK_CU(cuemm_free_async(m, c, s3));
+  is(sim.stream_set_capturing(s3, 1), 0, "s3 starts capturing");
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &d, 16384, s2));
+  is(calls("cuStreamQuery"), 0, "a capturing stream is never queried");
+  is(calls("cuStreamIsCapturing"), 1, "its capture status was asked");
+  is(sim.stream_set_capturing(s3, 0), 1, "and its capture was not invalidated");
+  CHECK_CU(cuemm_free_async(m, d, s2));
+
+  /* The legacy stream while a blocking stream captures. */
+  CUstream s4;
+  CHECK_CU(cuStreamCreate(&s4, CU_STREAM_DEFAULT));
+  CUdeviceptr e, f;
+  CHECK_CU(cuemm_alloc_async(m, &e, 24576, NULL));
+  CHECK_CU(cuemm_free_async(m, e, NULL));
+  sim.stream_set_capturing(s4, 1);
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &f, 24576, s2));
+  is(calls("cuStreamQuery"), 0, "the legacy stream is not queried while a blocking stream captures");
+  is(sim.stream_set_capturing(s4, 0), 1, "that capture stays valid");
+  CHECK_CU(cuemm_free_async(m, f, s2));
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuemm_destroy(m));
+  t.m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
+  CHECK_CU(cuStreamDestroy(s3));
+  CHECK_CU(cuStreamDestroy(s4));
+  held_end(&t);
+}
+
 /* Queue mode, large blocks: the thread keeps one, the pool takes the rest
  * at their free, tagged with the stream.  They serve that stream at once
  * (merged, at any size), another only after an event says s1's work is
@@ -833,7 +918,7 @@ static void test_reclaim(void)
   cuemm_stats st = test_stats(m);
   is(st.stream_cached_bytes, MIB, "the thread kept one block of the 64, the pool took the others at their free");
   ok(st.stream_steals >= 1, "s2 took blocks freed on s1 (%llu)", (unsigned long long)st.stream_steals);
-  ok(st.stream_events >= 1, "once an event on s1 said they were done (%llu events)",
+  is(st.stream_events, 0, "s1 had no work left, which cuStreamQuery told without an event (%llu events)",
      (unsigned long long)st.stream_events);
   CHECK_CU(cuemm_free_async(m, big, s2));
   CHECK_CU(cuemm_pool_trim(m));
@@ -1006,7 +1091,7 @@ static void test_threshold(void)
   cuemm_stats st = test_stats(m);
   ok(st.stream_cached_bytes <= MIB, "the thread kept at most one block, the pool took the others (%zu cached)",
      st.stream_cached_bytes);
-  ok(st.stream_events >= 1, "past the threshold an event said which were done (%llu)",
+  is(st.stream_events, 0, "past the threshold, s had no work left: all were done, no event (%llu)",
      (unsigned long long)st.stream_events);
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   ok(ps.mapped_bytes <= 10 * MIB, "and the pool released chunks (%zu mapped)", ps.mapped_bytes);
@@ -1190,6 +1275,7 @@ int main(void)
   test_refusals();
   test_same_stream();
   test_cross_stream();
+  test_idle_stream();
   test_pool_tagged();
   test_wait_mode();
   test_internal_mode();

@@ -32,6 +32,7 @@ typedef struct sim_api {
   int (*set_capacity)(size_t);
   void (*set_queue_mode)(int);
   size_t (*queued_work)(void);
+  int (*stream_set_capturing)(CUstream, int);
 } sim_api;
 
 static sim_api sim;
@@ -52,6 +53,7 @@ static inline int sim_init(void)
   SIM_SYM(set_capacity, "simcuda_set_capacity");
   SIM_SYM(set_queue_mode, "simcuda_set_queue_mode");
   SIM_SYM(queued_work, "simcuda_queued_work");
+  SIM_SYM(stream_set_capturing, "simcuda_stream_set_capturing");
 #undef SIM_SYM
   sim_present = sim.fail && sim.calls && sim.live_count;
   return sim_present;

@@ -114,6 +114,7 @@
   X(cuStreamDestroy, 4000, 0)                                                  \
   X(cuStreamSynchronize, 2000, 0)                                              \
   X(cuStreamQuery, 2000, 0)                                                    \
+  X(cuStreamIsCapturing, 10000, 0)                                             \
   X(cuStreamWaitEvent, 3020, 0)                                                \
   X(cuStreamGetCtx, 9020, 0)                                                   \
   X(cuStreamGetFlags, 5050, 0)                                                 \
@@ -335,6 +336,7 @@ struct sim_stream {
   unsigned long long done_pos;    /* position of the newest item run */
   struct sim_clock clock;         /* what its next item is ordered after */
   CUresult error;                 /* first error of work run since last sync */
+  int capturing;                  /* simcuda_stream_set_capturing: 1 capturing, 2 invalidated */
 };
 
 struct sim_stream *sim_stream_new(struct sim_ctx *ctx, unsigned flags, int is_null);

@@ -553,13 +553,55 @@ SIM_API CUresult cuStreamSynchronize(CUstream hStream)
   return SIM_END(stream_sync(hStream));
 }
 
+/* Whether a blocking stream of the legacy stream's context is capturing:
+ * the legacy stream is then unusable, as the driver has it. */
+static int legacy_blocked(const struct sim_stream *s)
+{
+  if (!s->is_null || s->per_thread)
+    return 0;
+  for (const struct sim_stream *o = stream_list; o; o = o->next)
+    if (o->ctx == s->ctx && o->capturing && !(o->flags & CU_STREAM_NON_BLOCKING))
+      return 1;
+  return 0;
+}
+
+/* A query of a capturing stream is illegal and invalidates its capture, as
+ * the driver's is; the legacy stream's invalidates the blocking streams'. */
 static CUresult stream_query(CUstream h)
 {
   CUresult r;
   struct sim_stream *s = sim_stream_resolve(h, &r);
   if (!s)
     return r;
+  if (s->capturing || legacy_blocked(s)) {
+    for (struct sim_stream *o = stream_list; o; o = o->next)
+      if (o == s || (o->ctx == s->ctx && o->capturing && !(o->flags & CU_STREAM_NON_BLOCKING) && s->is_null))
+        o->capturing = o->capturing ? 2 : 0;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   return s->queued ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+
+static CUresult stream_is_capturing(CUstream h, CUstreamCaptureStatus *status)
+{
+  if (!status)
+    return CUDA_ERROR_INVALID_VALUE;
+  CUresult r;
+  struct sim_stream *s = sim_stream_resolve(h, &r);
+  if (!s)
+    return r;
+  if (legacy_blocked(s))
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  *status = s->capturing == 2 ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+            : s->capturing    ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                              : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+  SIM_BEGIN(cuStreamIsCapturing);
+  return SIM_END(stream_is_capturing(hStream, captureStatus));
 }
 
 SIM_API CUresult cuStreamQuery(CUstream hStream)
@@ -859,6 +901,18 @@ SIM_API size_t simcuda_stream_run(CUstream h, size_t n)
   reap();
   sim_unlock();
   return ran;
+}
+
+SIM_API int simcuda_stream_set_capturing(CUstream h, int on)
+{
+  sim_lock();
+  CUresult r;
+  struct sim_stream *s = sim_stream_resolve(h, &r);
+  int was = s ? s->capturing : -1;
+  if (s)
+    s->capturing = on ? 1 : 0;
+  sim_unlock();
+  return was;
 }
 
 SIM_API size_t simcuda_stream_queued(CUstream h)

@@ -123,6 +123,16 @@ size_t simcuda_queued_work(void);
 size_t simcuda_stream_run(CUstream s, size_t n);
 /* Items queued on stream s and not yet run; 0 when s does not resolve. */
 size_t simcuda_stream_queued(CUstream s);
+/* Stream capture, as far as cuStreamIsCapturing and cuStreamQuery see it
+ * (simcuda captures nothing): with `on`, s reports
+ * CU_STREAM_CAPTURE_STATUS_ACTIVE; a cuStreamQuery of it then fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and marks it INVALIDATED, as the
+ * driver's invalidates the capture; while a blocking stream captures, the
+ * legacy stream's cuStreamIsCapturing fails with
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and its cuStreamQuery invalidates that
+ * capture.  Returns the state before (0 none, 1 capturing, 2 invalidated),
+ * -1 when s does not resolve. */
+int simcuda_stream_set_capturing(CUstream s, int on);
 
 /* Early-reuse detector.  Call it right after an allocator hands out [p, p+n)
  * for use on stream s.  Returns how many queued, not yet run copies and fills
