@@ -2,7 +2,8 @@
 # gpu-corpus.sh: the trace corpus on a GPU.  Generates every log of
 # tests/fixtures/corpus.txt with tools/cuemm-tracegen and replays each
 # through all four backends of tools/cuemm-replay (cuMemAlloc, the driver's
-# pool cuMemAllocAsync, cuemm-async, cuemm-deferred), 3 timed passes, then
+# pool cuMemAllocAsync, cuemm-async, cuemm-deferred), 3 timed passes, each
+# thread of a log on a thread of its own (--threads), then
 # prints a table per log (ns per event and footprint of each backend) and
 # one over the corpus: the footprints of cuemm-async and cuMemAllocAsync,
 # their ns per event, and the footprint recorded on simcuda
@@ -75,7 +76,7 @@ cat "$out/gpu.txt"
 status=0
 {
   echo "# the corpus's footprints (peak held / peak live) on $(sed -n 2p "$out/gpu.txt" | cut -d, -f1), written by"
-  echo "# scripts/gpu-corpus.sh (${REPLAY_ARGS:---reps 3}); the format of tests/fixtures/corpus-footprint.txt"
+  echo "# scripts/gpu-corpus.sh (${REPLAY_ARGS:---reps 3 --threads}); the format of tests/fixtures/corpus-footprint.txt"
   echo "# name events peak-live cuemm-async cuMemAllocAsync"
 } > "$out/corpus-footprint.txt"
 sum="$out/summary.txt"
@@ -98,7 +99,7 @@ for name in $names; do
   rm -f "$out/gen-$name.err"
   r="$out/replay-$name.txt"
   # shellcheck disable=SC2086
-  timeout "${LOG_TIMEOUT:-150}" "$b/tools/cuemm-replay" ${REPLAY_ARGS:---reps 3} "$log" > "$r" 2> "$out/replay-$name.err"
+  timeout "${LOG_TIMEOUT:-150}" "$b/tools/cuemm-replay" ${REPLAY_ARGS:---reps 3 --threads} "$log" > "$r" 2> "$out/replay-$name.err"
   rc=$?
   if test $rc -ne 0; then
     echo "gpu-corpus: cuemm-replay on $name: exit $rc; $(tail -n 2 "$out/replay-$name.err")" | tee -a "$sum" >&2
@@ -125,7 +126,7 @@ done
 
 {
   echo
-  echo "## the corpus: footprint (peak held / peak live) and ns per event, ${REPLAY_ARGS:---reps 3}"
+  echo "## the corpus: footprint (peak held / peak live) and ns per event, ${REPLAY_ARGS:---reps 3 --threads}"
   printf '%-16s %7s %12s %16s %14s %18s %14s\n' log events cuemm-async cuMemAllocAsync "cuemm ns/ev" "cuMemAllocAsync ns" "simcuda cuemm"
   awk '{ printf "%-16s %7s %12s %16s %14s %18s %14s\n", $1, $2, $3, $4, $5, $6, $7 }' "$rows"
   med() { awk -v c="$1" '$c ~ /^[0-9.]+$/ { print $c }' "$rows" | sort -n |

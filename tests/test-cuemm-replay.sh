@@ -453,4 +453,21 @@ out=$("$replay" --quick --backends cuemm-async "${qlog:-/dev/null}" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'
 check "cuemm-replay replays it: $rows events, peak live $peak bytes (exit $rc)" \
   has "$rows events replayed on 1 stream; peak live $peak bytes"
+# --threads: thread 2 frees the block thread 1 allocated, and the reverse.
+# Replayed on one thread, the stream path has one thread cache; with
+# --threads, one per thread of the log (the CUEMM_STATS line counts them),
+# and the frees of other threads' blocks go through.
+printf '%s\n' "Thread,Time,Action,Pointer,Size,Stream" "11,0,allocate,0x100000,1048576,0x0" \
+  "22,0,allocate,0x300000,4096,0x0" "22,0,free,0x100000,1048576,0x0" "11,0,free,0x300000,4096,0x0" \
+  "11,0,allocate,0x100000,8192,0x0" "22,0,free,0x100000,8192,0x0" > "$tmp/threads.csv"
+out=$(CUEMM_STATS=1 "$replay" --quick --backends cuemm-async "$tmp/threads.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "a log of two threads replayed on one: one thread cache (exit $rc)" \
+  test $rc -eq 0 -a -n "$(has "cached in [0-9]* blocks by 1 threads" && echo y)" -a -z "$(has "^# --threads" && echo y)"
+out=$(CUEMM_STATS=1 "$replay" --quick --threads --backends cuemm-async "$tmp/threads.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "with --threads it says so and replays on two threads: two thread caches (exit $rc)" \
+  test $rc -eq 0 -a -n "$(has "^# --threads: the log's 2 threads replay on a thread each" && echo y)" \
+    -a -n "$(has "cached in [0-9]* blocks by 2 threads" && echo y)" \
+    -a -n "$(has "6 events replayed on 1 stream; peak live 1052672 bytes" && echo y)"
 echo "1..$n"

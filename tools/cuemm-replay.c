@@ -7,7 +7,8 @@
  *
  * SYNOPSIS
  *   cuemm-replay [--backends LIST] [--manager N] [--reps R | --quick]
- *                [--snapshot FILE] [--quiet] [--progress-interval S] LOG...
+ *                [--threads] [--snapshot FILE] [--quiet]
+ *                [--progress-interval S] LOG...
  *   cuemm-replay --help | --version
  *
  * DESCRIPTION
@@ -63,6 +64,15 @@
  *                          cuemm backends another the driver work each made
  *                          (pool growths, releases, stream events, reclaims
  *                          of thread caches)
+ *   --threads              each thread of the log (its Thread column)
+ *                          replays its rows on a thread of its own, one
+ *                          row at a time in the log's order (a turn passed
+ *                          from thread to thread), so that the threads'
+ *                          caches and their frees of each other's blocks
+ *                          happen as in the program; the time per event
+ *                          then counts the turns and says little (the CPU
+ *                          figure is the wall's).  At most 64 threads: a
+ *                          log's further threads share those
  *   --snapshot FILE        the first cuemm backend's cuemm_snapshot_take,
  *                          written by cuemm_snapshot_write_json into FILE
  *                          after the event where live bytes reach the log's
@@ -125,7 +135,10 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -360,6 +373,10 @@ static void progress_clear(void)
 /* The log is read by replay-parse.c, which returns its errors; a bad log
  * stops the run here, before the device is touched. */
 typedef replay_trace trace;
+
+/* --threads: each thread of the log replays its own rows on a thread of
+ * its own. */
+static int opt_threads;
 typedef replay_event event;
 
 static void read_progress(const trace *t)
@@ -409,6 +426,8 @@ static void trace_print(const trace *t)
          "(%.1f MiB); %zu bytes in %zu allocations live at the end\n",
          t->lines, t->allocs, t->frees, t->n, t->streams, t->streams == 1 ? "" : "s", t->peak_live,
          (double)t->peak_live / MiB, t->live_at_end, t->live_count_at_end);
+  if (opt_threads && t->threads > 1)
+    printf("# --threads: the log's %zu threads replay on a thread each, in turn\n", t->threads);
   if (t->has_seq)
     printf("# rows replayed in Seq order: %zu were out of file order\n", t->seq_out_of_order);
   if (t->seq_duplicates)
@@ -768,55 +787,138 @@ typedef struct position {
   char pass[48];
 } position;
 
+/* What one pass shares between the events (and, with --threads, between
+ * the replaying threads, one of which holds the turn at a time). */
+typedef struct pass_state {
+  const trace *t;
+  const backend *b;
+  CUdeviceptr *slot;
+  const CUstream *streams;
+  const position *pos;
+  size_t peak, ooms;
+  int sample, snapshot, progress;
+  _Atomic size_t turn;    /* --threads: the event whose turn it is */
+  size_t *order;          /* --threads: the events of thread k at order[start[k]..start[k+1]) */
+  size_t start[REPLAY_MAX_THREADS + 1];
+} pass_state;
+
+static void replay_one(pass_state *ps, size_t i)
+{
+  const trace *t = ps->t;
+  const backend *b = ps->b;
+  const event *e = &t->ev[i];
+  if (!e->is_free) {
+    CUresult r = b->alloc(&ps->slot[e->slot], (size_t)e->size, ps->streams[e->stream]);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      ps->slot[e->slot] = 0;
+      ps->ooms++;
+    } else if (r != CUDA_SUCCESS) {
+      progress_clear();
+      fprintf(stderr, PROG ": %s: %s: allocating %llu bytes (event %zu) failed (%s)%s%s\n", t->shown, b->name,
+              (unsigned long long)e->size, i + 1, error_name(r), b->is_cuemm ? ": " : "",
+              b->is_cuemm ? shown(cuemm_last_error()) : "");
+      exit(1);
+    }
+  } else if (ps->slot[e->slot]) {
+    CHECK(b->free(ps->slot[e->slot], (size_t)e->size, ps->streams[e->stream]));
+    ps->slot[e->slot] = 0;
+  }
+  if (ps->sample) {
+    size_t h = b->held_sample();
+    if (h > ps->peak)
+      ps->peak = h;
+  }
+  if (ps->snapshot && i == t->peak_event)
+    snapshot_write(t, b, i + 1);
+  if (ps->progress && (i & 1023) == 1023 && progress_due())
+    progress_show(PROG ": %s: %s (%d of %d), %s: %zu of %zu events (%zu%%)", t->shown, ps->pos->backend,
+                  ps->pos->backend_no, ps->pos->backends, ps->pos->pass, i + 1, t->n, (i + 1) * 100 / t->n);
+}
+
+typedef struct replay_thread_arg {
+  pass_state *ps;
+  unsigned k;
+} replay_thread_arg;
+
+/* A replaying thread: waits for the turn of each of its events, replays it
+ * and passes the turn on.  The turn's release and acquire order the
+ * threads' calls as the log orders them. */
+static void *replay_thread(void *arg)
+{
+  const replay_thread_arg *a = arg;
+  pass_state *ps = a->ps;
+  CHECK(drv.CtxSetCurrent(ctx));
+  for (size_t j = ps->start[a->k]; j < ps->start[a->k + 1]; j++) {
+    size_t i = ps->order[j];
+    for (unsigned spins = 0; atomic_load_explicit(&ps->turn, memory_order_acquire) != i;)
+      if (++spins > 64)
+        sched_yield();
+    replay_one(ps, i);
+    atomic_store_explicit(&ps->turn, i + 1, memory_order_release);
+  }
+  return NULL;
+}
+
+/* The events of the pass on a thread per thread of the log. */
+static void replay_threaded(pass_state *ps)
+{
+  const trace *t = ps->t;
+  unsigned nt = (unsigned)t->threads;
+  ps->order = xcalloc(t->n ? t->n : 1, sizeof *ps->order);
+  memset(ps->start, 0, sizeof ps->start);
+  for (size_t i = 0; i < t->n; i++)
+    ps->start[t->ev[i].thread + 1]++;
+  for (unsigned k = 0; k < nt; k++)
+    ps->start[k + 1] += ps->start[k];
+  size_t fill[REPLAY_MAX_THREADS];
+  memcpy(fill, ps->start, sizeof fill);
+  for (size_t i = 0; i < t->n; i++)
+    ps->order[fill[t->ev[i].thread]++] = i;
+  atomic_store(&ps->turn, 0);
+  ps->progress = 0; /* the progress line is one thread's */
+  pthread_t th[REPLAY_MAX_THREADS];
+  replay_thread_arg arg[REPLAY_MAX_THREADS];
+  for (unsigned k = 0; k < nt; k++) {
+    arg[k] = (replay_thread_arg){ ps, k };
+    if (pthread_create(&th[k], NULL, replay_thread, &arg[k]) != 0) {
+      fprintf(stderr, PROG ": %s: no thread to replay the log's thread %u of %u on\n", t->shown, k + 1, nt);
+      exit(1);
+    }
+  }
+  for (unsigned k = 0; k < nt; k++)
+    pthread_join(th[k], NULL);
+  free(ps->order);
+  ps->order = NULL;
+}
+
 /* One pass of the whole trace; returns its time in ns (the finish included,
  * the cleanup of what the trace leaves live excluded).  With `held`, samples
  * the backend's bytes held after every event into *held.  With `snapshot`,
  * writes the snapshot file after the event where live bytes reach the
- * trace's peak. */
+ * trace's peak.  With --threads and a log of several threads, the events
+ * run on a thread per thread of the log, and *cpu is the wall time (the
+ * threads' CPU time would count their waiting for the turn). */
 static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, const CUstream *streams,
                           const position *pos, size_t *oom, size_t *held, int snapshot, double *cpu)
 {
-  size_t peak = 0, ooms = 0;
-  int sample = held && b->held_sample;
+  pass_state ps = { .t = t, .b = b, .slot = slot, .streams = streams, .pos = pos,
+                    .sample = held && b->held_sample, .snapshot = snapshot, .progress = 1 };
+  int threaded = opt_threads && t->threads > 1;
   if (snapshot && t->n == 0)
     snapshot_write(t, b, 0);
   double t0 = now_ns(), c0 = cpu_ns(); /* the CPU interval inside the wall clock's */
-  for (size_t i = 0; i < t->n; i++) {
-    const event *e = &t->ev[i];
-    if (!e->is_free) {
-      CUresult r = b->alloc(&slot[e->slot], (size_t)e->size, streams[e->stream]);
-      if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-        slot[e->slot] = 0;
-        ooms++;
-      } else if (r != CUDA_SUCCESS) {
-        progress_clear();
-        fprintf(stderr, PROG ": %s: %s: allocating %llu bytes (event %zu) failed (%s)%s%s\n", t->shown, b->name,
-                (unsigned long long)e->size, i + 1, error_name(r), b->is_cuemm ? ": " : "",
-                b->is_cuemm ? shown(cuemm_last_error()) : "");
-        exit(1);
-      }
-    } else if (slot[e->slot]) {
-      CHECK(b->free(slot[e->slot], (size_t)e->size, streams[e->stream]));
-      slot[e->slot] = 0;
-    }
-    if (sample) {
-      size_t h = b->held_sample();
-      if (h > peak)
-        peak = h;
-    }
-    if (snapshot && i == t->peak_event)
-      snapshot_write(t, b, i + 1);
-    if ((i & 1023) == 1023 && progress_due())
-      progress_show(PROG ": %s: %s (%d of %d), %s: %zu of %zu events (%zu%%)", t->shown, pos->backend,
-                    pos->backend_no, pos->backends, pos->pass, i + 1, t->n, (i + 1) * 100 / t->n);
-  }
+  if (threaded)
+    replay_threaded(&ps);
+  else
+    for (size_t i = 0; i < t->n; i++)
+      replay_one(&ps, i);
   CHECK(b->finish());
   double c1 = cpu_ns(), ns = now_ns() - t0;
   if (cpu)
-    *cpu = c1 - c0;
+    *cpu = threaded ? ns : c1 - c0;
   if (held)
-    *held = peak;
-  *oom = ooms;
+    *held = ps.peak;
+  *oom = ps.ooms;
   /* What the trace leaves live, freed in the order it was allocated. */
   for (size_t i = 0; i < t->n; i++) {
     const event *e = &t->ev[i];
@@ -992,6 +1094,11 @@ static const char help_text[] =
     "                         median, and each pass's on a line of its own, by\n"
     "                         the wall clock and by the thread's CPU clock\n"
     "  --quick                one timed pass (--reps 1)\n"
+    "  --threads              replay each thread of the log (Thread column) on a\n"
+    "                         thread of its own, one row at a time in the log's\n"
+    "                         order, so that thread caches and frees of other\n"
+    "                         threads' blocks happen as in the program (the time\n"
+    "                         per event then counts the hand-overs)\n"
     "  --snapshot FILE        write the first cuemm backend's snapshot\n"
     "                         (cuemm_snapshot_take, as JSON) into FILE at the event\n"
     "                         where live bytes reach the log's peak; one LOG only\n"
@@ -1073,6 +1180,8 @@ int main(int argc, char **argv)
       return 0;
     } else if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
+    else if (strcmp(argv[i], "--threads") == 0)
+      opt_threads = 1;
     else if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0)
       quiet = 1;
     else if ((v = option_value(argc, argv, &i, "--progress-interval")) != NULL) {

@@ -32,12 +32,26 @@ static const char *const col_name[NCOLS] = { "Thread", "Time", "Action", "Pointe
 /* One row of the log as read, before the rows are put in order. */
 enum { ROW_ALLOC, ROW_FREE, ROW_FAILURE, ROW_UNKNOWN /* + the index of its name */ };
 typedef struct row {
-  uint64_t seq, ptr, size, stream, held;
+  uint64_t seq, ptr, size, stream, held, thread;
   size_t line;
   uint32_t manager;
   uint8_t action;
   uint8_t has_held;
 } row;
+
+/* A thread's key: its number, or for a Thread field that is no decimal
+ * number (loggers write what they like there) a hash of its text; only
+ * equality matters. */
+static uint64_t thread_key(const char *field)
+{
+  uint64_t v;
+  if (replay_parse_dec(field, &v) == REPLAY_NUMBER)
+    return v;
+  v = UINT64_C(0xcbf29ce484222325);
+  for (const unsigned char *c = (const unsigned char *)field; *c; c++)
+    v = (v ^ *c) * UINT64_C(0x100000001b3);
+  return v;
+}
 
 /* ---- escaping --------------------------------------------------------------- */
 
@@ -325,6 +339,7 @@ static replay_status parse_line(parser *p, char *line, size_t len)
     r.manager = (uint32_t)id;
   }
   if (r.action == ROW_ALLOC || r.action == ROW_FREE) {
+    r.thread = thread_key(f[col[COL_THREAD]]);
     if ((why = parse_hex(f[col[COL_POINTER]], &r.ptr)) != REPLAY_NUMBER)
       return number_fail(p, why, "Pointer", "hex", "0xffffffffffffffff", f[col[COL_POINTER]]);
     if ((why = replay_parse_dec(f[col[COL_SIZE]], &r.size)) != REPLAY_NUMBER)
@@ -462,6 +477,20 @@ static int trace_push(replay_trace *t, replay_event e)
   return 0;
 }
 
+/* The index of thread `id`, added if new; past REPLAY_MAX_THREADS a new
+ * thread shares the index of thread (id mod REPLAY_MAX_THREADS), so that a
+ * log of a thread per request still replays (on at most that many). */
+static int thread_index(replay_trace *t, uint64_t id)
+{
+  for (size_t i = 0; i < t->threads; i++)
+    if (t->thread_ids[i] == id)
+      return (int)i;
+  if (t->threads == REPLAY_MAX_THREADS)
+    return (int)(id % REPLAY_MAX_THREADS);
+  t->thread_ids[t->threads] = id;
+  return (int)t->threads++;
+}
+
 /* The index of stream `id`, added if new; -1 past REPLAY_MAX_STREAMS. */
 static int stream_index(replay_trace *t, uint64_t id)
 {
@@ -588,7 +617,8 @@ static replay_status build_events(parser *p)
       }
       live.key[i] = ptr, live.slot[i] = (uint32_t)t->slots, live.size[i] = size;
       live.n++;
-      if (trace_push(t, (replay_event){ .size = size, .slot = (uint32_t)t->slots++, .stream = (uint16_t)s }) != 0) {
+      if (trace_push(t, (replay_event){ .size = size, .slot = (uint32_t)t->slots++, .stream = (uint16_t)s,
+                                        .thread = (uint8_t)thread_index(t, r->thread) }) != 0) {
         st = no_memory(p);
         break;
       }
@@ -607,7 +637,7 @@ static replay_status build_events(parser *p)
       if (live.size[i] != size)
         t->free_size_mismatch++;
       if (trace_push(t, (replay_event){ .size = live.size[i], .slot = live.slot[i], .stream = (uint16_t)s,
-                                        .is_free = 1 }) != 0) {
+                                        .is_free = 1, .thread = (uint8_t)thread_index(t, r->thread) }) != 0) {
         st = no_memory(p);
         break;
       }

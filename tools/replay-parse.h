@@ -15,6 +15,8 @@
 #include <stdio.h>
 
 #define REPLAY_MAX_STREAMS 256
+/* Threads told apart; a log's further threads share these (see thread_index). */
+#define REPLAY_MAX_THREADS 64
 #define REPLAY_MAX_UNKNOWN_ACTIONS 8
 
 /* What replay_parse_file and replay_parse_bytes return. */
@@ -36,6 +38,7 @@ typedef struct replay_event {
   uint32_t slot;   /* the allocation, numbered in trace order */
   uint16_t stream; /* index into the trace's streams */
   uint8_t is_free;
+  uint8_t thread;  /* index into the trace's threads */
 } replay_event;
 
 typedef struct replay_manager_count {
@@ -51,6 +54,8 @@ typedef struct replay_trace {
   size_t slots;                      /* allocations replayed */
   uint64_t stream_ids[REPLAY_MAX_STREAMS]; /* the trace's stream values, by index */
   size_t streams;
+  uint64_t thread_ids[REPLAY_MAX_THREADS]; /* the Thread column's values, by index (see thread_index) */
+  size_t threads;
   size_t lines;
   size_t allocs, frees;
   size_t alloc_failures;             /* `allocate failure` lines, skipped */
