@@ -90,12 +90,21 @@ names=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$list" | awk '{ print $1 }')
 for name in $names; do
   args=$(sed -e 's/#.*//' "$list" | awk -v n="$name" '$1 == n { $1 = ""; print; exit }')
   log="$logs/$name.csv"
-  # shellcheck disable=SC2086
-  if ! "$b/tools/cuemm-tracegen" $args > "$log" 2> "$out/gen-$name.err"; then
-    echo "gpu-corpus: cuemm-tracegen$args: $(cat "$out/gen-$name.err")" | tee -a "$sum" >&2
-    status=1
-    continue
-  fi
+  case $args in
+    " @"*) # a log recorded from a program, gzipped beside the list
+      if ! gzip -dc "$(dirname "$list")/${args# @}" > "$log" 2> "$out/gen-$name.err"; then
+        echo "gpu-corpus: $name: ${args# @}: $(cat "$out/gen-$name.err")" | tee -a "$sum" >&2
+        status=1
+        continue
+      fi ;;
+    *)
+      # shellcheck disable=SC2086
+      if ! "$b/tools/cuemm-tracegen" $args > "$log" 2> "$out/gen-$name.err"; then
+        echo "gpu-corpus: cuemm-tracegen$args: $(cat "$out/gen-$name.err")" | tee -a "$sum" >&2
+        status=1
+        continue
+      fi ;;
+  esac
   rm -f "$out/gen-$name.err"
   r="$out/replay-$name.txt"
   # shellcheck disable=SC2086
