@@ -209,6 +209,21 @@ static void test_cross_stream(void)
   held_end(&t);
 }
 
+/* A block of `size` bytes allocated on s1, written there (the write
+ * queued), freed on s1 (*freed), then a request of the same size on s2,
+ * the driver's call counters reset just before it: s2's block. */
+static CUdeviceptr take_from_busy(cuemm_manager *m, CUstream s1, CUstream s2, size_t size, unsigned char tag,
+                                  CUdeviceptr *freed)
+{
+  CUdeviceptr r;
+  CHECK_CU(cuemm_alloc_async(m, freed, size, s1));
+  CHECK_CU(cuMemsetD8Async(*freed, tag, size, s1));
+  CHECK_CU(cuemm_free_async(m, *freed, s1));
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &r, size, s2));
+  return r;
+}
+
 /* Queue mode: whether another stream's blocks are done is asked of the
  * stream itself when no event covers them: an idle stream gives them at
  * once with no event; a busy one gets an event, and is not asked again for
@@ -235,22 +250,13 @@ static void test_idle_stream(void)
   /* Busy: an event decides, and s1 is not asked again for a while. */
   CHECK_CU(cuMemsetD8Async(q, 0x5A, 8192, s2));
   CHECK_CU(cuStreamSynchronize(s2));
-  CHECK_CU(cuemm_alloc_async(m, &p, 8192, s1));
-  CHECK_CU(cuMemsetD8Async(p, 0x11, 8192, s1));
-  CHECK_CU(cuemm_free_async(m, p, s1));
-  sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &r, 8192, s2));
+  r = take_from_busy(m, s1, s2, 8192, 0x11, &p);
   ok(r != p, "s1's work on its block is queued: s2 gets another");
   is(calls("cuStreamQuery"), 1, "s1 was asked once");
   is(calls("cuEventRecord"), 1, "it was busy: one event for its frees");
   CHECK_CU(cuStreamSynchronize(s1)); /* its event is done: the next take must ask again or skip */
   is(byte_at(p, 8191), 0x11, "s1's work wrote its block");
-  CUdeviceptr p2, r2;
-  CHECK_CU(cuemm_alloc_async(m, &p2, 4096, s1));
-  CHECK_CU(cuMemsetD8Async(p2, 0x22, 4096, s1));
-  CHECK_CU(cuemm_free_async(m, p2, s1));
-  sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &r2, 4096, s2));
+  CUdeviceptr p2, r2 = take_from_busy(m, s1, s2, 4096, 0x22, &p2);
   ok(r2 != p2, "still busy: s2 gets another block of 4 KiB");
   is(calls("cuStreamQuery"), 0, "a stream found busy is not asked at the next take");
   is(calls("cuEventRecord"), 1, "an event is recorded instead");
