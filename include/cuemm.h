@@ -279,7 +279,10 @@ typedef struct cuemm_config {
   cuemm_stream_reuse stream_reuse;
   /* How many blocks of 256 KiB to 16 MiB freed on a stream a thread keeps
    * for that stream's next requests of the same sizes
-   * (CUEMM_STREAM_KEEP_LARGE, 0 to 32): the newest freed stay.  Once the
+   * (CUEMM_STREAM_KEEP_LARGE, 0 to 32): the newest freed stay.  With
+   * several threads on the stream path, each keeps its share (this divided
+   * by the number of threads' caches, at least 1), so that together they
+   * keep about what one thread would.  Once the
    * stream keeps as many as it may, a block freed of a size among its last
    * four requests that none of them served takes the oldest one's place
    * (which goes back to the pool); any other goes back itself.  Kept blocks serve

@@ -557,7 +557,7 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
  * locks held. */
 void cuemm__exchange_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs)
 {
-  if (hs == CUEMM__HEAP_NIL || !h->st[hs].nlarge || h->st[hs].nlarge < m->cfg.stream_keep_large)
+  if (hs == CUEMM__HEAP_NIL || !h->st[hs].nlarge || h->st[hs].nlarge < cuemm__keep_large(m))
     return;
   uint32_t r = *cuemm__heap_large_at(&h->st[hs], 0);
   cuemm__heap_unbin(h, r);

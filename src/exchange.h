@@ -91,7 +91,8 @@ static inline __attribute__((always_inline)) uint32_t steal_hint(cuemm__heap *h,
 /* Whether h keeps a block of `size` bytes freed on `stream` rather than
  * the pool taking it at once.  Small blocks stay while the cache has room.
  * Of large ones (up to CUEMM__HEAP_LARGE_MAX), each stream keeps the
- * cuemm_config.stream_keep_large it freed last, the oldest going back to
+ * cuemm__keep_large (its thread's share of cuemm_config.stream_keep_large)
+ * it freed last, the oldest going back to
  * the pool as a newer one of a size in demand comes (free_evicting): the
  * activations of a layer come back in the next layer at the same sizes,
  * while blocks freed long before merge in the pool, where they serve any
@@ -114,13 +115,20 @@ static inline int heap_admits(cuemm__heap *h, CUstream stream, size_t size)
  * keeps at all (a block that came to it through cuemm_record_stream, which
  * goes to the pool), or a large one while the stream keeps as many as it
  * may (the slow path evicts the oldest first).  Heap entered or locked. */
+/* The large blocks a thread's heap keeps for one stream (its share of
+ * cfg.stream_keep_large, thread-heap.c). */
+static inline uint32_t cuemm__keep_large(const cuemm_manager *m)
+{
+  return atomic_load_explicit(&m->keep_large, memory_order_relaxed);
+}
+
 static inline int heap_surplus(const cuemm__heap *h, size_t size, uint32_t hs, CUstream stream)
 {
   if (size < CUEMM__HEAP_LARGE || stream_is_own_only(stream))
     return 0;
   if (size > CUEMM__HEAP_LARGE_MAX)
     return 1;
-  return hs != CUEMM__HEAP_NIL && h->st[hs].nlarge >= h->m->cfg.stream_keep_large;
+  return hs != CUEMM__HEAP_NIL && h->st[hs].nlarge >= cuemm__keep_large(h->m);
 }
 
 /* Whether stream hs of h (NIL: one it has not met) keeps a large block of
@@ -129,7 +137,7 @@ static inline int heap_surplus(const cuemm__heap *h, size_t size, uint32_t hs, C
  * kept block served (free_evicting says why). */
 static inline int heap_takes_large(const cuemm_manager *m, const cuemm__heap *h, uint32_t hs, size_t size)
 {
-  if (hs == CUEMM__HEAP_NIL || h->st[hs].nlarge < m->cfg.stream_keep_large)
+  if (hs == CUEMM__HEAP_NIL || h->st[hs].nlarge < cuemm__keep_large(m))
     return 1;
   for (unsigned i = 0; i < CUEMM__HEAP_WANTED; i++)
     if (h->st[hs].wanted[i] == size)

@@ -38,6 +38,8 @@
 #include "ctx.h"
 #include "cuemm.h"
 #include "driver.h"
+#include <stdatomic.h>
+
 #include "lock.h"
 #include "heap.h"
 #include "log.h"
@@ -64,6 +66,10 @@ struct cuemm_manager {
   cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (exchange.c;
                                * guarded by `lock`, holds no blocks) */
   uint32_t nheaps, capheaps;
+  /* Each thread's share of cfg.stream_keep_large: the large blocks a heap
+   * keeps for a stream (cuemm__thread_heap_keep_large); written under
+   * `lock`, read by the heaps' owners without it. */
+  _Atomic uint32_t keep_large;
   uint64_t stream_reclaims;
   uint64_t reclaims_at_growth;  /* stream_reclaims at the pool's last growth (manager.c's pool_alloc_slow) */
   uint8_t stream_ready;       /* the stream calls take the pool's path (set once at creation, stream.c) */

@@ -114,6 +114,7 @@ static CUresult stream_attach(cuemm_manager *m)
 {
   m->stream_ready = m->pool && m->drv->EventRecord && m->drv->EventQuery && m->drv->StreamWaitEvent;
   m->stream_inline = m->stream_ready && !m->log;
+  atomic_store_explicit(&m->keep_large, (uint32_t)m->cfg.stream_keep_large, memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 

@@ -979,6 +979,53 @@ static void test_reclaim_all(void)
 /* CUEMM_STREAM_KEEP_LARGE: a stream keeps the large blocks it freed last,
  * as many as it says; a newer one sends the oldest back to the pool, at
  * its free or where a request goes to the pool; 0 keeps none. */
+static void *small_pair(void *arg)
+{
+  cuemm_manager *m = arg;
+  CUdeviceptr p;
+  CHECK_CU(cuCtxSetCurrent(ctx));
+  CHECK_CU(cuemm_alloc_async(m, &p, 4096, CU_STREAM_PER_THREAD));
+  CHECK_CU(cuemm_free_async(m, p, CU_STREAM_PER_THREAD));
+  return NULL;
+}
+
+/* With a second thread's cache, each thread keeps half of
+ * stream_keep_large for a stream: together they keep what one would. */
+static void test_keep_large_share(void)
+{
+  cuemm_config c = test_config(10, 0.2);
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_reserve = 64 * MIB;
+  c.pool_chunk = 8 * MIB;
+  c.stream_keep_large = 4;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr v[4];
+  for (int i = 0; i < 4; i++)
+    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
+  for (int i = 0; i < 4; i++)
+    CHECK_CU(cuemm_free_async(m, v[i], s));
+  cuemm_stats st = test_stats(m);
+  is(st.stream_cached_bytes, 4 * MIB, "one thread: the stream keeps all four large blocks");
+  pthread_t t;
+  pthread_create(&t, NULL, small_pair, m);
+  pthread_join(t, NULL);
+  st = test_stats(m);
+  is(st.stream_heaps, 2, "a second thread made a cache of its own");
+  for (int i = 0; i < 4; i++)
+    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
+  for (int i = 0; i < 4; i++)
+    CHECK_CU(cuemm_free_async(m, v[i], s));
+  st = test_stats(m);
+  ok(st.stream_cached_bytes >= 2 * MIB && st.stream_cached_bytes < 3 * MIB,
+     "two threads: the stream keeps two of the four (%zu bytes cached, the other thread's 4 KiB block among them)",
+     st.stream_cached_bytes);
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 static void test_keep_large(void)
 {
   cuemm_config c = test_config(10, 0.2);
@@ -1295,6 +1342,7 @@ int main(void)
   test_remote_free();
   test_threshold();
   test_keep_large();
+  test_keep_large_share();
   test_reclaim_all();
   test_release_and_reset();
   test_exit_per_thread();
