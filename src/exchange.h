@@ -88,6 +88,13 @@ static inline __attribute__((always_inline)) uint32_t steal_hint(cuemm__heap *h,
   return t;
 }
 
+/* The large blocks a thread's heap keeps for one stream (its share of
+ * cfg.stream_keep_large, thread-heap.c). */
+static inline uint32_t cuemm__keep_large(const cuemm_manager *m)
+{
+  return atomic_load_explicit(&m->keep_large, memory_order_relaxed);
+}
+
 /* Whether h keeps a block of `size` bytes freed on `stream` rather than
  * the pool taking it at once.  Small blocks stay while the cache has room.
  * Of large ones (up to CUEMM__HEAP_LARGE_MAX), each stream keeps the
@@ -115,13 +122,6 @@ static inline int heap_admits(cuemm__heap *h, CUstream stream, size_t size)
  * keeps at all (a block that came to it through cuemm_record_stream, which
  * goes to the pool), or a large one while the stream keeps as many as it
  * may (the slow path evicts the oldest first).  Heap entered or locked. */
-/* The large blocks a thread's heap keeps for one stream (its share of
- * cfg.stream_keep_large, thread-heap.c). */
-static inline uint32_t cuemm__keep_large(const cuemm_manager *m)
-{
-  return atomic_load_explicit(&m->keep_large, memory_order_relaxed);
-}
-
 static inline int heap_surplus(const cuemm__heap *h, size_t size, uint32_t hs, CUstream stream)
 {
   if (size < CUEMM__HEAP_LARGE || stream_is_own_only(stream))

@@ -32,14 +32,13 @@
 #define CUEMM_MANAGER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "account.h"
 #include "ctx.h"
 #include "cuemm.h"
 #include "driver.h"
-#include <stdatomic.h>
-
 #include "lock.h"
 #include "heap.h"
 #include "log.h"
@@ -67,7 +66,7 @@ struct cuemm_manager {
                                * guarded by `lock`, holds no blocks) */
   uint32_t nheaps, capheaps;
   /* Each thread's share of cfg.stream_keep_large: the large blocks a heap
-   * keeps for a stream (cuemm__thread_heap_keep_large); written under
+   * keeps for a stream (thread-heap.c's keep_large_share); written under
    * `lock`, read by the heaps' owners without it. */
   _Atomic uint32_t keep_large;
   uint64_t stream_reclaims;
