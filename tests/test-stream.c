@@ -16,12 +16,20 @@
 
 static CUcontext ctx;
 
-static cuemm_manager *pool_manager(cuemm_stream_reuse reuse)
+/* The suite's configuration with a VMM pool of `reserve` bytes growing by
+ * `chunk`. */
+static cuemm_config vmm_config(size_t reserve, size_t chunk)
 {
   cuemm_config c = test_config(10, 0.2);
   c.pool = CUEMM_POOL_VMM;
-  c.pool_reserve = 256 * MIB;
-  c.pool_chunk = 32 * MIB;
+  c.pool_reserve = reserve;
+  c.pool_chunk = chunk;
+  return c;
+}
+
+static cuemm_manager *pool_manager(cuemm_stream_reuse reuse)
+{
+  cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
   c.stream_reuse = reuse;
   c.stream_keep_large = 1; /* the tests of the pool's part count on one kept large block */
   cuemm_manager *m = NULL;
@@ -662,10 +670,7 @@ static void test_threads(void)
  * with no event recorded and no growth. */
 static void test_give_back_own_stream(void)
 {
-  cuemm_config c = test_config(10, 0.2);
-  c.pool = CUEMM_POOL_VMM;
-  c.pool_reserve = 256 * MIB;
-  c.pool_chunk = 32 * MIB;
+  cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
   c.pool_release_threshold = 256 * MIB;
   c.stream_reuse = CUEMM_STREAM_REUSE_EVENT;
   cuemm_manager *m = NULL;
@@ -850,10 +855,7 @@ static void *alloc_elsewhere(void *arg)
 static void test_grow_before_raid(void)
 {
   for (int limited = 0; limited < 2; limited++) {
-    cuemm_config c = test_config(10, 0.2);
-    c.pool = CUEMM_POOL_VMM;
-    c.pool_reserve = 256 * MIB;
-    c.pool_chunk = 32 * MIB;
+    cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
     c.pool_release_threshold = 256 * MIB;
     c.pool_limit = limited ? 32 * MIB : 0;
     cuemm_manager *m = NULL;
@@ -942,10 +944,7 @@ static void test_reclaim(void)
  * free space around the request. */
 static void test_reclaim_all(void)
 {
-  cuemm_config c = test_config(10, 0.2);
-  c.pool = CUEMM_POOL_VMM;
-  c.pool_reserve = 64 * MIB;
-  c.pool_chunk = 8 * MIB;
+  cuemm_config c = vmm_config(64 * MIB, 8 * MIB);
   c.stream_keep_large = 5;
   cuemm_manager *m = NULL;
   CHECK_CU(cuemm_create(&m, ctx, &c));
@@ -993,10 +992,7 @@ static void *small_pair(void *arg)
  * stream_keep_large for a stream: together they keep what one would. */
 static void test_keep_large_share(void)
 {
-  cuemm_config c = test_config(10, 0.2);
-  c.pool = CUEMM_POOL_VMM;
-  c.pool_reserve = 64 * MIB;
-  c.pool_chunk = 8 * MIB;
+  cuemm_config c = vmm_config(64 * MIB, 8 * MIB);
   c.stream_keep_large = 4;
   cuemm_manager *m = NULL;
   CHECK_CU(cuemm_create(&m, ctx, &c));
@@ -1028,10 +1024,7 @@ static void test_keep_large_share(void)
 
 static void test_keep_large(void)
 {
-  cuemm_config c = test_config(10, 0.2);
-  c.pool = CUEMM_POOL_VMM;
-  c.pool_reserve = 64 * MIB;
-  c.pool_chunk = 8 * MIB;
+  cuemm_config c = vmm_config(64 * MIB, 8 * MIB);
   c.stream_keep_large = 3;
   cuemm_manager *m = NULL;
   CHECK_CU(cuemm_create(&m, ctx, &c));
@@ -1121,10 +1114,7 @@ static void test_keep_large(void)
  * gives idle blocks back, and the pool releases what is wholly free. */
 static void test_threshold(void)
 {
-  cuemm_config c = test_config(10, 0.2);
-  c.pool = CUEMM_POOL_VMM;
-  c.pool_reserve = 64 * MIB;
-  c.pool_chunk = 2 * MIB;
+  cuemm_config c = vmm_config(64 * MIB, 2 * MIB);
   c.pool_release_threshold = 4 * MIB;
   c.pool_release_delay_ms = 0;
   c.stream_keep_large = 1;
