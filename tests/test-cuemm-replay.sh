@@ -470,4 +470,29 @@ check "with --threads it says so and replays on two threads: two thread caches (
   test $rc -eq 0 -a -n "$(has "^# --threads: the log's 2 threads replay on a thread each" && echo y)" \
     -a -n "$(has "cached in [0-9]* blocks by 2 threads" && echo y)" \
     -a -n "$(has "6 events replayed on 1 stream; peak live 1052672 bytes" && echo y)"
+# --lag: stream 1 frees a 4 MiB block, then stream 2 asks for 4 MiB.  With
+# the GPU idle the query of stream 1 says its work is done and stream 2
+# takes the block: 4 MiB held.  With the GPU 4 allocations behind, stream
+# 1's fill of the block is still queued when stream 2 asks; under
+# CUEMM_STREAM_REUSE=event (no wait) the pool maps 4 MiB more.  On simcuda
+# the replay turns its queue mode on, and says so.
+printf '%s\n' "Thread,Time,Action,Pointer,Size,Stream" "1,0,allocate,0x100000,4194304,0x10" \
+  "1,0,free,0x100000,4194304,0x10" "1,0,allocate,0x900000,4194304,0x20" "1,0,free,0x900000,4194304,0x20" \
+  > "$tmp/lag.csv"
+out=$(CUEMM_STREAM_REUSE=event "$replay" --quick --backends cuemm-async "$tmp/lag.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "without --lag the second stream reuses the first's block: 4 MiB held (exit $rc)" \
+  test $rc -eq 0 -a "$(col lag.csv cuemm-async 5)" = 4194304 -a -z "$(has "^# --lag" && echo y)"
+out=$(CUEMM_STREAM_REUSE=event "$replay" --quick --lag 4 --backends cuemm-async,cuMemAlloc "$tmp/lag.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "--lag 4 says what it does, and every backend replays (exit $rc)" \
+  test $rc -eq 0 -a -n "$(has "^# --lag 4: the GPU runs 4 allocations behind" && echo y)" \
+    -a "$(col lag.csv cuemm-async 7)" = 0 -a "$(col lag.csv cuMemAlloc 7)" = 0
+sim_check "--lag 4 on simcuda: its queue mode on, the first block still in use, 8 MiB held" \
+  test -n "$(has "simcuda's queue mode on" && echo y)" -a "$(col lag.csv cuemm-async 5)" = 8388608
+for v in 0 4097 x 4k; do
+  out=$("$replay" --quick --lag "$v" "$tmp/lag.csv" 2>&1); rc=$?
+  check "--lag $v is a usage error (exit $rc)" \
+    test $rc -eq 2 -a "$(printf '%s\n' "$out" | sed -n 1p)" = "cuemm-replay: --lag takes 1 to 4096 allocations, not '$v'"
+done
 echo "1..$n"

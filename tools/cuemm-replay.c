@@ -7,7 +7,7 @@
  *
  * SYNOPSIS
  *   cuemm-replay [--backends LIST] [--manager N] [--reps R | --quick]
- *                [--threads] [--snapshot FILE] [--quiet]
+ *                [--threads] [--lag N] [--snapshot FILE] [--quiet]
  *                [--progress-interval S] LOG...
  *   cuemm-replay --help | --version
  *
@@ -73,6 +73,21 @@
  *                          then counts the turns and says little (the CPU
  *                          figure is the wall's).  At most 64 threads: a
  *                          log's further threads share those
+ *   --lag N                the GPU runs N allocations behind the program,
+ *                          as a program's GPU does when its kernels take
+ *                          longer than their launches: after each
+ *                          allocation a 1-byte fill of the block is queued
+ *                          on its stream (the kernel that uses it) and an
+ *                          event recorded there, and the replay waits for
+ *                          the event of N allocations before.  Blocks then
+ *                          come back while work on their streams is still
+ *                          queued, so reuse across streams needs events as
+ *                          in the program; with 0 (the default) every
+ *                          stream is idle whenever the allocator asks.  On
+ *                          simcuda the replay turns its queue mode on (work
+ *                          waits for a synchronization).  1 to 4096; the
+ *                          time per event then counts the waits and says
+ *                          little
  *   --snapshot FILE        the first cuemm backend's cuemm_snapshot_take,
  *                          written by cuemm_snapshot_write_json into FILE
  *                          after the event where live bytes reach the log's
@@ -186,13 +201,20 @@ static const char *shown(const char *s)
   X(DevicePrimaryCtxRelease) X(CtxSetCurrent) X(CtxSynchronize)                \
   X(MemGetInfo) X(MemAlloc) X(MemFree) X(StreamCreate) X(StreamDestroy)        \
   O(MemAllocAsync) O(MemFreeAsync) O(DeviceGetDefaultMemPool)                  \
-  O(MemPoolSetAttribute) O(MemPoolGetAttribute) O(MemPoolTrimTo)
+  O(MemPoolSetAttribute) O(MemPoolGetAttribute) O(MemPoolTrimTo)              \
+  O(MemsetD8Async) O(EventCreate) O(EventRecord) O(EventSynchronize)          \
+  O(EventDestroy)
 
 static struct {
 #define DRIVER_FIELD(name) __typeof__(cu##name) *name;
   DRIVER_ENTRIES(DRIVER_FIELD, DRIVER_FIELD)
 #undef DRIVER_FIELD
 } drv;
+
+/* --lag: how many allocations the GPU runs behind (0: none); on simcuda,
+ * whether its queue mode was turned on for it. */
+static unsigned opt_lag;
+static int lag_simulated;
 
 static void progress_clear(void);
 
@@ -257,6 +279,20 @@ static void driver_load(cuemm_driver_info *info)
 #undef DRIVER_REQ
 #undef DRIVER_OPT
 #undef DRIVER_RESOLVE
+  if (opt_lag) {
+    if (!drv.MemsetD8Async || !drv.EventCreate || !drv.EventRecord || !drv.EventSynchronize || !drv.EventDestroy) {
+      fprintf(stderr, PROG ": --lag: the CUDA driver %s lacks cuMemsetD8Async or the cuEvent calls\n",
+              shown(info->path));
+      exit(1);
+    }
+    /* simcuda runs queued work at once unless told to queue it: without
+     * that, its streams would never be behind. */
+    void (*queue_mode)(int) = (void (*)(int))dlsym(h, "simcuda_set_queue_mode");
+    if (queue_mode) {
+      queue_mode(1);
+      lag_simulated = 1;
+    }
+  }
 }
 
 /* ---- time ----------------------------------------------------------------- */
@@ -797,10 +833,28 @@ typedef struct pass_state {
   const position *pos;
   size_t peak, ooms;
   int sample, snapshot, progress;
+  CUevent *lag_ev;        /* --lag: a ring of opt_lag events, recorded after allocations */
+  size_t lag_next, lag_used;
   _Atomic size_t turn;    /* --threads: the event whose turn it is */
   size_t *order;          /* --threads: the events of thread k at order[start[k]..start[k+1]) */
   size_t start[REPLAY_MAX_THREADS + 1];
 } pass_state;
+
+/* --lag: the work that uses the block just allocated at p, queued on its
+ * stream, and an event after it; the program runs on once the GPU has
+ * finished the work of opt_lag allocations before.  One thread at a time
+ * (the turn, with --threads). */
+static void lag_after_alloc(pass_state *ps, CUdeviceptr p, CUstream s)
+{
+  CHECK(drv.MemsetD8Async(p, 0, 1, s));
+  CUevent ev = ps->lag_ev[ps->lag_next];
+  if (ps->lag_used == opt_lag)
+    CHECK(drv.EventSynchronize(ev));
+  else
+    ps->lag_used++;
+  CHECK(drv.EventRecord(ev, s));
+  ps->lag_next = (ps->lag_next + 1) % opt_lag;
+}
 
 static void replay_one(pass_state *ps, size_t i)
 {
@@ -819,6 +873,8 @@ static void replay_one(pass_state *ps, size_t i)
               b->is_cuemm ? shown(cuemm_last_error()) : "");
       exit(1);
     }
+    if (ps->lag_ev && ps->slot[e->slot])
+      lag_after_alloc(ps, ps->slot[e->slot], ps->streams[e->stream]);
   } else if (ps->slot[e->slot]) {
     CHECK(b->free(ps->slot[e->slot], (size_t)e->size, ps->streams[e->stream]));
     ps->slot[e->slot] = 0;
@@ -899,9 +955,10 @@ static void replay_threaded(pass_state *ps)
  * run on a thread per thread of the log, and *cpu is the wall time (the
  * threads' CPU time would count their waiting for the turn). */
 static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, const CUstream *streams,
-                          const position *pos, size_t *oom, size_t *held, int snapshot, double *cpu)
+                          CUevent *lag_ev, const position *pos, size_t *oom, size_t *held, int snapshot,
+                          double *cpu)
 {
-  pass_state ps = { .t = t, .b = b, .slot = slot, .streams = streams, .pos = pos,
+  pass_state ps = { .t = t, .b = b, .slot = slot, .streams = streams, .lag_ev = lag_ev, .pos = pos,
                     .sample = held && b->held_sample, .snapshot = snapshot, .progress = 1 };
   int threaded = opt_threads && t->threads > 1;
   if (snapshot && t->n == 0)
@@ -950,25 +1007,31 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
       CHECK(drv.StreamCreate(&streams[i], CU_STREAM_NON_BLOCKING));
   }
   CUdeviceptr *slot = xcalloc(t->slots, sizeof *slot);
+  CUevent *lag_ev = NULL;
+  if (opt_lag) {
+    lag_ev = xcalloc(opt_lag, sizeof *lag_ev);
+    for (unsigned k = 0; k < opt_lag; k++)
+      CHECK(drv.EventCreate(&lag_ev[k], CU_EVENT_DISABLE_TIMING));
+  }
   size_t oom = 0, held = 0;
   if (b->held_begin)
     b->held_begin();
   snprintf(pos.pass, sizeof pos.pass, "the pass measuring bytes held");
-  replay_pass(t, b, slot, streams, &pos, &oom, &held, snapshot, NULL);
+  replay_pass(t, b, slot, streams, lag_ev, &pos, &oom, &held, snapshot, NULL);
   res.held_known = b->held_sample != NULL;
   if (b->held_peak)
     res.held_known = b->held_peak(&held);
   res.held = held;
   res.oom = oom;
   snprintf(pos.pass, sizeof pos.pass, "the warm-up pass");
-  replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0, NULL);
+  replay_pass(t, b, slot, streams, lag_ev, &pos, &oom, NULL, 0, NULL);
   double v[64], cpu[64];
   uint64_t cnt[65][COUNTERS]; /* before each timed pass, and after the last */
   for (int r = 0; r < reps; r++) {
     snprintf(pos.pass, sizeof pos.pass, "timed pass %d of %d", r + 1, reps);
     if (b->is_cuemm)
       cuemm_counters(cnt[r]);
-    v[r] = replay_pass(t, b, slot, streams, &pos, &oom, NULL, 0, &cpu[r]);
+    v[r] = replay_pass(t, b, slot, streams, lag_ev, &pos, &oom, NULL, 0, &cpu[r]);
     if (oom > res.oom)
       res.oom = oom;
   }
@@ -978,6 +1041,9 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
   memcpy(each, v, (size_t)reps * sizeof each[0]);
   res.ns_per_event = t->n ? median(v, reps) / (double)t->n : 0;
   free(slot);
+  for (unsigned k = 0; lag_ev && k < opt_lag; k++)
+    CHECK(drv.EventDestroy(lag_ev[k]));
+  free(lag_ev);
   /* The manager first: its caches name the streams. */
   if (b->teardown)
     b->teardown();
@@ -1099,6 +1165,13 @@ static const char help_text[] =
     "                         order, so that thread caches and frees of other\n"
     "                         threads' blocks happen as in the program (the time\n"
     "                         per event then counts the hand-overs)\n"
+    "  --lag N                the GPU runs N allocations (1 to 4096) behind the\n"
+    "                         program: each allocation queues a 1-byte fill of its\n"
+    "                         block on its stream and an event, and the replay\n"
+    "                         waits for the event of N allocations before, so\n"
+    "                         blocks come back while their streams still have\n"
+    "                         work queued (on simcuda its queue mode is turned\n"
+    "                         on); the time per event then counts the waits\n"
     "  --snapshot FILE        write the first cuemm backend's snapshot\n"
     "                         (cuemm_snapshot_take, as JSON) into FILE at the event\n"
     "                         where live bytes reach the log's peak; one LOG only\n"
@@ -1182,6 +1255,14 @@ int main(int argc, char **argv)
       quick = 1;
     else if (strcmp(argv[i], "--threads") == 0)
       opt_threads = 1;
+    else if ((v = option_value(argc, argv, &i, "--lag")) != NULL) {
+      char *end;
+      errno = 0;
+      long n = strtol(v, &end, 10);
+      if (end == v || *end || errno || n < 1 || n > 4096)
+        bad_usage("--lag takes 1 to 4096 allocations, not '%s'", shown(v));
+      opt_lag = (unsigned)n;
+    }
     else if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0)
       quiet = 1;
     else if ((v = option_value(argc, argv, &i, "--progress-interval")) != NULL) {
@@ -1258,6 +1339,10 @@ int main(int argc, char **argv)
   printf("# " PROG ": cuemm %s, %s, driver %d (%s)\n", cuemm_version_string(), devname, info.version, shown(info.path));
   printf("# each backend: one pass measuring bytes held, one warm-up pass, then the median of %d timed pass%s\n",
          reps, reps == 1 ? "" : "es");
+  if (opt_lag)
+    printf("# --lag %u: the GPU runs %u allocations behind (a 1-byte fill and an event queued after each)%s; "
+           "the time per event counts the waits\n", opt_lag, opt_lag,
+           lag_simulated ? ", simcuda's queue mode on" : "");
   for (int k = 0; k < nsel; k++)
     if (backends[sel[k]].is_cuemm) {
       cuemm_config_read();
