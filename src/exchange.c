@@ -407,6 +407,8 @@ size_t cuemm__exchange_reclaim(cuemm_manager *m, int how, size_t want)
   if (!m->nheaps)
     return 0;
   int all = how == CUEMM__RECLAIM_ALL;
+  if (how == CUEMM__RECLAIM_QUEUED)
+    want = 0; /* every block, the busy ones tagged: see heap_give_back */
   const cuemm__heap *own = how == CUEMM__RECLAIM_OWN ? heap_of(m) : NULL;
   size_t given = 0;
   cuemm__ctx_guard g;

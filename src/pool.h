@@ -258,13 +258,15 @@ static inline void cuemm__pool_press(cuemm__pool *p, int pressed) { p->pressed =
 size_t cuemm__pool_step(const cuemm__pool *p);
 
 /* Maps new memory at the lowest place where it lets a request of `size`
- * bytes fit (extending free space below it when there is some): one chunk
+ * bytes fit (extending free space beside it when there is some: idle, or
+ * freed on the requesting stream, tag `tag`, which that stream may use at
+ * once and which the new memory then joins under the tag): one chunk
  * per piece (one cuMemCreate and one cuMemMap each, piece.c chooses their
  * size), side by side, then one cuMemSetAccess over the whole run for every
  * device with access.  A failed step rolls back every piece of it.
  * CUDA_ERROR_OUT_OF_MEMORY when the limit or the reservation leaves no
  * room, or the driver's error. */
-CUresult cuemm__pool_grow(cuemm__pool *p, size_t size);
+CUresult cuemm__pool_grow(cuemm__pool *p, size_t size, uint32_t tag);
 
 /* Unmaps and releases wholly free chunks, highest address first, as long as
  * at least `keep` free bytes stay mapped.  Every free block is idle (blocks

@@ -741,8 +741,9 @@ void cuemm__sa_coalesce(cuemm__sa *s)
 }
 
 /* Gives the part [off, off + size) of the linked block containing it the
- * state `to`, then merges it.  2 spare descriptors must be at hand. */
-static void recolor(cuemm__sa *s, size_t off, size_t size, uint8_t to)
+ * state `to` (FREE ones the tag `tag`), then merges it.  2 spare
+ * descriptors must be at hand. */
+static void recolor_tagged(cuemm__sa *s, size_t off, size_t size, uint8_t to, uint32_t tag)
 {
   uint32_t i = cuemm__sa_find(s, off);
   list_del(s, i);
@@ -754,17 +755,29 @@ static void recolor(cuemm__sa *s, size_t off, size_t size, uint8_t to)
   if (s->b[i].size > size)
     list_add(s, split(s, i, size));
   s->b[i].state = to;
-  s->b[i].tag = 0;
+  s->b[i].tag = tag;
   s->b[i].seq = 0;
   if (to == CUEMM__SA_USED)
     s->used_count++;
   else
-    merge_link(s, i, 0);
+    merge_link(s, i, tag != 0);
+}
+
+static void recolor(cuemm__sa *s, size_t off, size_t size, uint8_t to)
+{
+  recolor_tagged(s, off, size, to, 0);
 }
 
 void cuemm__sa_fill(cuemm__sa *s, size_t off, size_t size)
 {
   recolor(s, off, size, CUEMM__SA_FREE);
+  s->hole_bytes -= size;
+  s->free_bytes += size;
+}
+
+void cuemm__sa_fill_tagged(cuemm__sa *s, size_t off, size_t size, uint32_t tag)
+{
+  recolor_tagged(s, off, size, CUEMM__SA_FREE, tag);
   s->hole_bytes -= size;
   s->free_bytes += size;
 }

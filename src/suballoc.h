@@ -323,6 +323,13 @@ void cuemm__sa_coalesce(cuemm__sa *s);
  * (cuemm__sa_reserve). */
 void cuemm__sa_fill(cuemm__sa *s, size_t off, size_t size);
 
+/* cuemm__sa_fill for a growth beside free space of tag `tag` (not 0, its
+ * bins made): the new space takes the tag and merges with that space (and
+ * with idle space), so that the tag's stream, which stream order lets use
+ * its own freed blocks at once, finds them and the new memory in one
+ * block. */
+void cuemm__sa_fill_tagged(cuemm__sa *s, size_t off, size_t size, uint32_t tag);
+
 /* Turns [off, off + size), which must lie inside one FREE block (coalesce
  * the caches first: a cached block is not merged with its neighbours), into a hole
  * (merged with neighbouring holes).  Needs 2 spare descriptors. */

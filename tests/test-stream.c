@@ -341,8 +341,10 @@ static void test_pool_tagged(void)
   CUdeviceptr b;
   CHECK_CU(cuemm_alloc_async(m, &b, 3 * MIB, s2));
   ok(b + 3 * MIB <= v[0] || b >= v[3] + MIB, "s2 does not get them while s1's work on them is queued");
-  ok(calls("cuEventRecord") >= 1 && calls("cuEventRecord") <= 2 && calls("cuEventSynchronize") == 0,
-     "events on s1 asked (one for the pool's blocks, one for the block the thread keeps), none waited on");
+  tap_diag("events recorded: %lu", calls("cuEventRecord"));
+  ok(calls("cuEventRecord") >= 1 && calls("cuEventRecord") <= 3 && calls("cuEventSynchronize") == 0,
+     "events on s1 asked (for the pool's blocks, for the block the thread keeps, for that block back in the "
+     "pool before a growth past the peak), none waited on");
   ok(calls("cuMemCreate") >= 1, "the pool grew instead");
   CHECK_CU(cuStreamSynchronize(s1));
   is(byte_at(v[3], MIB - 1), 0x43, "s1's work ran on the block the thread kept (the first freed)");
@@ -851,17 +853,28 @@ static void *alloc_elsewhere(void *arg)
 
 /* A thread that misses grows the pool before it takes another thread's
  * idle cached blocks (a raid costs a handshake with that thread and events
- * on its streams); only a pool that may not grow is served by a raid. */
+ * on its streams) while the growth keeps the pool within the most it has
+ * held; a growth past that peak would raise the footprint, so the threads'
+ * caches go back first; a pool that may not grow is served by a raid. */
 static void test_grow_before_raid(void)
 {
-  for (int limited = 0; limited < 2; limited++) {
+  static const char *const how[] = { "below its peak", "past its peak", "at its limit" };
+  for (int mode = 0; mode < 3; mode++) {
     cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
     c.pool_release_threshold = 256 * MIB;
-    c.pool_limit = limited ? 32 * MIB : 0;
+    c.pool_limit = mode == 2 ? 32 * MIB : 0;
     cuemm_manager *m = NULL;
     CHECK_CU(cuemm_create(&m, ctx, &c));
     CUstream s;
     CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    if (mode == 0) {
+      /* The pool held 64 MiB once, then gave them back. */
+      CUdeviceptr big;
+      CHECK_CU(cuemm_alloc_async(m, &big, 64 * MIB, s));
+      CHECK_CU(cuemm_free_async(m, big, s));
+      CHECK_CU(cuStreamSynchronize(s));
+      CHECK_CU(cuemm_pool_trim(m));
+    }
     /* This thread caches 24 MiB of 192 KiB blocks, idle once the stream is done. */
     enum { N = 128 };
     CUdeviceptr p[N];
@@ -877,13 +890,12 @@ static void test_grow_before_raid(void)
     pthread_t t;
     pthread_create(&t, NULL, alloc_elsewhere, &g);
     pthread_join(t, NULL);
-    is(g.r, CUDA_SUCCESS, "%s: another thread's request that does not fit is served",
-       limited ? "at its limit" : "below its limit");
+    is(g.r, CUDA_SUCCESS, "%s: another thread's request that does not fit is served", how[mode]);
     cuemm_stats after = test_stats(m);
-    tap_diag("held %zu -> %zu, cached %zu -> %zu, reclaims %llu -> %llu", before.held_bytes, after.held_bytes,
-         before.stream_cached_bytes, after.stream_cached_bytes, (unsigned long long)before.stream_reclaims,
-         (unsigned long long)after.stream_reclaims);
-    if (!limited) {
+    tap_diag("held %zu -> %zu (peak %zu), cached %zu -> %zu, reclaims %llu -> %llu", before.held_bytes,
+             after.held_bytes, before.peak_held_bytes, before.stream_cached_bytes, after.stream_cached_bytes,
+             (unsigned long long)before.stream_reclaims, (unsigned long long)after.stream_reclaims);
+    if (mode == 0) {
       ok(calls("cuMemCreate") > creates || !sim_present, "the pool grew for it (%lu creations)",
          calls("cuMemCreate") - creates);
       is(after.stream_reclaims, before.stream_reclaims, "no cached block was taken back");
@@ -891,13 +903,128 @@ static void test_grow_before_raid(void)
          "the first thread's cache kept its %zu bytes (%zu now)", before.stream_cached_bytes,
          after.stream_cached_bytes);
     } else {
-      is(calls("cuMemCreate"), creates, "a pool at its limit does not grow");
+      is(calls("cuMemCreate"), creates, "the pool did not grow");
       is(after.stream_reclaims, before.stream_reclaims + 1, "the first thread's idle blocks served it");
       is(after.held_bytes, before.held_bytes, "the pool held what it held");
     }
     CHECK_CU(cuemm_destroy(m));
     CHECK_CU(cuStreamDestroy(s));
   }
+}
+
+/* Queue mode: a growth for a stream beside space that stream freed, with
+ * its work on it still queued, joins that space (stream order lets the
+ * stream use it at once): the pool maps only what is missing, and the
+ * request starts at the freed block. */
+static void test_growth_joins_own_stream(void)
+{
+  if (!sim_present || !sim.set_queue_mode) {
+    skip(5, "needs simcuda's queue mode to hold work back");
+    return;
+  }
+  sim.set_queue_mode(1);
+  cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
+  c.stream_reuse = CUEMM_STREAM_REUSE_EVENT;
+  c.stream_keep_large = 0; /* a freed large block goes back to the pool at once */
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a, b;
+  CHECK_CU(cuemm_alloc_async(m, &a, 4 * MIB, s));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  size_t mapped = ps.mapped_bytes;
+  CHECK_CU(cuMemsetD8Async(a, 0x5A, 4 * MIB, s)); /* s's work on the block, still queued at its free */
+  CHECK_CU(cuemm_free_async(m, a, s));
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &b, 6 * MIB, s));
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(b, a, "the 6 MiB request on s starts at the 4 MiB block s freed");
+  is(ps.mapped_bytes, mapped + 2 * MIB, "the pool mapped only the 2 MiB missing (%zu MiB before, %zu now)",
+     mapped >> 20, ps.mapped_bytes >> 20);
+  is(calls("cuStreamWaitEvent") + calls("cuEventSynchronize") + calls("cuStreamSynchronize"), 0,
+     "nothing waited: stream order covers the queued work");
+  ok(sim.queued_work() >= 1, "s's work on the block is still queued (%zu items)", sim.queued_work());
+  CHECK_CU(cuStreamSynchronize(s));
+  is(byte_at(b, 4 * MIB - 1), 0x5A, "and ran where it was queued");
+  CHECK_CU(cuemm_free_async(m, b, s));
+  CHECK_CU(cuStreamSynchronize(s));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+  sim.set_queue_mode(0);
+}
+
+typedef struct busy_cache {
+  cuemm_manager *m;
+  CUstream s;
+  CUdeviceptr p;
+  pthread_barrier_t *cached, *done;
+} busy_cache;
+
+/* Caches a 4 MiB block freed on its stream with work on it still queued,
+ * then stays alive (its cache owned) until the other thread is done. */
+static void *cache_busy_block(void *arg)
+{
+  busy_cache *b = arg;
+  cuCtxSetCurrent(ctx);
+  if (cuemm_alloc_async(b->m, &b->p, 4 * MIB, b->s) == CUDA_SUCCESS) {
+    cuMemsetD8Async(b->p, 0x3C, 4 * MIB, b->s);
+    cuemm_free_async(b->m, b->p, b->s);
+  }
+  pthread_barrier_wait(b->cached);
+  pthread_barrier_wait(b->done);
+  return NULL;
+}
+
+/* Queue mode, CUEMM_STREAM_REUSE=internal: a request that would take the
+ * pool past the most it has held takes back what other threads cache
+ * first, blocks whose streams still have work queued included (as freed on
+ * those streams), and waits on an event of that stream rather than grow. */
+static void test_raid_past_peak(void)
+{
+  if (!sim_present || !sim.set_queue_mode) {
+    skip(6, "needs simcuda's queue mode to hold work back");
+    return;
+  }
+  sim.set_queue_mode(1);
+  cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
+  c.stream_reuse = CUEMM_STREAM_REUSE_INTERNAL;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CUstream s1, s2;
+  CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  pthread_barrier_t cached, done;
+  pthread_barrier_init(&cached, NULL, 2);
+  pthread_barrier_init(&done, NULL, 2);
+  busy_cache bc = { .m = m, .s = s2, .cached = &cached, .done = &done };
+  pthread_t t;
+  pthread_create(&t, NULL, cache_busy_block, &bc);
+  pthread_barrier_wait(&cached);
+  cuemm_stats before = test_stats(m);
+  is(before.stream_cached_bytes, 4 * MIB, "the other thread caches its 4 MiB block, s2's work on it queued");
+  sim.calls_reset();
+  CUdeviceptr q;
+  CHECK_CU(cuemm_alloc_async(m, &q, 4 * MIB, s1));
+  cuemm_stats after = test_stats(m);
+  is(q, bc.p, "a request on s1 that would grow the pool past its peak gets that block");
+  is(calls("cuMemCreate"), 0, "the pool did not grow");
+  is(calls("cuStreamWaitEvent"), 1, "s1 waits on an event of s2 instead");
+  is(after.stream_cached_bytes, 0, "the other thread's cache went back to the pool");
+  CHECK_CU(cuMemsetD8Async(q, 0x77, 4 * MIB, s1));
+  CHECK_CU(cuStreamSynchronize(s1));
+  is(byte_at(q, 0), 0x77, "s2's work ran first, s1's after it");
+  pthread_barrier_wait(&done);
+  pthread_join(t, NULL);
+  pthread_barrier_destroy(&cached);
+  pthread_barrier_destroy(&done);
+  CHECK_CU(cuemm_free_async(m, q, s1));
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s1));
+  CHECK_CU(cuStreamDestroy(s2));
+  sim.set_queue_mode(0);
 }
 
 /* Blocks freed on one stream go to the pool (all but the one the thread
@@ -1327,6 +1454,8 @@ int main(void)
   test_threads();
   test_reclaim();
   test_grow_before_raid();
+  test_growth_joins_own_stream();
+  test_raid_past_peak();
   test_give_back_own_stream();
   test_churn_grows();
   test_remote_free();
