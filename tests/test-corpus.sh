@@ -15,7 +15,13 @@
 #   - checks the ceiling of 1.10: above it the line is `not ok ... # TODO
 #     above 1.10`, so the suite stays green and shows where placement has
 #     work left.
-# The median footprint over the corpus is printed as a comment.
+# A third line a log replays it with the GPU 16 allocations behind the
+# program (cuemm-replay --lag 16: each allocation queues work on its block
+# and the replay waits for that of 16 allocations before, simcuda's queue
+# mode on), as a program's GPU runs behind it: blocks then come back while
+# their streams still have work queued.  It fails when that footprint
+# rises by more than 0.02 over its recorded figure; no ceiling yet.
+# The median footprints over the corpus are printed as comments.
 #
 # To record today's figures (after a change to the pool's placement that
 # lowers them, or to the corpus or a shape): from the build directory,
@@ -60,7 +66,7 @@ mkdir -p "$dir" || exit 1
 new="$dir/corpus-footprint.txt.new"
 names=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$list" | awk '{ print $1 }')
 count=$(printf '%s\n' "$names" | grep -c .)
-echo "1..$((2 * count + 2))"
+echo "1..$((3 * count + 2))"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); echo "not ok $n - $1"; }
@@ -80,10 +86,11 @@ fi
   echo "# tests/test-corpus.sh --record on simcuda.  events and peak-live identify the log; cuemm-async is"
   echo "# cuemm_alloc_async/cuemm_free_async at the default settings, each thread of the log on a thread of its"
   echo "# own (--threads); cuMemAllocAsync is the driver's pool"
-  echo "# (n/a: simcuda does not model it; scripts/gpu-corpus.sh measures it on a GPU)."
-  echo "# name events peak-live cuemm-async cuMemAllocAsync"
+  echo "# (n/a: simcuda does not model it; scripts/gpu-corpus.sh measures it on a GPU); lag16 is cuemm-async"
+  echo "# with the GPU 16 allocations behind (--lag 16)."
+  echo "# name events peak-live cuemm-async cuMemAllocAsync lag16"
 } > "$new"
-foots=
+foots= lags=
 for name in $names; do
   args=$(sed -e 's/#.*//' "$list" | awk -v n="$name" '$1 == n { $1 = ""; print; exit }')
   log="$dir/$name.csv"
@@ -93,6 +100,7 @@ for name in $names; do
       if ! err=$(gzip -dc "$file" 2>&1 > "$log"); then
         notok "$name: $file does not decompress: $err"
         notok "$name: no footprint # TODO above 1.10"
+        notok "$name: no footprint with the GPU behind"
         continue
       fi ;;
     *)
@@ -101,6 +109,7 @@ for name in $names; do
         printf '%s\n' "$err" | sed 's/^/# /'
         notok "$name: cuemm-tracegen$args failed: $(printf '%s\n' "$err" | grep -m1 .)"
         notok "$name: no footprint # TODO above 1.10"
+        notok "$name: no footprint with the GPU behind"
         continue
       fi ;;
   esac
@@ -112,12 +121,22 @@ for name in $names; do
     printf '%s\n' "$out" | sed 's/^/# /'
     notok "$name: cuemm-replay failed (exit $rc)"
     notok "$name: no footprint # TODO above 1.10"
+    notok "$name: no footprint with the GPU behind"
     continue
   fi
   events=$3 live=$6 held=$7 oom=$9
   foot=$(awk -v h="$held" -v l="$live" 'BEGIN { printf "%.4f", h / l }')
   foots="$foots $foot"
-  echo "$name $events $live $foot n/a" >> "$new"
+  lout=$("$replay" --backends cuemm-async --quick --threads --lag 16 --quiet "$log" 2>&1); lrc=$?
+  set -- $(printf '%s\n' "$lout" | awk -v t="$name.csv" '$1 == t && $2 == "cuemm-async"')
+  lag=n/a
+  if test $lrc -eq 0 && test $# -eq 9 && test "$9" = 0; then
+    lag=$(awk -v h="$7" -v l="$6" 'BEGIN { printf "%.4f", h / l }')
+    lags="$lags $lag"
+  else
+    printf '%s\n' "$lout" | sed 's/^/# /'
+  fi
+  echo "$name $events $live $foot n/a $lag" >> "$new"
   case $args in " @"*) from="recorded,$args" ;; *) from="cuemm-tracegen$args" ;; esac
   echo "# $name: $events events, peak live $live, held $held, footprint $foot ($from)"
   if test "$record" = 1; then
@@ -141,11 +160,30 @@ for name in $names; do
   else
     ok "$name: footprint $foot at most 1.10"
   fi
+  # with the GPU 16 allocations behind
+  if test "$lag" = n/a; then
+    notok "$name: cuemm-replay --lag 16 failed (exit $lrc) or ran out of memory"
+  elif test "$record" = 1; then
+    ok "$name: footprint with the GPU behind $lag recorded"
+  else
+    rlag=$(awk -v n="$name" '$1 == n { print $6; exit }' "$rec" 2>/dev/null)
+    if test -z "$rlag" || test "$rlag" = n/a; then
+      notok "$name: no figure with the GPU behind recorded in tests/fixtures/corpus-footprint.txt (tests/test-corpus.sh --record)"
+    elif rises "$lag" "$rlag"; then
+      notok "$name: footprint with the GPU behind $lag rose by more than 0.02 over the recorded $rlag"
+    else
+      ok "$name: footprint with the GPU behind $lag, recorded $rlag (at most 0.02 above it)"
+    fi
+  fi
 done
 
 if test -n "$foots"; then
   med=$(printf '%s\n' $foots | sort -n | awk '{ v[NR] = $1 } END { printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
   echo "# median footprint over the corpus ($(printf '%s\n' $foots | grep -c .) logs): $med"
+fi
+if test -n "$lags"; then
+  med=$(printf '%s\n' $lags | sort -n | awk '{ v[NR] = $1 } END { printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+  echo "# median footprint with the GPU 16 allocations behind ($(printf '%s\n' $lags | grep -c .) logs): $med"
 fi
 if test "$record" = 1; then
   if cp "$new" "$rec"; then
