@@ -409,14 +409,15 @@ size_t cuemm__exchange_reclaim(cuemm_manager *m, int how, size_t want)
   int all = how == CUEMM__RECLAIM_ALL;
   if (how == CUEMM__RECLAIM_QUEUED)
     want = 0; /* every block, the busy ones tagged: see heap_give_back */
-  const cuemm__heap *own = how == CUEMM__RECLAIM_OWN ? heap_of(m) : NULL;
+  const cuemm__heap *own = how == CUEMM__RECLAIM_OWN || how == CUEMM__RECLAIM_QUEUED ? heap_of(m) : NULL;
   size_t given = 0;
   cuemm__ctx_guard g;
   if (cuemm__ctx_enter(m, &g) != CUDA_SUCCESS)
     return 0;
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
-    if (how == CUEMM__RECLAIM_OWN && h != own && !atomic_load_explicit(&h->orphan, memory_order_acquire))
+    if ((how == CUEMM__RECLAIM_OWN || how == CUEMM__RECLAIM_QUEUED) && h != own &&
+        !atomic_load_explicit(&h->orphan, memory_order_acquire))
       continue; /* another thread's: raided only when the pool cannot grow */
     cuemm__heap_lock(h);
     if (h->cached_count)

@@ -141,10 +141,11 @@ typedef struct cuemm__extension {
    * caches no thread owns any more); with CUEMM__RECLAIM_IDLE, those of
    * every thread's; with CUEMM__RECLAIM_ALL, every block it caches (those
    * that may still be in use through the pending queue, whose flush
-   * synchronizes); with CUEMM__RECLAIM_QUEUED, every thread's cached
-   * blocks, those whose stream's work may still use them given back as
-   * freed on that stream (the pool then serves that stream from them, and
-   * others once an event shows the work done, or after a wait on it).
+   * synchronizes); with CUEMM__RECLAIM_QUEUED, the calling thread's cached
+   * blocks (and those of caches no thread owns), those whose stream's work
+   * may still use them given back as freed on that stream (the pool then
+   * serves that stream from them, and others once an event shows the work
+   * done, or after a wait on it).
    * With `want` (and not ALL or QUEUED), it stops as soon as the pool
    * has a free block of that many bytes, giving back the blocks it cached
    * longest first.  Returns the bytes given back. */
@@ -171,7 +172,7 @@ typedef struct cuemm__extension {
 
 /* cuemm__extension's reclaim: whose cached blocks go back.  Taking another
  * thread's costs a handshake with it and events on its streams, so the
- * pool grows before it raids, up to its peak (manager.c's pool_alloc_slow). */
+ * pool grows before it raids (manager.c's pool_alloc_slow). */
 #define CUEMM__RECLAIM_IDLE 0
 #define CUEMM__RECLAIM_ALL 1
 #define CUEMM__RECLAIM_OWN 2

@@ -853,9 +853,10 @@ static void *alloc_elsewhere(void *arg)
 
 /* A thread that misses grows the pool before it takes another thread's
  * idle cached blocks (a raid costs a handshake with that thread and events
- * on its streams) while the growth keeps the pool within the most it has
- * held; a growth past that peak would raise the footprint, so the threads'
- * caches go back first; a pool that may not grow is served by a raid. */
+ * on its streams; sixteen threads on an H100 did 1/20 of one thread's
+ * pairs when every growth past the peak raided them), below the most the
+ * pool has held and past it; only a pool that may not grow is served by a
+ * raid. */
 static void test_grow_before_raid(void)
 {
   static const char *const how[] = { "below its peak", "past its peak", "at its limit" };
@@ -895,7 +896,7 @@ static void test_grow_before_raid(void)
     tap_diag("held %zu -> %zu (peak %zu), cached %zu -> %zu, reclaims %llu -> %llu", before.held_bytes,
              after.held_bytes, before.peak_held_bytes, before.stream_cached_bytes, after.stream_cached_bytes,
              (unsigned long long)before.stream_reclaims, (unsigned long long)after.stream_reclaims);
-    if (mode == 0) {
+    if (mode < 2) {
       ok(calls("cuMemCreate") > creates || !sim_present, "the pool grew for it (%lu creations)",
          calls("cuMemCreate") - creates);
       is(after.stream_reclaims, before.stream_reclaims, "no cached block was taken back");
@@ -955,33 +956,12 @@ static void test_growth_joins_own_stream(void)
   sim.set_queue_mode(0);
 }
 
-typedef struct busy_cache {
-  cuemm_manager *m;
-  CUstream s;
-  CUdeviceptr p;
-  pthread_barrier_t *cached, *done;
-} busy_cache;
-
-/* Caches a 4 MiB block freed on its stream with work on it still queued,
- * then stays alive (its cache owned) until the other thread is done. */
-static void *cache_busy_block(void *arg)
-{
-  busy_cache *b = arg;
-  cuCtxSetCurrent(ctx);
-  if (cuemm_alloc_async(b->m, &b->p, 4 * MIB, b->s) == CUDA_SUCCESS) {
-    cuMemsetD8Async(b->p, 0x3C, 4 * MIB, b->s);
-    cuemm_free_async(b->m, b->p, b->s);
-  }
-  pthread_barrier_wait(b->cached);
-  pthread_barrier_wait(b->done);
-  return NULL;
-}
-
 /* Queue mode, CUEMM_STREAM_REUSE=internal: a request that would take the
- * pool past the most it has held takes back what other threads cache
- * first, blocks whose streams still have work queued included (as freed on
- * those streams), and waits on an event of that stream rather than grow. */
-static void test_raid_past_peak(void)
+ * pool past the most it has held first gives back what the calling
+ * thread caches, blocks whose streams still have work queued included (as
+ * freed on those streams), and waits on an event of such a stream rather
+ * than grow. */
+static void test_own_cache_past_peak(void)
 {
   if (!sim_present || !sim.set_queue_mode) {
     skip(6, "needs simcuda's queue mode to hold work back");
@@ -995,30 +975,22 @@ static void test_raid_past_peak(void)
   CUstream s1, s2;
   CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
   CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
-  pthread_barrier_t cached, done;
-  pthread_barrier_init(&cached, NULL, 2);
-  pthread_barrier_init(&done, NULL, 2);
-  busy_cache bc = { .m = m, .s = s2, .cached = &cached, .done = &done };
-  pthread_t t;
-  pthread_create(&t, NULL, cache_busy_block, &bc);
-  pthread_barrier_wait(&cached);
+  CUdeviceptr p, q;
+  CHECK_CU(cuemm_alloc_async(m, &p, 4 * MIB, s2));
+  CHECK_CU(cuMemsetD8Async(p, 0x3C, 4 * MIB, s2));
+  CHECK_CU(cuemm_free_async(m, p, s2));
   cuemm_stats before = test_stats(m);
-  is(before.stream_cached_bytes, 4 * MIB, "the other thread caches its 4 MiB block, s2's work on it queued");
+  is(before.stream_cached_bytes, 4 * MIB, "the thread caches its 4 MiB block, s2's work on it queued");
   sim.calls_reset();
-  CUdeviceptr q;
   CHECK_CU(cuemm_alloc_async(m, &q, 4 * MIB, s1));
   cuemm_stats after = test_stats(m);
-  is(q, bc.p, "a request on s1 that would grow the pool past its peak gets that block");
+  is(q, p, "a request on s1 that would grow the pool past its peak gets that block");
   is(calls("cuMemCreate"), 0, "the pool did not grow");
   is(calls("cuStreamWaitEvent"), 1, "s1 waits on an event of s2 instead");
-  is(after.stream_cached_bytes, 0, "the other thread's cache went back to the pool");
+  is(after.stream_cached_bytes, 0, "the thread's cache went back to the pool");
   CHECK_CU(cuMemsetD8Async(q, 0x77, 4 * MIB, s1));
   CHECK_CU(cuStreamSynchronize(s1));
   is(byte_at(q, 0), 0x77, "s2's work ran first, s1's after it");
-  pthread_barrier_wait(&done);
-  pthread_join(t, NULL);
-  pthread_barrier_destroy(&cached);
-  pthread_barrier_destroy(&done);
   CHECK_CU(cuemm_free_async(m, q, s1));
   CHECK_CU(cuCtxSynchronize());
   CHECK_CU(cuemm_destroy(m));
@@ -1455,7 +1427,7 @@ int main(void)
   test_reclaim();
   test_grow_before_raid();
   test_growth_joins_own_stream();
-  test_raid_past_peak();
+  test_own_cache_past_peak();
   test_give_back_own_stream();
   test_churn_grows();
   test_remote_free();

@@ -76,10 +76,12 @@
  *   --lag N                the GPU runs N allocations behind the program,
  *                          as a program's GPU does when its kernels take
  *                          longer than their launches: after each
- *                          allocation a 1-byte fill of the block is queued
- *                          on its stream (the kernel that uses it) and an
- *                          event recorded there, and the replay waits for
- *                          the event of N allocations before.  Blocks then
+ *                          allocation a fill of the block is queued on its
+ *                          stream (the kernel that uses it; one byte on
+ *                          simcuda) and an event recorded there, and the
+ *                          replay waits for the event of N allocations
+ *                          before (on a GPU the lag is at most N, as the
+ *                          fills finish).  Blocks then
  *                          come back while work on their streams is still
  *                          queued, so reuse across streams needs events as
  *                          in the program; with 0 (the default) every
@@ -840,13 +842,17 @@ typedef struct pass_state {
   size_t start[REPLAY_MAX_THREADS + 1];
 } pass_state;
 
-/* --lag: the work that uses the block just allocated at p, queued on its
- * stream, and an event after it; the program runs on once the GPU has
- * finished the work of opt_lag allocations before.  One thread at a time
+/* --lag: the work that uses the block just allocated at p (`size` bytes),
+ * queued on its stream, and an event after it; the program runs on once
+ * the GPU has finished the work of opt_lag allocations before.  On a GPU
+ * the work fills the whole block, so that it takes time as a kernel using
+ * it would (a fill of one byte is done before the next allocation comes);
+ * simcuda holds queued work back whatever its size, and would commit host
+ * memory for every byte filled, so there one byte.  One thread at a time
  * (the turn, with --threads). */
-static void lag_after_alloc(pass_state *ps, CUdeviceptr p, CUstream s)
+static void lag_after_alloc(pass_state *ps, CUdeviceptr p, size_t size, CUstream s)
 {
-  CHECK(drv.MemsetD8Async(p, 0, 1, s));
+  CHECK(drv.MemsetD8Async(p, 0, lag_simulated ? 1 : size, s));
   CUevent ev = ps->lag_ev[ps->lag_next];
   if (ps->lag_used == opt_lag)
     CHECK(drv.EventSynchronize(ev));
@@ -874,7 +880,7 @@ static void replay_one(pass_state *ps, size_t i)
       exit(1);
     }
     if (ps->lag_ev && ps->slot[e->slot])
-      lag_after_alloc(ps, ps->slot[e->slot], ps->streams[e->stream]);
+      lag_after_alloc(ps, ps->slot[e->slot], (size_t)e->size, ps->streams[e->stream]);
   } else if (ps->slot[e->slot]) {
     CHECK(b->free(ps->slot[e->slot], (size_t)e->size, ps->streams[e->stream]));
     ps->slot[e->slot] = 0;
@@ -1166,12 +1172,13 @@ static const char help_text[] =
     "                         threads' blocks happen as in the program (the time\n"
     "                         per event then counts the hand-overs)\n"
     "  --lag N                the GPU runs N allocations (1 to 4096) behind the\n"
-    "                         program: each allocation queues a 1-byte fill of its\n"
-    "                         block on its stream and an event, and the replay\n"
-    "                         waits for the event of N allocations before, so\n"
-    "                         blocks come back while their streams still have\n"
-    "                         work queued (on simcuda its queue mode is turned\n"
-    "                         on); the time per event then counts the waits\n"
+    "                         program: each allocation queues a fill of its block\n"
+    "                         (1 byte on simcuda) on its stream and an event, and\n"
+    "                         the replay waits for the event of N allocations\n"
+    "                         before, so blocks come back while their streams\n"
+    "                         still have work queued (on simcuda its queue mode\n"
+    "                         is turned on); the time per event then counts the\n"
+    "                         waits\n"
     "  --snapshot FILE        write the first cuemm backend's snapshot\n"
     "                         (cuemm_snapshot_take, as JSON) into FILE at the event\n"
     "                         where live bytes reach the log's peak; one LOG only\n"
@@ -1340,9 +1347,9 @@ int main(int argc, char **argv)
   printf("# each backend: one pass measuring bytes held, one warm-up pass, then the median of %d timed pass%s\n",
          reps, reps == 1 ? "" : "es");
   if (opt_lag)
-    printf("# --lag %u: the GPU runs %u allocations behind (a 1-byte fill and an event queued after each)%s; "
+    printf("# --lag %u: the GPU runs %u allocations behind (a fill of the block and an event queued after each)%s; "
            "the time per event counts the waits\n", opt_lag, opt_lag,
-           lag_simulated ? ", simcuda's queue mode on" : "");
+           lag_simulated ? ", simcuda's queue mode on, fills of 1 byte" : "");
   for (int k = 0; k < nsel; k++)
     if (backends[sel[k]].is_cuemm) {
       cuemm_config_read();
