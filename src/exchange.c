@@ -213,6 +213,61 @@ static inline __attribute__((always_inline)) int pool_pick(cuemm_manager *m, siz
   return 0;
 }
 
+/* CUEMM_STREAM_REUSE=internal, where the pool would grow and no block of
+ * another stream fits whole: the free space other streams left in the
+ * pool lies in pieces of different streams, which do not merge while each
+ * stream's work may still use its own.  The requesting stream waits on
+ * each such stream's newest event, once one covers all that stream's
+ * frees (recorded here where none does yet); stream order then makes that
+ * stream's free space safe for it, and the space becomes its own (its tag,
+ * numbered as a free on it now, so that other streams take it once an
+ * event on it says so) and merges with its own and idle space.  A stream
+ * known idle gives its space to all, without a wait.  Returns whether any
+ * space moved; *own gets the requesting stream's tag.  m's lock held. */
+static int pool_adopt(cuemm_manager *m, CUstream stream, uint32_t *own)
+{
+  if (stream_is_own_only(stream) || !cuemm__pool_tagged_bytes(m->pool) ||
+      cuemm__pool_tagged_bytes(m->pool) == cuemm__pool_tag_bytes(m->pool, *own))
+    return 0;
+  if (!*own) {
+    uint32_t k = cuemm__exchange_stream_add(m, stream);
+    if (k == CUEMM__HEAP_NIL)
+      return 0;
+    *own = k + 1;
+  }
+  cuemm__heap *ps = m->pstreams;
+  cuemm__ctx_guard g;
+  if (cuemm__ctx_enter(m, &g) != CUDA_SUCCESS)
+    return 0;
+  int moved = 0;
+  for (uint32_t t = 1; t <= ps->nst; t++) {
+    if (t == *own || !cuemm__pool_tag_bytes(m->pool, t))
+      continue;
+    cuemm__hstream *a = &ps->st[t - 1];
+    cuemm__stream_learn(m, ps, a, a->freed);
+    if (a->done >= a->freed) {
+      moved |= cuemm__pool_untag(m->pool, t, a->done) != 0;
+      continue;
+    }
+    if (a->covered < a->freed || !a->nbatch)
+      continue;
+    CUresult r = m->drv->StreamWaitEvent(stream ? stream : CU_STREAM_LEGACY, a->batch[a->nbatch - 1].ev, 0);
+    if (r != CUDA_SUCCESS) {
+      cuemm__driver_error(r, "cuStreamWaitEvent(stream %p, the event of stream %p)", (void *)stream, (void *)a->s);
+      continue;
+    }
+    ps->event_waits++;
+    cuemm__hstream *me = &ps->st[*own - 1];
+    if (cuemm__pool_retag(m->pool, t, *own, me->freed + 1)) {
+      me->freed++;
+      ps->steals++;
+      moved = 1;
+    }
+  }
+  cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+  return moved;
+}
+
 /* ---- cross-stream reuse ------------------------------------------------------------ */
 
 /* A block of size rs that another stream freed and whose event is known
@@ -503,8 +558,12 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
      * Its reclaim may have given this stream its first blocks in the pool:
      * the tag is looked up again. */
     tag = pool_tag(m, stream);
-    r = pool_pick(m, size, tag, stream, 1, &ptr, &blk) == 0 ? CUDA_SUCCESS
-                                                          : cuemm__pool_take_locked(m, size, tag, &ptr, &blk, 1);
+    r = pool_pick(m, size, tag, stream, 1, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    if (r != CUDA_SUCCESS && pool_adopt(m, stream, &tag) &&
+        pool_pick(m, size, tag, stream, 1, &ptr, &blk) == 0)
+      r = CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS)
+      r = cuemm__pool_take_locked(m, size, tag, &ptr, &blk, 1);
   }
   if (r == CUDA_SUCCESS) {
     /* The block remembers its stream (its descriptor's word): for

@@ -203,6 +203,13 @@ static inline size_t cuemm__pool_untag(cuemm__pool *p, uint32_t tag, uint64_t do
   return cuemm__sa_untag(&p->sa, tag, done);
 }
 
+/* The blocks of tag `from` become `to`'s, numbered `seq`, and merge
+ * (cuemm__sa_retag); returns their bytes. */
+static inline size_t cuemm__pool_retag(cuemm__pool *p, uint32_t from, uint32_t to, uint64_t seq)
+{
+  return cuemm__sa_retag(&p->sa, from, to, seq);
+}
+
 /* A block's size and tag; its word: FREE and tagged, the newest of its
  * stream's frees it holds; USED, the caller's (the stream it was handed
  * out for, exchange.c). */

@@ -595,11 +595,15 @@ int cuemm__sa_free_tagged(cuemm__sa *s, uint32_t i, uint32_t tag, uint64_t seq)
   return 0;
 }
 
-size_t cuemm__sa_untag(cuemm__sa *s, uint32_t tag, uint64_t done)
+/* Moves the FREE blocks of tag `from` numbered up to `done` to tag `to`
+ * (0: idle) with the number `seq`, then merges them. */
+static size_t move_tag(cuemm__sa *s, uint32_t from, uint64_t done, uint32_t to, uint64_t seq)
 {
-  if (!tag || tag > s->ntags || !s->tagged[tag - 1])
+  if (!from || from > s->ntags || !s->tagged[from - 1])
     return 0;
-  cuemm__sa_bins *bs = s->tagged[tag - 1];
+  if (to && bins_make(s, to) != 0)
+    return 0;
+  cuemm__sa_bins *bs = s->tagged[from - 1];
   /* First out of the tag's bins, then merged: a merge may absorb another
    * block of the tag, which must not be in the middle of a walk of its bin. */
   if (s->nscratch < bs->count) {
@@ -617,8 +621,8 @@ size_t cuemm__sa_untag(cuemm__sa *s, uint32_t tag, uint64_t done)
       if (s->b[i].seq > done)
         continue;
       list_del(s, i);
-      s->b[i].tag = 0;
-      s->b[i].seq = 0;
+      s->b[i].tag = to;
+      s->b[i].seq = to ? seq : 0;
       list_add(s, i);
       s->scratch[n++] = i;
       moved += s->b[i].size;
@@ -633,6 +637,16 @@ size_t cuemm__sa_untag(cuemm__sa *s, uint32_t tag, uint64_t done)
     merge_link(s, i, 1);
   }
   return moved;
+}
+
+size_t cuemm__sa_untag(cuemm__sa *s, uint32_t tag, uint64_t done)
+{
+  return move_tag(s, tag, done, 0, 0);
+}
+
+size_t cuemm__sa_retag(cuemm__sa *s, uint32_t from, uint32_t to, uint64_t seq)
+{
+  return from == to ? 0 : move_tag(s, from, UINT64_MAX, to, seq);
 }
 
 void cuemm__sa_free_merge(cuemm__sa *s, uint32_t i)

@@ -296,6 +296,13 @@ void cuemm__sa_take(cuemm__sa *s, uint32_t i, size_t size);
  * neighbours.  Returns the bytes made idle.  O(blocks of the tag). */
 size_t cuemm__sa_untag(cuemm__sa *s, uint32_t tag, uint64_t done);
 
+/* Gives every FREE block of tag `from` the tag `to` (not 0) and the number
+ * `seq`, and merges it with free space of `to` and idle space beside it:
+ * the stream of `to` has waited for the work of `from`'s, so those blocks
+ * are its own now.  Returns their bytes; 0 too when host memory ran out
+ * (they stay as they were). */
+size_t cuemm__sa_retag(cuemm__sa *s, uint32_t from, uint32_t to, uint64_t seq);
+
 /* The bins of `tag` (0: the idle ones), or NULL when it never had any. */
 static inline const cuemm__sa_bins *cuemm__sa_bins_of(const cuemm__sa *s, uint32_t tag)
 {

@@ -999,6 +999,56 @@ static void test_own_cache_past_peak(void)
   sim.set_queue_mode(0);
 }
 
+/* Queue mode, CUEMM_STREAM_REUSE=internal: where the pool would grow and
+ * the free space lies in pieces freed on different streams, still in use
+ * by their work, the requesting stream waits on each of those streams'
+ * events and takes the pieces, merged. */
+static void test_adopt_pieces(void)
+{
+  if (!sim_present || !sim.set_queue_mode) {
+    skip(6, "needs simcuda's queue mode to hold work back");
+    return;
+  }
+  sim.set_queue_mode(1);
+  cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
+  c.stream_reuse = CUEMM_STREAM_REUSE_INTERNAL;
+  c.stream_keep_large = 0; /* freed large blocks go to the pool at once */
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CUstream s[3];
+  for (int i = 0; i < 3; i++)
+    CHECK_CU(cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a, b, q;
+  CHECK_CU(cuemm_alloc_async(m, &a, 2 * MIB, s[0]));
+  CHECK_CU(cuemm_alloc_async(m, &b, 2 * MIB, s[1]));
+  ok(b == a + 2 * MIB, "two 2 MiB blocks side by side, on s0 and s1");
+  CHECK_CU(cuMemsetD8Async(a, 0x11, 2 * MIB, s[0]));
+  CHECK_CU(cuMemsetD8Async(b, 0x22, 2 * MIB, s[1]));
+  CHECK_CU(cuemm_free_async(m, a, s[0]));
+  CHECK_CU(cuemm_free_async(m, b, s[1]));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  size_t mapped = ps.mapped_bytes;
+  sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &q, 4 * MIB, s[2]));
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(q, a, "a 4 MiB request on s2 gets the two pieces, merged");
+  is(ps.mapped_bytes, mapped, "the pool did not grow");
+  is(calls("cuStreamWaitEvent"), 2, "s2 waits on an event of s0 and one of s1");
+  CHECK_CU(cuMemsetD8Async(q, 0x33, 4 * MIB, s[2]));
+  CHECK_CU(cuStreamSynchronize(s[2]));
+  ok(byte_at(q, 0) == 0x33 && byte_at(q, 4 * MIB - 1) == 0x33, "s2's work ran after s0's and s1's");
+  CHECK_CU(cuemm_free_async(m, q, s[2]));
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuemm_pool_trim(m));
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.mapped_bytes, 0, "once the work is done, trim gives everything back");
+  CHECK_CU(cuemm_destroy(m));
+  for (int i = 0; i < 3; i++)
+    CHECK_CU(cuStreamDestroy(s[i]));
+  sim.set_queue_mode(0);
+}
+
 /* Blocks freed on one stream go to the pool (all but the one the thread
  * keeps); a request on another stream takes them once an event says their
  * work is done, before the pool grows; trim gives back everything. */
@@ -1428,6 +1478,7 @@ int main(void)
   test_grow_before_raid();
   test_growth_joins_own_stream();
   test_own_cache_past_peak();
+  test_adopt_pieces();
   test_give_back_own_stream();
   test_churn_grows();
   test_remote_free();
