@@ -393,6 +393,46 @@ int main(void)
     cuemm__sa_fini(&t);
   }
 
+  /* Retagging: a stream that waited for another's work takes its pieces,
+   * merged with its own; a growth beside a stream's free space joins it. */
+  {
+    cuemm__sa t;
+    cuemm__sa_init(&t, SPAN);
+    cuemm__sa_reserve(&t, 2);
+    cuemm__sa_fill(&t, 0, UNIT);
+    const size_t M = (size_t)1 << 20;
+    uint32_t q[4];
+    for (int k = 0; k < 4; k++)
+      q[k] = cuemm__sa_alloc(&t, M);
+    cuemm__sa_free_tagged(&t, q[0], 4, 2);
+    cuemm__sa_free_tagged(&t, q[1], 5, 7);
+    cuemm__sa_free_tagged(&t, q[2], 4, 3);
+    ok(cuemm__sa_check(&t) == NULL && t.free_count == 3, "pieces of streams 4, 5 and 4 side by side stay apart");
+    is(cuemm__sa_fits(&t, 3 * M, 4), 0, "3 MiB fit for neither stream");
+    is(cuemm__sa_retag(&t, 4, 4, 8), 0, "retagging a stream to itself moves nothing");
+    is(cuemm__sa_retag(&t, 9, 4, 8), 0, "nor does retagging a stream with no blocks");
+    is(cuemm__sa_retag(&t, 5, 4, 8), M, "stream 5's piece becomes stream 4's");
+    ok(cuemm__sa_check(&t) == NULL, "retagged state: %s", cuemm__sa_check(&t) ? cuemm__sa_check(&t) : "ok");
+    ok(t.free_count == 1 && cuemm__sa_tag_bytes(&t, 4) == 3 * M && cuemm__sa_tag_bytes(&t, 5) == 0,
+       "merged into one block of stream 4 of 3 MiB");
+    uint32_t f = cuemm__sa_fit(&t, 3 * M, 4);
+    ok(f != CUEMM__SA_NIL && t.b[f].off == 0 && t.b[f].seq == 8, "which fits 3 MiB, numbered 8 (its newest part)");
+    is(cuemm__sa_fits(&t, 3 * M, 5), 0, "stream 5 no longer gets it");
+    is(cuemm__sa_untag(&t, 4, 7), 0, "nor does anyone before stream 4's work reaches 8");
+    is(cuemm__sa_untag(&t, 4, 8), 3 * M, "then it is idle");
+    cuemm__sa_free_tagged(&t, q[3], 6, 1);
+    ok(t.free_count == 1 && cuemm__sa_tag_bytes(&t, 6) == UNIT, "stream 6's block took the idle space beside it");
+    cuemm__sa_reserve(&t, 2);
+    cuemm__sa_fill_tagged(&t, UNIT, UNIT, 6);
+    ok(cuemm__sa_check(&t) == NULL && t.free_count == 1 && cuemm__sa_tag_bytes(&t, 6) == 2 * UNIT,
+       "a growth beside it for stream 6 joins it: %s", cuemm__sa_check(&t) ? cuemm__sa_check(&t) : "ok");
+    cuemm__sa_reserve(&t, 2);
+    cuemm__sa_fill(&t, 2 * UNIT, UNIT);
+    ok(cuemm__sa_check(&t) == NULL && t.free_count == 2 && cuemm__sa_tag_bytes(&t, 6) == 2 * UNIT,
+       "a plain growth beside it stays idle and apart");
+    cuemm__sa_fini(&t);
+  }
+
   /* Random tagged traffic against a shadow map of what each 256-byte
    * granule may still be used by: a block handed to stream T must hold only
    * idle granules or T's. */
