@@ -913,22 +913,44 @@ static void test_grow_before_raid(void)
   }
 }
 
+/* simcuda's queue mode and a pool manager for the tests of a GPU that runs
+ * behind the program: stream reuse `reuse`, `keep_large` large blocks kept
+ * a stream (-1: the tests' usual 1 of pool_manager).  NULL, with the n
+ * checks skipped, without the queue mode.  queued_end undoes it. */
+static cuemm_manager *queued_manager(cuemm_stream_reuse reuse, int keep_large, int n)
+{
+  if (!sim_present || !sim.set_queue_mode) {
+    skip(n, "needs simcuda's queue mode to hold work back");
+    return NULL;
+  }
+  sim.set_queue_mode(1);
+  if (keep_large < 0)
+    return pool_manager(reuse);
+  cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
+  c.stream_reuse = reuse;
+  c.stream_keep_large = keep_large;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  return m;
+}
+
+static void queued_end(cuemm_manager *m)
+{
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuemm_destroy(m));
+  sim.set_queue_mode(0);
+}
+
 /* Queue mode: a growth for a stream beside space that stream freed, with
  * its work on it still queued, joins that space (stream order lets the
  * stream use it at once): the pool maps only what is missing, and the
  * request starts at the freed block. */
 static void test_growth_joins_own_stream(void)
 {
-  if (!sim_present || !sim.set_queue_mode) {
-    skip(5, "needs simcuda's queue mode to hold work back");
+  /* Kept large blocks 0: a freed large block goes back to the pool at once. */
+  cuemm_manager *m = queued_manager(CUEMM_STREAM_REUSE_EVENT, 0, 5);
+  if (!m)
     return;
-  }
-  sim.set_queue_mode(1);
-  cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
-  c.stream_reuse = CUEMM_STREAM_REUSE_EVENT;
-  c.stream_keep_large = 0; /* a freed large block goes back to the pool at once */
-  cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr a, b;
@@ -950,10 +972,8 @@ static void test_growth_joins_own_stream(void)
   CHECK_CU(cuStreamSynchronize(s));
   is(byte_at(b, 4 * MIB - 1), 0x5A, "and ran where it was queued");
   CHECK_CU(cuemm_free_async(m, b, s));
-  CHECK_CU(cuStreamSynchronize(s));
-  CHECK_CU(cuemm_destroy(m));
+  queued_end(m);
   CHECK_CU(cuStreamDestroy(s));
-  sim.set_queue_mode(0);
 }
 
 /* Queue mode, CUEMM_STREAM_REUSE=internal: a request that would take the
@@ -963,15 +983,9 @@ static void test_growth_joins_own_stream(void)
  * than grow. */
 static void test_own_cache_past_peak(void)
 {
-  if (!sim_present || !sim.set_queue_mode) {
-    skip(6, "needs simcuda's queue mode to hold work back");
+  cuemm_manager *m = queued_manager(CUEMM_STREAM_REUSE_INTERNAL, 24, 6);
+  if (!m)
     return;
-  }
-  sim.set_queue_mode(1);
-  cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
-  c.stream_reuse = CUEMM_STREAM_REUSE_INTERNAL;
-  cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
   CUstream s1, s2;
   CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
   CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
@@ -992,11 +1006,9 @@ static void test_own_cache_past_peak(void)
   CHECK_CU(cuStreamSynchronize(s1));
   is(byte_at(q, 0), 0x77, "s2's work ran first, s1's after it");
   CHECK_CU(cuemm_free_async(m, q, s1));
-  CHECK_CU(cuCtxSynchronize());
-  CHECK_CU(cuemm_destroy(m));
+  queued_end(m);
   CHECK_CU(cuStreamDestroy(s1));
   CHECK_CU(cuStreamDestroy(s2));
-  sim.set_queue_mode(0);
 }
 
 /* Queue mode, CUEMM_STREAM_REUSE=internal: where the pool would grow and
@@ -1005,16 +1017,9 @@ static void test_own_cache_past_peak(void)
  * events and takes the pieces, merged. */
 static void test_adopt_pieces(void)
 {
-  if (!sim_present || !sim.set_queue_mode) {
-    skip(6, "needs simcuda's queue mode to hold work back");
+  cuemm_manager *m = queued_manager(CUEMM_STREAM_REUSE_INTERNAL, 0, 6); /* freed large blocks go to the pool */
+  if (!m)
     return;
-  }
-  sim.set_queue_mode(1);
-  cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
-  c.stream_reuse = CUEMM_STREAM_REUSE_INTERNAL;
-  c.stream_keep_large = 0; /* freed large blocks go to the pool at once */
-  cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
   CUstream s[3];
   for (int i = 0; i < 3; i++)
     CHECK_CU(cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING));
@@ -1043,10 +1048,9 @@ static void test_adopt_pieces(void)
   CHECK_CU(cuemm_pool_trim(m));
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.mapped_bytes, 0, "once the work is done, trim gives everything back");
-  CHECK_CU(cuemm_destroy(m));
+  queued_end(m);
   for (int i = 0; i < 3; i++)
     CHECK_CU(cuStreamDestroy(s[i]));
-  sim.set_queue_mode(0);
 }
 
 /* Blocks freed on one stream go to the pool (all but the one the thread

@@ -57,6 +57,17 @@ static void count_free(void *arg, const cuemm__sa_block *b)
   ++*(size_t *)arg;
 }
 
+/* A sub-allocator with one unit mapped and cut into four blocks of 1 MiB,
+ * q[0] to q[3] in address order, all in use. */
+static void four_blocks(cuemm__sa *t, uint32_t q[4])
+{
+  cuemm__sa_init(t, SPAN);
+  cuemm__sa_reserve(t, 2);
+  cuemm__sa_fill(t, 0, UNIT);
+  for (int k = 0; k < 4; k++)
+    q[k] = cuemm__sa_alloc(t, (size_t)1 << 20);
+}
+
 int main(void)
 {
   cuemm__sa s;
@@ -315,13 +326,9 @@ int main(void)
   /* Tags: blocks freed on a stream whose work may still use them. */
   {
     cuemm__sa t;
-    cuemm__sa_init(&t, SPAN);
-    cuemm__sa_reserve(&t, 2);
-    cuemm__sa_fill(&t, 0, UNIT);
     const size_t M = (size_t)1 << 20;
     uint32_t q[4];
-    for (int k = 0; k < 4; k++)
-      q[k] = cuemm__sa_alloc(&t, M);
+    four_blocks(&t, q);
     ok(cuemm__sa_free_tagged(&t, q[0], 1, 5) == 0, "a block freed on stream 1 (its 5th free)");
     ok(cuemm__sa_check(&t) == NULL, "tagged state is sound: %s", cuemm__sa_check(&t) ? cuemm__sa_check(&t) : "ok");
     is(t.b[q[0]].state, CUEMM__SA_FREE, "it is free");
@@ -397,13 +404,9 @@ int main(void)
    * merged with its own; a growth beside a stream's free space joins it. */
   {
     cuemm__sa t;
-    cuemm__sa_init(&t, SPAN);
-    cuemm__sa_reserve(&t, 2);
-    cuemm__sa_fill(&t, 0, UNIT);
     const size_t M = (size_t)1 << 20;
     uint32_t q[4];
-    for (int k = 0; k < 4; k++)
-      q[k] = cuemm__sa_alloc(&t, M);
+    four_blocks(&t, q);
     cuemm__sa_free_tagged(&t, q[0], 4, 2);
     cuemm__sa_free_tagged(&t, q[1], 5, 7);
     cuemm__sa_free_tagged(&t, q[2], 4, 3);
