@@ -222,9 +222,14 @@ static inline __attribute__((always_inline)) int pool_pick(cuemm_manager *m, siz
  * stream's free space safe for it, and the space becomes its own (its tag,
  * numbered as a free on it now, so that other streams take it once an
  * event on it says so) and merges with its own and idle space.  A stream
- * known idle gives its space to all, without a wait.  Returns whether any
- * space moved; *own gets the requesting stream's tag.  m's lock held. */
-static int pool_adopt(cuemm_manager *m, CUstream stream, uint32_t *own)
+ * known idle gives its space to all, without a wait.  It stops once a
+ * block of `rs` bytes fits: the streams it did not reach keep their space,
+ * and the requesting stream waits on no more of them than it needs (taking
+ * every stream's at once held the corpus's 5-thread server at 1.68x its
+ * live bytes with the GPU 16 allocations behind, 1.58x so).  Returns
+ * whether any space moved; *own gets the requesting stream's tag.  m's
+ * lock held. */
+static int pool_adopt(cuemm_manager *m, CUstream stream, uint32_t *own, size_t rs)
 {
   if (stream_is_own_only(stream) || !cuemm__pool_tagged_bytes(m->pool) ||
       cuemm__pool_tagged_bytes(m->pool) == cuemm__pool_tag_bytes(m->pool, *own))
@@ -241,6 +246,8 @@ static int pool_adopt(cuemm_manager *m, CUstream stream, uint32_t *own)
     return 0;
   int moved = 0;
   for (uint32_t t = 1; t <= ps->nst; t++) {
+    if (moved && cuemm__pool_fit_for(m->pool, rs, *own) != CUEMM__SA_NIL)
+      break; /* enough: the other streams keep theirs */
     if (t == *own || !cuemm__pool_tag_bytes(m->pool, t))
       continue;
     cuemm__hstream *a = &ps->st[t - 1];
@@ -559,7 +566,7 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
      * the tag is looked up again. */
     tag = pool_tag(m, stream);
     r = pool_pick(m, size, tag, stream, 1, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-    if (r != CUDA_SUCCESS && pool_adopt(m, stream, &tag) &&
+    if (r != CUDA_SUCCESS && pool_adopt(m, stream, &tag, rs) &&
         pool_pick(m, size, tag, stream, 1, &ptr, &blk) == 0)
       r = CUDA_SUCCESS;
     if (r != CUDA_SUCCESS)
