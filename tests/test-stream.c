@@ -1092,17 +1092,25 @@ static void test_reclaim(void)
   CHECK_CU(cuStreamDestroy(s2));
 }
 
+/* A manager whose pool reserves 64 MiB and grows by 8 MiB, keeping
+ * `keep_large` large blocks a stream, and a non-blocking stream *s. */
+static cuemm_manager *small_pool(int keep_large, CUstream *s)
+{
+  cuemm_config c = vmm_config(64 * MIB, 8 * MIB);
+  c.stream_keep_large = keep_large;
+  cuemm_manager *m = NULL;
+  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuStreamCreate(s, CU_STREAM_NON_BLOCKING));
+  return m;
+}
+
 /* Before the pool grows, every idle block the threads keep goes back to
  * it, not only as many as the request needs: those left would split the
  * free space around the request. */
 static void test_reclaim_all(void)
 {
-  cuemm_config c = vmm_config(64 * MIB, 8 * MIB);
-  c.stream_keep_large = 5;
-  cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
   CUstream s;
-  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  cuemm_manager *m = small_pool(5, &s);
   CUdeviceptr v[4], r;
   for (int i = 0; i < 4; i++)
     CHECK_CU(cuemm_alloc_async(m, &v[i], 2 * MIB, s));
@@ -1145,12 +1153,8 @@ static void *small_pair(void *arg)
  * stream_keep_large for a stream: together they keep what one would. */
 static void test_keep_large_share(void)
 {
-  cuemm_config c = vmm_config(64 * MIB, 8 * MIB);
-  c.stream_keep_large = 4;
-  cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
   CUstream s;
-  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  cuemm_manager *m = small_pool(4, &s);
   CUdeviceptr v[4];
   for (int i = 0; i < 4; i++)
     CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
