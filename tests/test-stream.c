@@ -27,14 +27,21 @@ static cuemm_config vmm_config(size_t reserve, size_t chunk)
   return c;
 }
 
-static cuemm_manager *pool_manager(cuemm_stream_reuse reuse)
+/* A pool manager with stream reuse `reuse`, keeping `keep_large` large
+ * blocks a stream. */
+static cuemm_manager *pool_manager_keeping(cuemm_stream_reuse reuse, int keep_large)
 {
   cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
   c.stream_reuse = reuse;
-  c.stream_keep_large = 1; /* the tests of the pool's part count on one kept large block */
+  c.stream_keep_large = keep_large;
   cuemm_manager *m = NULL;
   CHECK_CU(cuemm_create(&m, ctx, &c));
   return m;
+}
+
+static cuemm_manager *pool_manager(cuemm_stream_reuse reuse)
+{
+  return pool_manager_keeping(reuse, 1); /* the tests of the pool's part count on one kept large block */
 }
 
 static unsigned long calls(const char *e)
@@ -914,9 +921,8 @@ static void test_grow_before_raid(void)
 }
 
 /* simcuda's queue mode and a pool manager for the tests of a GPU that runs
- * behind the program: stream reuse `reuse`, `keep_large` large blocks kept
- * a stream (-1: the tests' usual 1 of pool_manager).  NULL, with the n
- * checks skipped, without the queue mode.  queued_end undoes it. */
+ * behind the program (pool_manager_keeping).  NULL, with the n checks
+ * skipped, without the queue mode.  queued_end undoes it. */
 static cuemm_manager *queued_manager(cuemm_stream_reuse reuse, int keep_large, int n)
 {
   if (!sim_present || !sim.set_queue_mode) {
@@ -924,14 +930,7 @@ static cuemm_manager *queued_manager(cuemm_stream_reuse reuse, int keep_large, i
     return NULL;
   }
   sim.set_queue_mode(1);
-  if (keep_large < 0)
-    return pool_manager(reuse);
-  cuemm_config c = vmm_config(256 * MIB, 32 * MIB);
-  c.stream_reuse = reuse;
-  c.stream_keep_large = keep_large;
-  cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
-  return m;
+  return pool_manager_keeping(reuse, keep_large);
 }
 
 static void queued_end(cuemm_manager *m)
