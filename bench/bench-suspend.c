@@ -4,13 +4,12 @@
  *       dropped, against one cuMemCreate + cuMemMap + cuMemSetAccess of
  *       SIZE bytes and the matching cuMemUnmap + cuMemRelease (target: at
  *       most 2x).  The driver's cycle and cuemm's take turns in every round
- *       (which goes first alternates), so both meet the same state of the
- *       driver: right after a release it may hand the same memory back at
- *       a fraction of the cost of fresh memory, which it zeroes first
- *       (20 GiB: about 1 ms against 40 to 120 ms on an H100), and which
- *       request gets which is the driver's choice.  The rounds run twice:
- *       back to back, and with 200 ms before every creation (fresh memory
- *       on both sides, as for a program that suspends rarely);
+ *       (which goes first alternates), in three cadences that set up the
+ *       same state of the driver for both sides (see SETTLED below): right
+ *       after a release the driver hands the same memory back at a
+ *       fraction of the cost of fresh memory, which it zeroes first (20
+ *       GiB on an H100: about 1 ms against 6 to 10 ms), and a creation
+ *       that meets memory still being zeroed waits for it (65 to 100 ms);
  *   (2) the same with CUEMM_SUSPEND_KEEP: the copy's bandwidth each way
  *       (bytes kept / the time KEEP adds to the call) and of the whole call,
  *       against one cuMemcpyDtoH / cuMemcpyHtoD of the same bytes with
@@ -19,7 +18,9 @@
  *       (target: what stays, beyond what was used before the manager was
  *       made, at most 1% of what the manager held);
  *   (4) a cuemm_alloc_async + cuemm_free_async pair on one stream after a
- *       suspend/resume cycle, 4 KiB .. 8 MiB (target: at most 25 ns).
+ *       suspend/resume cycle, 4 KiB .. 8 MiB, against the same on a
+ *       manager that never suspended, taking turns (target: at most 25 ns,
+ *       as outside a suspendable region).
  * Medians of --rounds rounds (default 7).  --size BYTES (default 20 GiB;
  * suffixes K M G) picks the size; --quick is 64 MiB and 3 rounds, which
  * runs on simcuda too (its timings mean nothing).
@@ -51,10 +52,33 @@ static void pause_ms(int ms)
   }
 }
 
-/* One driver allocation of `size` bytes: reserve, create, map, access;
- * returns the time of create + map + access, *down the unmap + release.
- * `gap_ms` passes before the creation. */
-static double driver_cycle(CUdevice dev, size_t size, double *down, int gap_ms)
+/* The cadences of part (1).  The driver releases memory it is given back
+ * by zeroing it in the background; a creation meets either memory it can
+ * hand back at once, memory still being zeroed (it waits), or fresh memory
+ * it zeroes itself, and which one depends on what was released how long
+ * before, by anyone in the process.  A comparison is fair only where both
+ * sides meet the same state, so each cadence sets it up the same way for
+ * both:
+ *   SETTLED  nothing in flight (a pause first), then the release and, at
+ *            once, the creation: what a program that suspends and resumes
+ *            back to back meets, memory handed straight back;
+ *   FRESH    a pause before every timed call: what a program that
+ *            suspends for a while meets, fresh memory;
+ *   TURNS    no pause at all, the two sides taking turns: each meets
+ *            whatever the other just released, so which side waits for
+ *            the zeroing is luck; shown with its range, not judged. */
+enum { SETTLED, FRESH, TURNS, NCAD };
+static const char *const cad_name[NCAD] = {
+  "settled, then back to back (nothing in flight, release, creation at once):",
+  "a pause before every call (fresh memory on both sides):",
+  "back to back, taking turns without a pause (each meets what the other released):",
+};
+static int pause_before[NCAD]; /* ms: set from --quick in main */
+
+/* One driver allocation of `size` bytes in cadence `c`: reserve, create,
+ * map, access; returns the time of create + map + access, *down the
+ * unmap + release. */
+static double driver_cycle(CUdevice dev, size_t size, double *down, int c)
 {
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
@@ -67,18 +91,84 @@ static double driver_cycle(CUdevice dev, size_t size, double *down, int gap_ms)
   acc.location = prop.location;
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   CUmemGenericAllocationHandle h;
-  pause_ms(gap_ms);
-  double t0 = now_ns();
-  CHECK(cuMemCreate(&h, size, &prop, 0));
-  CHECK(cuMemMap(va, size, 0, h, 0));
-  CHECK(cuMemSetAccess(va, size, &acc, 1));
-  double up = now_ns() - t0;
-  t0 = now_ns();
-  CHECK(cuMemUnmap(va, size));
-  CHECK(cuMemRelease(h));
-  *down = now_ns() - t0;
+  double t0, up;
+  if (c == SETTLED) {
+    /* Live first, as the pool's blocks are; then the measured release and
+     * creation back to back. */
+    CHECK(cuMemCreate(&h, size, &prop, 0));
+    CHECK(cuMemMap(va, size, 0, h, 0));
+    CHECK(cuMemSetAccess(va, size, &acc, 1));
+    pause_ms(pause_before[c]);
+    t0 = now_ns();
+    CHECK(cuMemUnmap(va, size));
+    CHECK(cuMemRelease(h));
+    *down = now_ns() - t0;
+    t0 = now_ns();
+    CHECK(cuMemCreate(&h, size, &prop, 0));
+    CHECK(cuMemMap(va, size, 0, h, 0));
+    CHECK(cuMemSetAccess(va, size, &acc, 1));
+    up = now_ns() - t0;
+    CHECK(cuMemUnmap(va, size));
+    CHECK(cuMemRelease(h));
+  } else {
+    pause_ms(pause_before[c]);
+    t0 = now_ns();
+    CHECK(cuMemCreate(&h, size, &prop, 0));
+    CHECK(cuMemMap(va, size, 0, h, 0));
+    CHECK(cuMemSetAccess(va, size, &acc, 1));
+    up = now_ns() - t0;
+    pause_ms(pause_before[c]);
+    t0 = now_ns();
+    CHECK(cuMemUnmap(va, size));
+    CHECK(cuMemRelease(h));
+    *down = now_ns() - t0;
+  }
   CHECK(cuMemAddressFree(va, size));
   return up;
+}
+
+/* cuemm's cycle in cadence `c`: *sus the suspension, returns the
+ * resumption. */
+static double cuemm_cycle(cuemm_manager *m, double *sus, int c)
+{
+  pause_ms(pause_before[c]);
+  double t0 = now_ns();
+  CHECK(cuemm_pool_suspend(m, 0));
+  *sus = now_ns() - t0;
+  if (c == FRESH)
+    pause_ms(pause_before[c]);
+  t0 = now_ns();
+  CHECK(cuemm_pool_resume(m));
+  return now_ns() - t0;
+}
+
+static double lowest(const double *v, int n)
+{
+  double x = v[0];
+  for (int i = 1; i < n; i++)
+    x = v[i] < x ? v[i] : x;
+  return x;
+}
+
+static double highest(const double *v, int n)
+{
+  double x = v[0];
+  for (int i = 1; i < n; i++)
+    x = v[i] > x ? v[i] : x;
+  return x;
+}
+
+/* Median ns of a cuemm_alloc_async + cuemm_free_async pair of `size` on
+ * `s`, over `iters` pairs. */
+static double pair_ns(cuemm_manager *m, size_t size, CUstream s, long iters)
+{
+  double t0 = now_ns();
+  for (long i = 0; i < iters; i++) {
+    CUdeviceptr q;
+    cuemm_alloc_async(m, &q, size, s);
+    cuemm_free_async(m, q, s);
+  }
+  return (now_ns() - t0) / (double)iters;
 }
 
 int main(int argc, char **argv)
@@ -100,6 +190,11 @@ int main(int argc, char **argv)
   }
   if (rounds < 1)
     rounds = 1;
+  int quick = size <= 256 * MiB;
+  /* 300 ms: on an H100 20 GiB released were zeroed within 60 ms. */
+  pause_before[SETTLED] = quick ? 1 : 300;
+  pause_before[FRESH] = quick ? 1 : 200;
+  pause_before[TURNS] = 0;
   const size_t block = 8 * MiB;
   size = (size + block - 1) / block * block;
   size_t nblocks = size / block;
@@ -158,24 +253,21 @@ int main(int argc, char **argv)
     CHECK(cuemm_pool_get_stats(m, &after));
     chunks_after = after.chunks;
   }
-  static const int gaps[2] = { 0, 200 };
-  double sus_g[2], res_g[2], drv_down_g[2], drv_up_g[2];
-  for (int g = 0; g < 2; g++) {
+  double sus_g[NCAD], res_g[NCAD], drv_down_g[NCAD], drv_up_g[NCAD];
+  double range[NCAD][4]; /* lowest and highest resumption, then the driver's creation */
+  for (int c = 0; c < NCAD; c++) {
     for (int r = 0; r < rounds; r++) {
+      /* Which side goes first alternates. */
       if (r % 2 == 0)
-        t_up[r] = driver_cycle(dev, size, &t_down[r], gaps[g]);
-      t0 = now_ns();
-      CHECK(cuemm_pool_suspend(m, 0));
-      s0[r] = now_ns() - t0;
-      pause_ms(gaps[g]);
-      t0 = now_ns();
-      CHECK(cuemm_pool_resume(m));
-      r0[r] = now_ns() - t0;
+        t_up[r] = driver_cycle(dev, size, &t_down[r], c);
+      r0[r] = cuemm_cycle(m, &s0[r], c);
       if (r % 2 == 1)
-        t_up[r] = driver_cycle(dev, size, &t_down[r], gaps[g]);
+        t_up[r] = driver_cycle(dev, size, &t_down[r], c);
     }
-    sus_g[g] = median(s0, rounds), res_g[g] = median(r0, rounds);
-    drv_down_g[g] = median(t_down, rounds), drv_up_g[g] = median(t_up, rounds);
+    range[c][0] = lowest(r0, rounds), range[c][1] = highest(r0, rounds);
+    range[c][2] = lowest(t_up, rounds), range[c][3] = highest(t_up, rounds);
+    sus_g[c] = median(s0, rounds), res_g[c] = median(r0, rounds);
+    drv_down_g[c] = median(t_down, rounds), drv_up_g[c] = median(t_up, rounds);
   }
   /* (2) with KEEP; a first suspension makes the staging buffer, which
    * later ones reuse.  (The suspensions above dropped the contents.) */
@@ -199,7 +291,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "bench-suspend: a kept block reads 0x%02x after resume, not 0x5a\n", probe);
     return 1;
   }
-  double sus = sus_g[0], res = res_g[0], drv_down = drv_down_g[0], drv_up = drv_up_g[0];
+  double sus = sus_g[SETTLED], res = res_g[SETTLED], drv_down = drv_down_g[SETTLED];
   double sus_k = median(s1, rounds), res_k = median(r1, rounds);
   /* The plain pinned copy of the same bytes: from the blocks when they lie
    * side by side (they do in a fresh pool), else from one cuMemAlloc. */
@@ -225,52 +317,65 @@ int main(int argc, char **argv)
   if (!contiguous)
     CHECK(cuMemFree(src));
 
-  /* (4) pairs after a cycle. */
+  /* (4) pairs after a cycle, against a manager of the same kind that
+   * never suspended, taking turns: warmed up by time first (the host's
+   * clocks), then samples of each size on each side in turn, so that a
+   * slower spell of the host shifts both columns alike. */
   CUstream st;
   CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  cuemm_config pc = cfg;
+  pc.pool_reserve = pc.pool_release_threshold = 2 * GiB;
+  pc.secondary = 1;
+  cuemm_manager *plain;
+  CHECK(cuemm_create(&plain, ctx, &pc));
   static const size_t sizes[] = { 4096, 65536, 1 << 20, 8 << 20 };
-  enum { NS = sizeof sizes / sizeof sizes[0] };
-  double pair[NS];
-  long iters = size <= 256 * MiB ? 20000 : 200000;
-  for (int k = 0; k < NS; k++) {
-    double *v = calloc((size_t)rounds, sizeof(double));
-    CUdeviceptr q;
-    CHECK(cuemm_alloc_async(m, &q, sizes[k], st));
-    CHECK(cuemm_free_async(m, q, st));
-    for (int r = 0; r < rounds; r++) {
-      t0 = now_ns();
-      for (long i = 0; i < iters; i++) {
-        cuemm_alloc_async(m, &q, sizes[k], st);
-        cuemm_free_async(m, q, st);
-      }
-      v[r] = (now_ns() - t0) / (double)iters;
+  enum { NS = sizeof sizes / sizeof sizes[0], MAXSAMPLES = 201 };
+  const int samples = quick ? 5 : MAXSAMPLES;
+  const long iters = 2000;
+  static double after_v[NS][MAXSAMPLES], plain_v[NS][MAXSAMPLES];
+  double pair[NS], pair_plain[NS];
+  t0 = now_ns();
+  while (now_ns() - t0 < (quick ? 2e6 : 300e6))
+    for (int k = 0; k < NS; k++)
+      pair_ns(m, sizes[k], st, 200), pair_ns(plain, sizes[k], st, 200);
+  for (int i = 0; i < samples; i++)
+    for (int k = 0; k < NS; k++) {
+      if (i % 2 == 0)
+        plain_v[k][i] = pair_ns(plain, sizes[k], st, iters);
+      after_v[k][i] = pair_ns(m, sizes[k], st, iters);
+      if (i % 2 == 1)
+        plain_v[k][i] = pair_ns(plain, sizes[k], st, iters);
     }
-    pair[k] = median(v, rounds);
-    free(v);
-  }
+  for (int k = 0; k < NS; k++)
+    pair[k] = median(after_v[k], samples), pair_plain[k] = median(plain_v[k], samples);
   CHECK(cuStreamSynchronize(st));
   CHECK(cuemm_stream_release(m, st));
+  CHECK(cuemm_stream_release(plain, st));
+  CHECK(cuemm_destroy(plain));
   CHECK(cuStreamDestroy(st));
 
   double gbs = 1e9 / (double)GiB;
   double copy_out = sus_k - sus > 0 ? sus_k - sus : sus_k, copy_in = res_k - res > 0 ? res_k - res : res_k;
-  printf("\n(1) suspend / resume without contents, %zu bytes (granularity %zu)\n", size, gran);
-  printf("%-44s %12s %12s %8s\n", "operation", "cuemm ms", "driver ms", "ratio");
-  for (int g = 0; g < 2; g++) {
-    printf("%s\n", g ? "200 ms before every creation (fresh memory on both sides):" :
-                        "back to back (the driver may hand back what it was just given):");
-    printf("%-44s %12.3f %12.3f %7.2fx\n", "  suspend vs cuMemUnmap+cuMemRelease", sus_g[g] / 1e6,
-           drv_down_g[g] / 1e6, sus_g[g] / drv_down_g[g]);
-    printf("%-44s %12.3f %12.3f %7.2fx\n", "  resume vs cuMemCreate+cuMemMap+cuMemSetAccess", res_g[g] / 1e6,
-           drv_up_g[g] / 1e6, res_g[g] / drv_up_g[g]);
-    printf("%-44s %12.3f %12.3f %7.2fx\n", "  suspend vs cuMemCreate+cuMemMap+cuMemSetAccess", sus_g[g] / 1e6,
-           drv_up_g[g] / 1e6, sus_g[g] / drv_up_g[g]);
+  printf("\n(1) suspend / resume without contents, %zu bytes (granularity %zu), medians of %d rounds\n", size, gran,
+         rounds);
+  printf("%-50s %12s %12s %8s\n", "operation", "cuemm ms", "driver ms", "ratio");
+  for (int c = 0; c < NCAD; c++) {
+    printf("%s\n", cad_name[c]);
+    printf("%-50s %12.3f %12.3f %7.2fx\n", "  suspend vs cuMemUnmap+cuMemRelease", sus_g[c] / 1e6,
+           drv_down_g[c] / 1e6, sus_g[c] / drv_down_g[c]);
+    printf("%-50s %12.3f %12.3f %7.2fx\n", "  resume vs cuMemCreate+cuMemMap+cuMemSetAccess", res_g[c] / 1e6,
+           drv_up_g[c] / 1e6, res_g[c] / drv_up_g[c]);
+    printf("%-50s %12.3f %12.3f %7.2fx\n", "  suspend vs cuMemCreate+cuMemMap+cuMemSetAccess", sus_g[c] / 1e6,
+           drv_up_g[c] / 1e6, sus_g[c] / drv_up_g[c]);
+    if (c == TURNS)
+      printf("  range of the creations: cuemm %.3f .. %.3f ms, the driver %.3f .. %.3f ms\n", range[c][0] / 1e6,
+             range[c][1] / 1e6, range[c][2] / 1e6, range[c][3] / 1e6);
   }
   printf("first round, back to back, %zu chunks as grown (then %zu):\n", grown.chunks, chunks_after);
-  printf("%-44s %12.3f %12.3f %7.2fx\n", "  first suspend", first_sus / 1e6, drv_down / 1e6, first_sus / drv_down);
-  printf("%-44s %12.3f %12.3f %7.2fx\n", "  first suspend vs create+map+access", first_sus / 1e6, drv_up / 1e6,
-         first_sus / drv_up);
-  printf("%-44s %12.3f %12.3f %7.2fx\n", "  first resume", first_res / 1e6, drv_up / 1e6, first_res / drv_up);
+  printf("%-50s %12.3f %12.3f %7.2fx\n", "  first suspend vs unmap+release, settled", first_sus / 1e6,
+         drv_down / 1e6, first_sus / drv_down);
+  printf("%-50s %12.3f %12.3f %7.2fx\n", "  first resume vs creation, settled", first_res / 1e6,
+         drv_up_g[SETTLED] / 1e6, first_res / drv_up_g[SETTLED]);
   printf("\n(2) with CUEMM_SUSPEND_KEEP, %zu bytes kept (staging buffer pinned once, reused)\n", kept);
   printf("%-44s %12s %12s %8s\n", "direction", "cuemm GiB/s", "plain GiB/s", "ratio");
   printf("%-44s %12.2f %12.2f %7.2fx\n", "device to host: copy part of suspend", kept / copy_out * gbs,
@@ -288,10 +393,11 @@ int main(int argc, char **argv)
   printf("%-44s %16zu\n", "with the blocks live", used1);
   printf("%-44s %16zu\n", "suspended", used_s);
   printf("%-44s %15.3f%%\n", "left while suspended / held", held ? 100.0 * (double)left / (double)held : 0.0);
-  printf("\n(4) cuemm_alloc_async + cuemm_free_async pair, one stream, after a cycle\n");
-  printf("%-12s %10s\n", "size", "ns/pair");
+  printf("\n(4) cuemm_alloc_async + cuemm_free_async pair, one stream, median ns of %d samples of %ld pairs\n",
+         samples, iters);
+  printf("%-12s %14s %14s %8s\n", "size", "after a cycle", "never", "ratio");
   for (int k = 0; k < NS; k++)
-    printf("%-12zu %10.1f\n", sizes[k], pair[k]);
+    printf("%-12zu %14.1f %14.1f %8.2f\n", sizes[k], pair[k], pair_plain[k], pair[k] / pair_plain[k]);
 
   for (size_t i = 0; i < nblocks; i++)
     CHECK(cuemm_free(m, p[i]));
