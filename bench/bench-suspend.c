@@ -62,22 +62,27 @@ static void pause_ms(int ms)
  *   SETTLED  nothing in flight (a pause first), then the release and, at
  *            once, the creation: what a program that suspends and resumes
  *            back to back meets, memory handed straight back;
- *   FRESH    a pause before every timed call: what a program that
- *            suspends for a while meets, fresh memory;
+ *   FRESH    the same pause before the release and again before the
+ *            creation: what a program that suspends for a while meets
+ *            (on an H100 memory released 60 ms before was no longer
+ *            handed back, and zeroing it could still be under way);
  *   TURNS    no pause at all, the two sides taking turns: each meets
  *            whatever the other just released, so which side waits for
- *            the zeroing is luck; shown with its range, not judged. */
+ *            the zeroing is luck; shown with its range, not judged.
+ * The driver's side is a whole cycle in each: create, map and access (not
+ * timed), then the timed release and creation, as the pool's blocks are
+ * live before a suspension. */
 enum { SETTLED, FRESH, TURNS, NCAD };
 static const char *const cad_name[NCAD] = {
   "settled, then back to back (nothing in flight, release, creation at once):",
-  "a pause before every call (fresh memory on both sides):",
+  "a pause before the release and again before the creation (memory no longer handed back):",
   "back to back, taking turns without a pause (each meets what the other released):",
 };
 static int pause_before[NCAD]; /* ms: set from --quick in main */
 
-/* One driver allocation of `size` bytes in cadence `c`: reserve, create,
- * map, access; returns the time of create + map + access, *down the
- * unmap + release. */
+/* The driver's cycle of `size` bytes in cadence `c`: returns the time of
+ * the measured create + map + access, *down that of the unmap + release
+ * before it. */
 static double driver_cycle(CUdevice dev, size_t size, double *down, int c)
 {
   CUmemAllocationProp prop;
@@ -92,37 +97,25 @@ static double driver_cycle(CUdevice dev, size_t size, double *down, int c)
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   CUmemGenericAllocationHandle h;
   double t0, up;
-  if (c == SETTLED) {
-    /* Live first, as the pool's blocks are; then the measured release and
-     * creation back to back. */
-    CHECK(cuMemCreate(&h, size, &prop, 0));
-    CHECK(cuMemMap(va, size, 0, h, 0));
-    CHECK(cuMemSetAccess(va, size, &acc, 1));
+  /* Live first, as the pool's blocks are; then the measured release and
+   * creation, with what the cadence puts before each. */
+  CHECK(cuMemCreate(&h, size, &prop, 0));
+  CHECK(cuMemMap(va, size, 0, h, 0));
+  CHECK(cuMemSetAccess(va, size, &acc, 1));
+  pause_ms(pause_before[c]);
+  t0 = now_ns();
+  CHECK(cuMemUnmap(va, size));
+  CHECK(cuMemRelease(h));
+  *down = now_ns() - t0;
+  if (c == FRESH)
     pause_ms(pause_before[c]);
-    t0 = now_ns();
-    CHECK(cuMemUnmap(va, size));
-    CHECK(cuMemRelease(h));
-    *down = now_ns() - t0;
-    t0 = now_ns();
-    CHECK(cuMemCreate(&h, size, &prop, 0));
-    CHECK(cuMemMap(va, size, 0, h, 0));
-    CHECK(cuMemSetAccess(va, size, &acc, 1));
-    up = now_ns() - t0;
-    CHECK(cuMemUnmap(va, size));
-    CHECK(cuMemRelease(h));
-  } else {
-    pause_ms(pause_before[c]);
-    t0 = now_ns();
-    CHECK(cuMemCreate(&h, size, &prop, 0));
-    CHECK(cuMemMap(va, size, 0, h, 0));
-    CHECK(cuMemSetAccess(va, size, &acc, 1));
-    up = now_ns() - t0;
-    pause_ms(pause_before[c]);
-    t0 = now_ns();
-    CHECK(cuMemUnmap(va, size));
-    CHECK(cuMemRelease(h));
-    *down = now_ns() - t0;
-  }
+  t0 = now_ns();
+  CHECK(cuMemCreate(&h, size, &prop, 0));
+  CHECK(cuMemMap(va, size, 0, h, 0));
+  CHECK(cuMemSetAccess(va, size, &acc, 1));
+  up = now_ns() - t0;
+  CHECK(cuMemUnmap(va, size));
+  CHECK(cuMemRelease(h));
   CHECK(cuMemAddressFree(va, size));
   return up;
 }
