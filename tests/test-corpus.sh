@@ -20,7 +20,9 @@
 # and the replay waits for that of 16 allocations before, simcuda's queue
 # mode on), as a program's GPU runs behind it: blocks then come back while
 # their streams still have work queued.  It fails when that footprint
-# rises by more than 0.02 over its recorded figure; no ceiling yet.
+# rises by more than 0.02 over its recorded figure; no ceiling yet.  On
+# the system's driver (CUEMM_TEST_DRIVER=system) that line is a skip: a
+# real GPU runs as far behind as its timing makes it.
 # The median footprints over the corpus are printed as comments.
 #
 # To record today's figures (after a change to the pool's placement that
@@ -160,8 +162,13 @@ for name in $names; do
   else
     ok "$name: footprint $foot at most 1.10"
   fi
-  # with the GPU 16 allocations behind
-  if test "$lag" = n/a; then
+  # with the GPU 16 allocations behind: only simcuda's queue mode keeps
+  # the GPU exactly 16 allocations behind; a real GPU finishes its fills
+  # when it does, so there the figure depends on timing and is shown, not
+  # gated (scripts/gpu-corpus.sh measures it against the driver's pool).
+  if test "${CUEMM_TEST_DRIVER:-sim}" = system && test "$lag" != n/a; then
+    ok "$name: footprint with the GPU behind $lag # SKIP gated on simcuda only: on a GPU it depends on timing"
+  elif test "$lag" = n/a; then
     notok "$name: cuemm-replay --lag 16 failed (exit $lrc) or ran out of memory"
   elif test "$record" = 1; then
     ok "$name: footprint with the GPU behind $lag recorded"
