@@ -521,10 +521,12 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
   size_t rs = round_block(size);
   uintptr_t ptr;
   uint32_t blk;
-  int kept = rs < CUEMM__HEAP_LARGE || stream_is_own_only(stream) || m->cfg.stream_keep_large;
+  int kept = rs < CUEMM__HEAP_LARGE || stream_is_own_only(stream) || cuemm__keep_large(m);
   if (rs > CUEMM__HEAP_LARGE_MAX || !kept)
     h = NULL; /* a block no thread's cache keeps */
   cuemm__lock_acquire(&m->lock);
+  if (__builtin_expect(m->keep_quiet != 0, 0) && --m->keep_quiet == 0)
+    cuemm__thread_heap_keep_share(m); /* the pool has stopped growing: the threads keep large blocks again */
   if (cuemm__pool_is_suspended(m->pool)) {
     m->st.alloc_failures++;
     cuemm__lock_release(&m->lock);

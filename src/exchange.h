@@ -134,10 +134,14 @@ static inline int heap_surplus(const cuemm__heap *h, size_t size, uint32_t hs, C
 /* Whether stream hs of h (NIL: one it has not met) keeps a large block of
  * `size` bytes freed on it: while it keeps fewer than it may, or in place
  * of the oldest kept when the size is among its latest requests that no
- * kept block served (free_evicting says why). */
+ * kept block served (free_evicting says why); never while the threads
+ * keep none. */
 static inline int heap_takes_large(const cuemm_manager *m, const cuemm__heap *h, uint32_t hs, size_t size)
 {
-  if (hs == CUEMM__HEAP_NIL || h->st[hs].nlarge < cuemm__keep_large(m))
+  uint32_t keep = cuemm__keep_large(m);
+  if (!keep)
+    return 0; /* none while the pool grows past its peak (CUEMM__KEEP_QUIET) */
+  if (hs == CUEMM__HEAP_NIL || h->st[hs].nlarge < keep)
     return 1;
   for (unsigned i = 0; i < CUEMM__HEAP_WANTED; i++)
     if (h->st[hs].wanted[i] == size)

@@ -302,7 +302,8 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
     return cuemm__ctx_leave(m, &g, CUDA_ERROR_NOT_READY);
   /* Enough is free, only not in one piece: what is wholly free goes back
    * first, so that the growth replaces it rather than adds to it. */
-  if (cuemm__pool_free_bytes(m->pool) >= size)
+  int fragmented = cuemm__pool_free_bytes(m->pool) >= size;
+  if (fragmented)
     cuemm__pool_release(m->pool, 0);
   /* A pool whose caches gave back again and again since its last growth
    * fills between growths: it grows by a larger step (cuemm__pool_press). */
@@ -342,6 +343,12 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
     }
   }
   if (r == CUDA_SUCCESS) {
+    if (fragmented && cuemm__held_bytes(m) > m->st.peak_held_bytes) {
+      /* Past the peak, for want of free space in one piece: the threads
+       * stop keeping large blocks for a while (CUEMM__KEEP_QUIET). */
+      m->keep_quiet = CUEMM__KEEP_QUIET;
+      atomic_store_explicit(&m->keep_large, 0, memory_order_relaxed);
+    }
     cuemm__note_held(m);
     if (m->nheaps) /* the footprint's other half, at the moment it matters */
       note_stream_peak(m);

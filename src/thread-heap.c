@@ -126,16 +126,24 @@ size_t cuemm__thread_heap_cap(const cuemm_manager *m)
  * a server of 5 and 9 threads (the corpus's mt-server logs, replayed on
  * their threads) held 1.74x and 1.75x its live bytes, 1.46x and 1.63x with
  * the share.  At least one a stream: a request of the size freed last
- * stays a pair in the cache. */
+ * stays a pair in the cache.  None while the pool grows past its peak
+ * (CUEMM__KEEP_QUIET). */
 static uint32_t keep_large_share(const cuemm_manager *m)
 {
   uint32_t keep = (uint32_t)m->cfg.stream_keep_large;
+  if (m->keep_quiet)
+    return 0;
   if (m->nheaps > 1 && keep) {
     keep /= m->nheaps;
     if (keep < 1)
       keep = 1;
   }
   return keep;
+}
+
+void cuemm__thread_heap_keep_share(cuemm_manager *m)
+{
+  atomic_store_explicit(&m->keep_large, keep_large_share(m), memory_order_relaxed);
 }
 
 /* Gives the calling thread a heap for m: an orphan's, or a new one.
@@ -164,7 +172,7 @@ CUresult cuemm__thread_heap_attach_locked(cuemm_manager *m, cuemm__heap **out)
       return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for a thread's stream cache");
     cuemm__heap_init(h, m, m->nheaps);
     m->heaps[m->nheaps++] = h;
-    atomic_store_explicit(&m->keep_large, keep_large_share(m), memory_order_relaxed);
+    cuemm__thread_heap_keep_share(m);
     pthread_mutex_lock(&g_lock);
     h->gnext = g_heaps;
     if (g_heaps)

@@ -59,6 +59,11 @@ static inline void heap_exit(cuemm__heap *h, int entered)
 CUstream cuemm__thread_heap_retired_key(void);
 
 /* The bytes a thread's cache keeps before it gives idle blocks back. */
+/* Sets m->keep_large, each thread's share of cfg.stream_keep_large: none
+ * while the pool grows past its peak (m->keep_quiet, CUEMM__KEEP_QUIET).
+ * m's lock held. */
+void cuemm__thread_heap_keep_share(cuemm_manager *m);
+
 size_t cuemm__thread_heap_cap(const cuemm_manager *m);
 
 /* Gives the calling thread a heap for m: an orphan's, or a new one.

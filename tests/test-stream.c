@@ -1266,6 +1266,64 @@ static void test_keep_large(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
+/* src/manager.h's CUEMM__KEEP_QUIET: the pool allocations without a
+ * growth past the peak before the threads keep large blocks again. */
+#define KEEP_QUIET 16384
+
+/* One cuemm_alloc_async + cuemm_free_async pair of `size` on s; returns
+ * the bytes the threads' caches keep afterwards. */
+static size_t pair_cached(cuemm_manager *m, size_t size, CUstream s)
+{
+  CUdeviceptr p;
+  CHECK_CU(cuemm_alloc_async(m, &p, size, s));
+  CHECK_CU(cuemm_free_async(m, p, s));
+  return test_stats(m).stream_cached_bytes;
+}
+
+/* While the pool grows past its peak for want of free space in one piece,
+ * the threads keep no large blocks, so that those freed merge in the pool;
+ * they keep them again after KEEP_QUIET pool allocations without such a
+ * growth.  A growth for want of free bytes changes nothing. */
+static void test_keep_quiet(void)
+{
+  CUstream s;
+  cuemm_manager *m = small_pool(4, &s);
+  is(pair_cached(m, MIB, s), MIB, "a growth with nothing free: the stream keeps the large block it freed");
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+
+  m = small_pool(4, &s);
+  CUdeviceptr p, q[4], x;
+  CHECK_CU(cuemm_alloc(m, &p, 8 * MIB));
+  CHECK_CU(cuemm_free(m, p));
+  CHECK_CU(cuemm_flush(m));
+  for (int i = 0; i < 4; i++)
+    CHECK_CU(cuemm_alloc(m, &q[i], 2 * MIB));
+  CHECK_CU(cuemm_free(m, q[0]));
+  CHECK_CU(cuemm_free(m, q[2]));
+  CHECK_CU(cuemm_flush(m));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  ok(ps.mapped_bytes == 8 * MIB && ps.free_bytes == 4 * MIB && ps.largest_free_block == 2 * MIB,
+     "8 MiB mapped, 4 MiB free in two holes of 2 MiB");
+  CHECK_CU(cuemm_alloc_async(m, &x, 3 * MIB, s));
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  ok(ps.mapped_bytes > 8 * MIB, "3 MiB fit in no hole: the pool grew past its peak (%zu bytes mapped)",
+     ps.mapped_bytes);
+  is(pair_cached(m, MIB, s), 0, "then a large block freed on the stream goes back to the pool");
+  size_t cached = 0;
+  for (int i = 2; i < KEEP_QUIET; i++)
+    cached += pair_cached(m, MIB, s);
+  is(cached, 0, "and so does every one of the next %d, each allocated from the pool", KEEP_QUIET - 2);
+  is(pair_cached(m, MIB, s), MIB, "the %dth allocation from the pool since the growth: the stream keeps it again",
+     KEEP_QUIET);
+  CHECK_CU(cuemm_free_async(m, x, s));
+  CHECK_CU(cuemm_free(m, q[1]));
+  CHECK_CU(cuemm_free(m, q[3]));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 /* The release threshold covers the caches: a thread caching more than it
  * gives idle blocks back, and the pool releases what is wholly free. */
 static void test_threshold(void)
@@ -1492,6 +1550,7 @@ int main(void)
   test_threshold();
   test_keep_large();
   test_keep_large_share();
+  test_keep_quiet();
   test_reclaim_all();
   test_release_and_reset();
   test_exit_per_thread();
