@@ -522,6 +522,7 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
   uintptr_t ptr;
   uint32_t blk;
   int kept = rs < CUEMM__HEAP_LARGE || stream_is_own_only(stream) || cuemm__keep_large(m);
+  cuemm__heap *own = h; /* its blocks of this stream go back before the pool grows, kept or not */
   if (rs > CUEMM__HEAP_LARGE_MAX || !kept)
     h = NULL; /* a block no thread's cache keeps */
   cuemm__lock_acquire(&m->lock);
@@ -535,21 +536,21 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
   /* The heap is entered twice, around the pick and not across it: where
    * the pool must grow, it first takes idle blocks back from every
    * thread's heap (cuemm__exchange_reclaim), this one's too. */
-  if (h && rs >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
-    int in = heap_get(h);
-    cuemm__exchange_evict_large(m, h, cuemm__heap_stream(h, stream));
-    heap_exit(h, in);
+  if (own && rs >= CUEMM__HEAP_LARGE && rs <= CUEMM__HEAP_LARGE_MAX && !stream_is_own_only(stream)) {
+    int in = heap_get(own);
+    cuemm__exchange_evict_large(m, own, cuemm__heap_stream(own, stream));
+    heap_exit(own, in);
   }
   uint32_t tag = pool_tag(m, stream);
   cuemm_stream_reuse reuse = m->cfg.stream_reuse;
   int wait = reuse == CUEMM_STREAM_REUSE_WAIT;
   CUresult r = pool_pick(m, size, tag, stream, wait, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-  if (r != CUDA_SUCCESS && h && !stream_is_own_only(stream) && !cuemm__reclaims_churn(m)) {
+  if (r != CUDA_SUCCESS && own && !stream_is_own_only(stream) && !cuemm__reclaims_churn(m)) {
     /* Before the pool settles, reclaims or grows, the blocks this thread
      * cached on this very stream: no event is needed for them. */
-    int in = heap_get(h);
-    size_t given = heap_give_back_stream(m, h, stream);
-    heap_exit(h, in);
+    int in = heap_get(own);
+    size_t given = heap_give_back_stream(m, own, stream);
+    heap_exit(own, in);
     if (given) {
       m->stream_reclaims++;
       tag = pool_tag(m, stream);
