@@ -138,7 +138,9 @@ static const knob knobs[] = {
     offsetof(cuemm_config, stream_keep_large), 24, 0, 32, 0,
     "a whole number of blocks from 0 to 32", NEEDS_POOL,
     "How many blocks of 256KiB to 16MiB freed on a stream a thread keeps for that stream's next requests of "
-    "the same sizes; with several threads, each keeps its share (at least 1)." },
+    "the same sizes; with several threads, each keeps its share (at least 1).  None while the pool grows past "
+    "its peak for want of free space in one piece, until 16384 allocations from the pool pass without such a "
+    "growth." },
   { "CUEMM_MEMORY", "memory", KNOB_MEMORY,
     offsetof(cuemm_config, memory), CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_SYSTEM, 0,
     "\"device\", \"managed\" or \"system\"", NEEDS_NOTHING,
