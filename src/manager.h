@@ -70,8 +70,9 @@ struct cuemm_manager {
    * `lock`, read by the heaps' owners without it. */
   _Atomic uint32_t keep_large;
   /* Allocations from the pool left before the threads keep large blocks
-   * again: a growth past the manager's peak held sets it to
-   * CUEMM__KEEP_QUIET and keep_large to 0 (manager.c), the stream path
+   * again: a growth past the manager's peak held for want of free space in
+   * one piece sets it to CUEMM__KEEP_QUIET and keep_large to 0
+   * (manager.c), the stream path
    * counts it down under `lock` (exchange.c) and gives the share back at
    * zero (thread-heap.c). */
   uint32_t keep_quiet;
@@ -207,7 +208,8 @@ typedef struct cuemm__extension {
  * been seen) keeps large blocks; one growing through fragmentation gets a
  * pool whose free space merges; a growth for want of free bytes (a live
  * set that grows) changes nothing.  Measured on the trace corpus (simcuda,
- * each thread of a log on its own thread): the two server logs and the
+ * each thread of a log on its own thread, before the stream's cached
+ * blocks went back ahead of such requests too): the two server logs and the
  * Numba log held 1.46 / 1.63 / 1.74 times their live bytes keeping
  * throughout, 1.62 / 1.44 / 1.48 with 4,096, and 1.25 / 1.27 / 1.44 with
  * 16,384 and with 65,536; no log of the corpus held more than before,
