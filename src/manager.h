@@ -72,9 +72,8 @@ struct cuemm_manager {
   /* Allocations from the pool left before the threads keep large blocks
    * again: a growth past the manager's peak held for want of free space in
    * one piece sets it to CUEMM__KEEP_QUIET and keep_large to 0
-   * (manager.c), the stream path
-   * counts it down under `lock` (exchange.c) and gives the share back at
-   * zero (thread-heap.c). */
+   * (manager.c), the stream path counts it down under `lock` (exchange.c)
+   * and gives the share back at zero (thread-heap.c). */
   uint32_t keep_quiet;
   uint64_t stream_reclaims;
   uint64_t reclaims_at_growth;  /* stream_reclaims at the pool's last growth (manager.c's pool_alloc_slow) */
