@@ -301,7 +301,9 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
   if (!grow)
     return cuemm__ctx_leave(m, &g, CUDA_ERROR_NOT_READY);
   /* Enough is free, only not in one piece: what is wholly free goes back
-   * first, so that the growth replaces it rather than adds to it. */
+   * first, so that the growth replaces it rather than adds to it.  Free
+   * space of busy streams counts: with the GPU behind, that is most of what
+   * fails to serve a request (CUEMM__KEEP_QUIET). */
   int fragmented = cuemm__pool_free_bytes(m->pool) >= size;
   if (fragmented)
     cuemm__pool_release(m->pool, 0);
