@@ -1324,6 +1324,37 @@ static void test_keep_quiet(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
+/* A request from the pool whose block no thread's cache will keep (here
+ * CUEMM_STREAM_KEEP_LARGE=0) still has the stream's cached blocks back
+ * before the pool goes further: stream order makes them the stream's at
+ * once, with no driver call. */
+static void test_unkept_takes_own_stream(void)
+{
+  CUstream s;
+  cuemm_manager *m = small_pool(0, &s);
+  CUdeviceptr p, v[32], x;
+  CHECK_CU(cuemm_alloc(m, &p, 8 * MIB));
+  CHECK_CU(cuemm_free(m, p));
+  CHECK_CU(cuemm_flush(m));
+  for (int i = 0; i < 32; i++)
+    CHECK_CU(cuemm_alloc_async(m, &v[i], 128 * 1024, s));
+  for (int i = 0; i < 32; i++)
+    CHECK_CU(cuemm_free_async(m, v[i], s));
+  is(test_stats(m).stream_cached_bytes, 4 * MIB, "the stream's cache holds 32 blocks of 128 KiB");
+  if (sim_present)
+    sim.calls_reset();
+  CHECK_CU(cuemm_alloc_async(m, &x, 6 * MIB, s));
+  cuemm_pool_stats ps;
+  CHECK_CU(cuemm_pool_get_stats(m, &ps));
+  is(ps.mapped_bytes, 8 * MIB, "6 MiB served without growing");
+  is(test_stats(m).stream_cached_bytes, 0, "from the cached blocks, given back first");
+  if (sim_present)
+    is(driver_work(), 0, "with no driver call");
+  CHECK_CU(cuemm_free_async(m, x, s));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(s));
+}
+
 /* The release threshold covers the caches: a thread caching more than it
  * gives idle blocks back, and the pool releases what is wholly free. */
 static void test_threshold(void)
@@ -1551,6 +1582,7 @@ int main(void)
   test_keep_large();
   test_keep_large_share();
   test_keep_quiet();
+  test_unkept_takes_own_stream();
   test_reclaim_all();
   test_release_and_reset();
   test_exit_per_thread();
