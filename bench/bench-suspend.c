@@ -135,22 +135,6 @@ static double cuemm_cycle(cuemm_manager *m, double *sus, int c)
   return now_ns() - t0;
 }
 
-static double lowest(const double *v, int n)
-{
-  double x = v[0];
-  for (int i = 1; i < n; i++)
-    x = v[i] < x ? v[i] : x;
-  return x;
-}
-
-static double highest(const double *v, int n)
-{
-  double x = v[0];
-  for (int i = 1; i < n; i++)
-    x = v[i] > x ? v[i] : x;
-  return x;
-}
-
 /* Median ns of a cuemm_alloc_async + cuemm_free_async pair of `size` on
  * `s`, over `iters` pairs. */
 static double pair_ns(cuemm_manager *m, size_t size, CUstream s, long iters)
@@ -257,10 +241,11 @@ int main(int argc, char **argv)
       if (r % 2 == 1)
         t_up[r] = driver_cycle(dev, size, &t_down[r], c);
     }
-    range[c][0] = lowest(r0, rounds), range[c][1] = highest(r0, rounds);
-    range[c][2] = lowest(t_up, rounds), range[c][3] = highest(t_up, rounds);
     sus_g[c] = median(s0, rounds), res_g[c] = median(r0, rounds);
     drv_down_g[c] = median(t_down, rounds), drv_up_g[c] = median(t_up, rounds);
+    /* median() sorted them: the ends are the range. */
+    range[c][0] = r0[0], range[c][1] = r0[rounds - 1];
+    range[c][2] = t_up[0], range[c][3] = t_up[rounds - 1];
   }
   /* (2) with KEEP; a first suspension makes the staging buffer, which
    * later ones reuse.  (The suspensions above dropped the contents.) */
