@@ -168,6 +168,14 @@ typedef enum cuemm_stream_reuse {
    * streams become dependent only where memory would grow.  The default. */
   CUEMM_STREAM_REUSE_INTERNAL = 2,
 } cuemm_stream_reuse;
+
+/* When a thread cuts its blocks of 256 KiB to 16 MiB from spans of its own
+ * (cuemm_config.stream_spans, CUEMM_STREAM_SPANS). */
+typedef enum cuemm_stream_spans {
+  CUEMM_STREAM_SPANS_NEVER = 0,   /* from the pool, under the manager's lock, as one thread does */
+  CUEMM_STREAM_SPANS_AUTO = 1,    /* once its visits to the pool found the lock taken by other threads */
+  CUEMM_STREAM_SPANS_ALWAYS = 2,  /* from its first large request */
+} cuemm_stream_spans;
 /* What cuemm_alloc hands out (cuemm_config.memory, CUEMM_MEMORY). */
 typedef enum cuemm_memory_kind {
   CUEMM_MEMORY_DEVICE = 0,   /* device memory (cuMemAlloc, or the pool) */
@@ -299,6 +307,23 @@ typedef struct cuemm_config {
    * on a GPT-2 training trace and on a serving one, the footprint within
    * 1.07x; 32 made the training trace grow and release in its passes). */
   size_t stream_keep_large;
+  /* CUEMM_STREAM_SPANS: "never", "auto" or "always".  Threads that ask
+   * for blocks of 256 KiB to 16 MiB at sizes their caches do not hold go
+   * to the pool, whose tree, owned table and counts one lock guards: with
+   * several such threads they queue there, and their pairs went slower
+   * than one thread's (docs/performance.md).  With spans, a thread takes
+   * a run of pool memory (a span: 16 MiB, or four times the request, or
+   * twice its span bytes in use, at most 256 MiB) in one visit and cuts
+   * its large blocks on one stream from it with no lock; a block freed on
+   * that stream goes back into the span at once, one freed on another
+   * stream once no work uses it; an empty span goes back to the pool.
+   * Another thread's free, cuemm_free, cuemm_record_stream and IPC export
+   * of such a block work as for any block.  Spans hold free space only
+   * their thread and stream use, so "auto" takes them only after
+   * 64 of the thread's visits to the pool found the manager's lock held by
+   * another thread; one thread alone never does.  Default
+   * CUEMM_STREAM_SPANS_AUTO. */
+  cuemm_stream_spans stream_spans;
 
   /* What cuemm_alloc hands out (see "Managed and system memory" below).
    * CUEMM_MEMORY: "device", "managed" or "system".  Managed memory comes
@@ -1049,6 +1074,13 @@ typedef struct cuemm_stats {
    * with one message on stderr, and the program goes on). */
   uint64_t log_rows;
   uint64_t log_lost;
+  /* The threads' spans (cuemm_config.stream_spans): how many there are,
+   * their bytes, and the bytes of them not handed out (kept by their
+   * threads for their streams; used_bytes of the pool counts whole
+   * spans). */
+  size_t stream_spans;
+  size_t stream_span_bytes;
+  size_t stream_span_free_bytes;
 } cuemm_stats;
 
 /* A consistent snapshot of the manager's counters. */

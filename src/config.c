@@ -27,7 +27,7 @@
 #include "config.h"
 
 typedef enum {
-  KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL, KNOB_FLAG, KNOB_REUSE, KNOB_MEMORY, KNOB_LOCATION,
+  KNOB_COUNT, KNOB_RATIO, KNOB_SIZE, KNOB_POOL, KNOB_FLAG, KNOB_REUSE, KNOB_SPANS, KNOB_MEMORY, KNOB_LOCATION,
   KNOB_PATH  /* a file name, kept as the environment's string */
 } knob_type;
 
@@ -46,6 +46,7 @@ static const char *const pool_names[] = { "none", "vmm" };
 static const char *const memory_names[] = { "device", "managed", "system" };
 static const char *const location_names[] = { "none", "device", "cpu" };
 static const char *const reuse_names[] = { "event", "wait", "internal" };
+static const char *const spans_names[] = { "never", "auto", "always" };
 
 /* Sizes are checked in doubles: every bound below is exact in one. */
 #define MIB (1024.0 * 1024.0)
@@ -141,6 +142,11 @@ static const knob knobs[] = {
     "the same sizes; with several threads, each keeps its share (at least 1).  None while the pool grows past "
     "its peak for want of free space in one piece, until 16384 allocations from the pool pass without such a "
     "growth." },
+  { "CUEMM_STREAM_SPANS", "stream_spans", KNOB_SPANS,
+    offsetof(cuemm_config, stream_spans), CUEMM_STREAM_SPANS_AUTO, CUEMM_STREAM_SPANS_NEVER,
+    CUEMM_STREAM_SPANS_ALWAYS, 0, "\"never\", \"auto\" or \"always\"", NEEDS_POOL,
+    "When a thread cuts its blocks of 256KiB to 16MiB from spans of pool memory of its own, with no lock: "
+    "never, once 64 of its visits to the pool found the manager's lock held by another thread, or always." },
   { "CUEMM_MEMORY", "memory", KNOB_MEMORY,
     offsetof(cuemm_config, memory), CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_DEVICE, CUEMM_MEMORY_SYSTEM, 0,
     "\"device\", \"managed\" or \"system\"", NEEDS_NOTHING,
@@ -200,7 +206,7 @@ static const cuemm__config_other others[] = {
 static const char *const *names_of(knob_type t)
 {
   return t == KNOB_POOL ? pool_names : t == KNOB_MEMORY ? memory_names : t == KNOB_LOCATION ? location_names
-         : t == KNOB_REUSE ? reuse_names : NULL;
+         : t == KNOB_REUSE ? reuse_names : t == KNOB_SPANS ? spans_names : NULL;
 }
 
 static void set_field(cuemm_config *cfg, const knob *k, double v)
@@ -212,6 +218,8 @@ static void set_field(cuemm_config *cfg, const knob *k, double v)
     *(cuemm_pool_kind *)(void *)base = (cuemm_pool_kind)(int)v;
   else if (k->type == KNOB_REUSE)
     *(cuemm_stream_reuse *)(void *)base = (cuemm_stream_reuse)(int)v;
+  else if (k->type == KNOB_SPANS)
+    *(cuemm_stream_spans *)(void *)base = (cuemm_stream_spans)(int)v;
   else if (k->type == KNOB_FLAG)
     *(int *)(void *)base = (int)v;
   else if (k->type == KNOB_MEMORY)
@@ -231,6 +239,8 @@ static double get_field(const cuemm_config *cfg, const knob *k)
     return (double)*(const cuemm_pool_kind *)(const void *)base;
   if (k->type == KNOB_REUSE)
     return (double)*(const cuemm_stream_reuse *)(const void *)base;
+  if (k->type == KNOB_SPANS)
+    return (double)*(const cuemm_stream_spans *)(const void *)base;
   if (k->type == KNOB_FLAG)
     return (double)*(const int *)(const void *)base;
   if (k->type == KNOB_MEMORY)

@@ -356,6 +356,8 @@ uint32_t cuemm__exchange_steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, si
 
 /* ---- giving cached blocks back ------------------------------------------------------- */
 
+static size_t spans_trim(cuemm_manager *m, cuemm__heap *h, uint32_t hs);
+
 /* Cached record r of h (at `ptr`), whose block the pool has taken, leaves
  * the heap and the owned table.  Both locks held. */
 static void heap_forget(cuemm_manager *m, cuemm__heap *h, uint32_t r, uintptr_t ptr)
@@ -411,7 +413,9 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
     } else if (!idle) {
       if (pool_give_on(m, blk, a->s) != 0)
         continue;
-    } else
+    } else if (cuemm__span_blk(blk))
+      cuemm__exchange_span_give(m, blk, a->s, 1);
+    else
       cuemm__pool_give_tagged(m->pool, blk, 0, 0);
     heap_forget(m, h, r, ptr);
     given += size;
@@ -484,6 +488,7 @@ size_t cuemm__exchange_reclaim(cuemm_manager *m, int how, size_t want)
     cuemm__heap_lock(h);
     if (h->cached_count)
       given += heap_give_back(m, h, all, 0, all ? 0 : want);
+    given += spans_trim(m, h, CUEMM__HEAP_NIL);
     cuemm__heap_unlock(h);
   }
   cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
@@ -507,41 +512,19 @@ void cuemm__exchange_to_pool(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstr
   pool_return_on(m, ptr, size, blk, stream);
 }
 
-/* A block from the pool, under the manager's lock.  With `h` (the calling
- * thread's heap), a block of a size the heap keeps goes into it at once,
- * LIVE, so that its free takes the fast path; a large one first makes room
- * among the stream's kept large blocks (cuemm__exchange_evict_large), whose oldest
- * returns to the pool before the pick and may serve it.  Without, or where
- * host memory for the record ran out, it is the pool's, as cuemm_alloc's
- * are (its owned entry says so), until its free decides whether a thread's
- * cache keeps it. */
-__attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
-                                                          size_t size, CUstream stream)
+/* A block of `size` bytes from the pool for work on `stream`: the stream's
+ * own and idle free space, else (with `own`, the calling thread's heap) the
+ * blocks that heap cached on the stream, else the pool's way of growing,
+ * settling and waiting (cuemm__pool_take_locked, and under
+ * CUEMM_STREAM_REUSE=internal a wait on another stream's event).  *tag:
+ * the stream's tag in the pool at the end.  m's lock held, no heap held. */
+static CUresult pool_take_for(cuemm_manager *m, cuemm__heap *own, size_t size, CUstream stream, uintptr_t *out,
+                              uint32_t *outblk, uint32_t *outtag)
 {
-  size_t rs = round_block(size);
-  uintptr_t ptr;
-  uint32_t blk;
-  int kept = rs < CUEMM__HEAP_LARGE || stream_is_own_only(stream) || cuemm__keep_large(m);
-  cuemm__heap *own = h; /* its blocks of this stream go back before the pool grows, kept or not */
-  if (rs > CUEMM__HEAP_LARGE_MAX || !kept)
-    h = NULL; /* a block no thread's cache keeps */
-  cuemm__lock_acquire(&m->lock);
-  if (__builtin_expect(m->keep_quiet != 0, 0) && --m->keep_quiet == 0)
-    cuemm__thread_heap_keep_share(m); /* the pool has stopped growing: the threads keep large blocks again */
-  if (cuemm__pool_is_suspended(m->pool)) {
-    m->st.alloc_failures++;
-    cuemm__lock_release(&m->lock);
-    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
-  }
-  /* The heap is entered twice, around the pick and not across it: where
-   * the pool must grow, it first takes idle blocks back from every
-   * thread's heap (cuemm__exchange_reclaim), this one's too. */
-  if (own && rs >= CUEMM__HEAP_LARGE && rs <= CUEMM__HEAP_LARGE_MAX && !stream_is_own_only(stream)) {
-    int in = heap_get(own);
-    cuemm__exchange_evict_large(m, own, cuemm__heap_stream(own, stream));
-    heap_exit(own, in);
-  }
+  uintptr_t ptr = 0;
+  uint32_t blk = CUEMM__SA_NIL;
   uint32_t tag = pool_tag(m, stream);
+  size_t rs = round_block(size);
   cuemm_stream_reuse reuse = m->cfg.stream_reuse;
   int wait = reuse == CUEMM_STREAM_REUSE_WAIT;
   CUresult r = pool_pick(m, size, tag, stream, wait, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
@@ -575,6 +558,183 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
     if (r != CUDA_SUCCESS)
       r = cuemm__pool_take_locked(m, size, tag, &ptr, &blk, 1);
   }
+  *out = ptr;
+  *outblk = blk;
+  *outtag = tag;
+  return r;
+}
+
+/* ---- spans (span.h): their pool blocks ----------------------------------------------------- */
+
+/* Span `id`, empty, leaves the manager's table and its pool block goes
+ * back: as freed on its stream, or through a flush when that stream was
+ * retired (its handle may name another stream now).  m's lock held, its
+ * heap held. */
+static void span_back(cuemm_manager *m, uint32_t id)
+{
+  cuemm__span *sp = cuemm__span_unregister(m, id);
+  if (!sp->retired)
+    pool_return_on(m, sp->base, sp->size, sp->pblk, sp->s);
+  else if (cuemm__pending_push(&m->pending, sp->base, sp->size, CUEMM__KIND_POOL, sp->pblk) == 0)
+    m->pool_pending++;
+  else
+    cuemm__pool_give(m->pool, sp->pblk); /* no memory to queue it: cannot happen in practice */
+  cuemm__span_destroy(sp);
+}
+
+int cuemm__exchange_span_give(cuemm_manager *m, uint32_t blk, CUstream stream, int idle)
+{
+  int k = cuemm__span_take_back(m, blk, stream, idle);
+  if (k > 0)
+    span_back(m, (uint32_t)k - 1);
+  return k < 0 ? -1 : 0;
+}
+
+/* h's empty spans (of stream hs, or NIL: every stream) back to the pool.
+ * m's lock held, h held. */
+static size_t spans_trim(cuemm_manager *m, cuemm__heap *h, uint32_t hs)
+{
+  cuemm__span *empty[64];
+  size_t n, bytes = 0;
+  do {
+    bytes += cuemm__span_detach(m, h, hs, empty, 64, &n);
+    for (size_t k = 0; k < n; k++)
+      span_back(m, empty[k]->id);
+  } while (n == 64);
+  return bytes;
+}
+
+void cuemm__exchange_spans_retire(cuemm_manager *m, cuemm__heap *h, uint32_t hs)
+{
+  spans_trim(m, h, hs);
+}
+
+void cuemm__exchange_span_close(cuemm_manager *m, cuemm__heap *h, uint32_t id)
+{
+  cuemm__lock_acquire(&m->lock);
+  int in = heap_get(h);
+  cuemm__span *sp = cuemm__span_at(m, id);
+  if (sp && sp->h == h && !sp->live && !sp->current)
+    span_back(m, id);
+  heap_exit(h, in);
+  cuemm__lock_release(&m->lock);
+}
+
+/* The size of a new span for a request of `rs` bytes on stream hs of h:
+ * room for CUEMM__SPAN_REQUESTS such requests, or twice what the
+ * stream's current span hands out, within CUEMM__SPAN_MIN and
+ * CUEMM__SPAN_MAX_BYTES, in whole units of the pool's granularity. */
+static size_t span_size(const cuemm_manager *m, const cuemm__heap *h, uint32_t hs, size_t rs)
+{
+  size_t want = rs * CUEMM__SPAN_REQUESTS;
+  const cuemm__span *cur = h->st[hs].span;
+  if (cur && cur->live * 2 > want)
+    want = cur->live * 2;
+  if (want < CUEMM__SPAN_MIN)
+    want = CUEMM__SPAN_MIN;
+  if (want > CUEMM__SPAN_MAX_BYTES)
+    want = CUEMM__SPAN_MAX_BYTES;
+  /* A pool under a limit (CUEMM_POOL_LIMIT) spends at most an eighth of
+   * it on one span. */
+  size_t capacity = cuemm__pool_capacity(m->pool) / 8;
+  if (want > capacity)
+    want = capacity > rs ? capacity : rs;
+  size_t unit = m->pool->unit;
+  want = (want + unit - 1) / unit * unit;
+  return want <= cuemm__pool_capacity(m->pool) / 8 || want == rs ? want : rs;
+}
+
+__attribute__((noinline)) CUresult cuemm__exchange_span_open(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
+                                                             size_t size, CUstream stream)
+{
+  size_t rs = round_block(size);
+  uintptr_t base;
+  uint32_t pblk, tag, rec = CUEMM__HEAP_NIL;
+  cuemm__lock_acquire(&m->lock);
+  if (cuemm__pool_is_suspended(m->pool)) {
+    m->st.alloc_failures++;
+    cuemm__lock_release(&m->lock);
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
+  }
+  int in = heap_get(h);
+  uint32_t hs = cuemm__heap_stream(h, stream);
+  size_t want = hs == CUEMM__HEAP_NIL ? 0 : span_size(m, h, hs, rs);
+  heap_exit(h, in);
+  CUresult r = want && want <= cuemm__pool_capacity(m->pool)
+                   ? pool_take_for(m, h, want, stream, &base, &pblk, &tag) : CUDA_ERROR_NOT_FOUND;
+  if (r == CUDA_SUCCESS) {
+    in = heap_get(h);
+    hs = cuemm__heap_stream(h, stream);
+    cuemm__span *old = NULL, *sp = hs == CUEMM__HEAP_NIL || h->st[hs].retired
+                                       ? NULL : cuemm__span_make(m, h, hs, base, want, pblk, &old);
+    if (sp) {
+      cuemm__pool_set_block_word(m->pool, pblk, (uint64_t)(uintptr_t)(stream ? stream : CU_STREAM_LEGACY));
+      if (old)
+        span_back(m, old->id);
+      rec = cuemm__span_cut(h, hs, rs, size);
+    } else
+      pool_return_on(m, base, want, pblk, stream);
+    heap_exit(h, in);
+    if (rec == CUEMM__HEAP_NIL)
+      r = CUDA_ERROR_NOT_FOUND;
+    else {
+      *p = (CUdeviceptr)h->b[rec].ptr;
+      if (m->st.live_bytes + size > m->st.peak_bytes)
+        m->st.peak_bytes = m->st.live_bytes + size; /* as cuemm__account_alloc, the block counted in its heap */
+    }
+  } else if (r != CUDA_ERROR_NOT_FOUND)
+    r = CUDA_ERROR_NOT_FOUND; /* the pool's own way says why, if it fails too */
+  cuemm__lock_release(&m->lock);
+  if (r == CUDA_SUCCESS)
+    cuemm__nvtx_live(cuemm__pool_nvtx(m->pool), (uintptr_t)*p, size);
+  return r;
+}
+
+/* A block from the pool, under the manager's lock.  With `h` (the calling
+ * thread's heap), a block of a size the heap keeps goes into it at once,
+ * LIVE, so that its free takes the fast path; a large one first makes room
+ * among the stream's kept large blocks (cuemm__exchange_evict_large), whose oldest
+ * returns to the pool before the pick and may serve it.  Without, or where
+ * host memory for the record ran out, it is the pool's, as cuemm_alloc's
+ * are (its owned entry says so), until its free decides whether a thread's
+ * cache keeps it. */
+__attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
+                                                          size_t size, CUstream stream)
+{
+  size_t rs = round_block(size);
+  uintptr_t ptr;
+  uint32_t blk;
+  int kept = rs < CUEMM__HEAP_LARGE || stream_is_own_only(stream) || cuemm__keep_large(m);
+  cuemm__heap *own = h; /* its blocks of this stream go back before the pool grows, kept or not */
+  if (rs > CUEMM__HEAP_LARGE_MAX || !kept)
+    h = NULL; /* a block no thread's cache keeps */
+  if (!own || own->spanning || rs < CUEMM__HEAP_LARGE || rs > CUEMM__HEAP_LARGE_MAX ||
+      m->cfg.stream_spans != CUEMM_STREAM_SPANS_AUTO)
+    cuemm__lock_acquire(&m->lock);
+  else if (!cuemm__lock_try(&m->lock)) {
+    /* Another thread holds the lock: this one's large requests queue here
+     * (span.h). */
+    if (++own->contended >= CUEMM__SPAN_CONTENDED)
+      own->spanning = 1;
+    cuemm__lock_acquire(&m->lock);
+  }
+  if (__builtin_expect(m->keep_quiet != 0, 0) && --m->keep_quiet == 0)
+    cuemm__thread_heap_keep_share(m); /* the pool has stopped growing: the threads keep large blocks again */
+  if (cuemm__pool_is_suspended(m->pool)) {
+    m->st.alloc_failures++;
+    cuemm__lock_release(&m->lock);
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
+  }
+  /* The heap is entered twice, around the pick and not across it: where
+   * the pool must grow, it first takes idle blocks back from every
+   * thread's heap (cuemm__exchange_reclaim), this one's too. */
+  if (own && rs >= CUEMM__HEAP_LARGE && rs <= CUEMM__HEAP_LARGE_MAX && !stream_is_own_only(stream)) {
+    int in = heap_get(own);
+    cuemm__exchange_evict_large(m, own, cuemm__heap_stream(own, stream));
+    heap_exit(own, in);
+  }
+  uint32_t tag;
+  CUresult r = pool_take_for(m, own, size, stream, &ptr, &blk, &tag);
   if (r == CUDA_SUCCESS) {
     /* The block remembers its stream (its descriptor's word): for
      * cuemm_record_stream and snapshots while the pool holds it. */

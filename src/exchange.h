@@ -8,6 +8,7 @@
 #define CUEMM_EXCHANGE_H
 
 #include "manager.h"
+#include "span.h"
 #include "stream-event.h"
 
 /* A request's size as the pool's blocks have it (the sub-allocator's
@@ -21,11 +22,21 @@ static inline size_t round_block(size_t size)
  * host memory ran out.  m's lock held. */
 uint32_t cuemm__exchange_stream_add(cuemm_manager *m, CUstream stream);
 
+/* A span's block given back as freed on `stream` (pool_give_on): into
+ * the span when freed on the span's stream or `idle`, an empty span back
+ * to the pool; -1 when it must wait for a flush.  m's lock held, the
+ * span's heap held. */
+int cuemm__exchange_span_give(cuemm_manager *m, uint32_t blk, CUstream stream, int idle);
+
 /* Gives pool block blk back as freed on `stream` (never the per-thread
  * default stream).  Returns 0, or -1 when host memory ran out (nothing
- * changed).  m's lock held. */
+ * changed), or for a span's block (span.h, whose heap the caller holds)
+ * freed on another stream than its span's, which must wait for a flush.
+ * m's lock held. */
 static inline __attribute__((always_inline)) int pool_give_on(cuemm_manager *m, uint32_t blk, CUstream stream)
 {
+  if (__builtin_expect(cuemm__span_blk(blk), 0))
+    return cuemm__exchange_span_give(m, blk, stream, 0);
   cuemm__heap *ps = m->pstreams;
   uint32_t k = ps ? cuemm__heap_stream(ps, stream) : CUEMM__HEAP_NIL;
   if (k == CUEMM__HEAP_NIL && (k = cuemm__exchange_stream_add(m, stream)) == CUEMM__HEAP_NIL)
@@ -47,6 +58,8 @@ static inline __attribute__((always_inline)) void pool_return_on(cuemm_manager *
     return;
   if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) == 0)
     m->pool_pending++;
+  else if (cuemm__span_blk(blk))
+    cuemm__exchange_span_give(m, blk, stream, 1); /* no memory for either: cannot happen in practice */
   else
     cuemm__pool_give_tagged(m->pool, blk, 0, 0); /* no memory for either: cannot happen in practice */
 }
@@ -185,6 +198,21 @@ void cuemm__exchange_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs);
  * when it keeps the size.  Takes the manager's lock. */
 CUresult cuemm__exchange_alloc_from_pool(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p, size_t size,
                                          CUstream stream);
+
+/* The owner's large request on `stream` when its span had no room: a new
+ * span taken from the pool, and the block cut from it
+ * (CUDA_ERROR_NOT_FOUND, no message, where none could be made: the caller
+ * goes to the pool).  Takes the manager's lock; heap not held. */
+CUresult cuemm__exchange_span_open(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p, size_t size, CUstream stream);
+
+/* Stream hs of h is being retired: its spans serve no more blocks, and go
+ * back to the pool through a flush once empty (the empty ones now).  m's
+ * lock held, h held. */
+void cuemm__exchange_spans_retire(cuemm_manager *m, cuemm__heap *h, uint32_t hs);
+
+/* Gives span `id` of h back to the pool, now empty: takes the manager's
+ * lock (the owner's free found it empty).  Heap not held. */
+void cuemm__exchange_span_close(cuemm_manager *m, cuemm__heap *h, uint32_t id);
 
 /* Gives h's idle blocks back when it holds more than its cap.  Takes the
  * manager's lock. */

@@ -127,3 +127,12 @@ size_t cuemm__extensions_live_size(cuemm_manager *m, const cuemm__owned_entry *e
       return extensions[i]->live_size(m, e, &bytes) ? bytes : 0;
   return 0;
 }
+
+cuemm__owned_entry *cuemm__owned_lookup(cuemm_manager *m, uintptr_t p, int inside)
+{
+  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
+  for (size_t i = 0; !e && i < NEXT; i++)
+    if (extensions[i]->own)
+      e = extensions[i]->own(m, p);
+  return e && (inside || e->key == p) ? e : NULL;
+}

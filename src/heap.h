@@ -112,6 +112,7 @@ typedef struct cuemm__hstream {
   uint32_t nwanted;     /* requests recorded there so far (the next goes to nwanted % CUEMM__HEAP_WANTED) */
   uint32_t steal_bin;   /* the bin (of another stream) its latest steal came from: looked at first */
   uint8_t retired;      /* no further same-stream reuse; blocks wait for `done` or a flush */
+  struct cuemm__span *span;  /* the span its large blocks are cut from now (span.h), or NULL */
   uint8_t idle_skip;    /* learnings left before the stream is asked whether it is idle again */
 } cuemm__hstream;
 
@@ -184,6 +185,11 @@ typedef struct cuemm__heap {
    * thread: its next such free looks there first (stream-free.c's
    * free_remote).  The owner's alone; heaps live as long as their manager. */
   struct cuemm__heap *remote;
+  /* Large blocks come from spans (span.h): set by the owner once its pool
+   * visits found the manager's lock taken `contended` times, or from the
+   * start with CUEMM_STREAM_SPANS=always. */
+  uint8_t spanning;
+  uint32_t contended;
 } cuemm__heap;
 
 /* Whether the owner may cache LIVE-or-not record r as its free: LIVE,

@@ -40,10 +40,16 @@ pthread_mutex_t cuemm__ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUresult pool_block_locked(cuemm_manager *m, CUdeviceptr p, const char *fn, CUdeviceptr *start,
                                   size_t *bytes)
 {
-  if (cuemm__pool_used_at(m->pool, p, start) != 0)
+  /* A block of a thread's span (span.h) lies inside the span's pool block:
+   * its own entry gives its start. */
+  cuemm__owned_entry *e = cuemm__owned_lookup(m, (uintptr_t)p, 1);
+  if (e && e->kind == CUEMM__KIND_STREAM && (uintptr_t)p - e->key < e->size)
+    *start = (CUdeviceptr)e->key;
+  else if (cuemm__pool_used_at(m->pool, p, start) != 0)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%llx lies in no live block of the pool (never allocated, "
                         "or freed and returned to the pool)", fn, (unsigned long long)p);
-  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, (uintptr_t)*start);
+  else
+    e = cuemm__owned_find(&m->owned, (uintptr_t)*start);
   if (e && e->kind == CUEMM__KIND_STREAM && (*bytes = cuemm__extensions_live_size(m, e)) == 0)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: 0x%llx lies in a pool block at 0x%llx that the program has "
                         "freed already (cuemm_free_async)", fn, (unsigned long long)p, (unsigned long long)*start);

@@ -35,6 +35,14 @@ static inline void cuemm__lock_acquire(cuemm__lock *l)
   cuemm__lock_contended(l);
 }
 
+/* Takes the lock if it is free; returns whether it did. */
+static inline int cuemm__lock_try(cuemm__lock *l)
+{
+  int expected = 0;
+  return atomic_compare_exchange_strong_explicit(&l->state, &expected, 1, memory_order_acquire,
+                                                 memory_order_relaxed);
+}
+
 static inline void cuemm__lock_release(cuemm__lock *l)
 {
   /* From 1 to 0: nobody waits.  From 2: somebody may sleep; wake one. */

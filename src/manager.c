@@ -595,7 +595,7 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *fr
 {
   cuemm__lock_acquire(&m->lock);
   CUresult r;
-  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
+  cuemm__owned_entry *e = cuemm__owned_lookup(m, p, 0);
   if (__builtin_expect(freed != NULL, 0) && e && !e->pending) /* the event log's row wants the size */
     *freed = e->kind == CUEMM__KIND_STREAM ? cuemm__extensions_live_size(m, e) : e->size;
   /* The common case, checked first: a pool entry is never pending, since

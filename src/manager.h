@@ -77,6 +77,11 @@ struct cuemm_manager {
   uint32_t keep_quiet;
   uint64_t stream_reclaims;
   uint64_t reclaims_at_growth;  /* stream_reclaims at the pool's last growth (manager.c's pool_alloc_slow) */
+  /* The threads' spans (span.h): a fixed table of CUEMM__SPAN_MAX, made at
+   * the first span and never moved, so that an owner reads its own spans
+   * without `lock`; changed under `lock`. */
+  struct cuemm__span **spans;
+  uint32_t nspans, span_next;  /* stream_reclaims at the pool's last growth (manager.c's pool_alloc_slow) */
   uint8_t stream_ready;       /* the stream calls take the pool's path (set once at creation, stream.c) */
   uint8_t stream_inline;      /* stream_ready and no event log: their inline hit paths may serve (stream.c) */
   struct cuemm__managed *managed;  /* managed.c: CUEMM_MEMORY=managed|system, else NULL */
@@ -174,6 +179,9 @@ typedef struct cuemm__extension {
    * is the block's rounded size): whether the program still holds the block
    * (not freed on a stream), and the bytes it last asked for. */
   int (*live_size)(cuemm_manager *m, const cuemm__owned_entry *e, size_t *bytes);
+  /* The owned entry of a block it holds without one, that holds address p
+   * (a span's block, span.h), made now; NULL when it holds none there. */
+  cuemm__owned_entry *(*own)(cuemm_manager *m, uintptr_t p);
 } cuemm__extension;
 
 /* cuemm__extension's reclaim: whose cached blocks go back.  Taking another
@@ -239,5 +247,10 @@ void cuemm__extensions_stats(cuemm_manager *m, cuemm_stats *s);
 /* An owned entry's live size: its size, or for a block an extension holds
  * what that extension says (0 when the block is freed). */
 size_t cuemm__extensions_live_size(cuemm_manager *m, const cuemm__owned_entry *e);
+/* The owned entry of the block starting at p, else of a block an
+ * extension holds without an entry (a span's, span.h) that starts at p
+ * or, with `inside`, holds address p: given one now.  NULL when none.
+ * Lock held. */
+cuemm__owned_entry *cuemm__owned_lookup(cuemm_manager *m, uintptr_t p, int inside);
 
 #endif

@@ -94,7 +94,15 @@ typedef struct cuemm__pool {
    * suspension refuses to release while they are live. */
   struct cuemm__pool_sent *sent;
   size_t nsent, capsent;
+  /* Where descriptors with CUEMM__POOL_SPAN_BIT go back (span.h's blocks,
+   * cut from the pool's blocks by the threads): set by the stream path. */
+  void (*span_give)(void *arg, uint32_t blk);
+  void *span_arg;
 } cuemm__pool;
+
+/* The bit of a descriptor that names a span's block, not the pool's
+ * (span.h's CUEMM__SPAN_BIT). */
+#define CUEMM__POOL_SPAN_BIT 0x80000000u
 
 /* Reserves the address range and prepares the pool; maps nothing yet.
  * `total` is the device's memory (the default reservation).  The manager's
@@ -146,7 +154,13 @@ static inline int cuemm__pool_take_tagged(cuemm__pool *p, size_t size, uint32_t 
 }
 
 /* Returns a block.  The caller guarantees no GPU work still uses it. */
-static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk) { cuemm__sa_free(&p->sa, blk); }
+static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk)
+{
+  if (__builtin_expect(blk & CUEMM__POOL_SPAN_BIT, 0))
+    p->span_give(p->span_arg, blk);
+  else
+    cuemm__sa_free(&p->sa, blk);
+}
 
 /* ---- the sub-allocator, as the stream-ordered path (exchange.c) and the
  * manager see it.  Nothing but pool.c and suballoc.c reaches into `sa`:

@@ -111,6 +111,9 @@ static CUresult print_locked(cuemm_manager *m, FILE *f)
             " blocks taken across streams, %" PRIu64 " reclaims by the pool\n",
             human(a, sizeof a, s.stream_cached_bytes), s.stream_cached_count, s.stream_heaps, s.stream_events,
             s.stream_steals, s.stream_reclaims);
+    if (s.stream_spans)
+      fprintf(f, "    spans %zu of %s, %s of them not handed out\n", s.stream_spans,
+              human(a, sizeof a, s.stream_span_bytes), human(b, sizeof b, s.stream_span_free_bytes));
     for (size_t i = 0; i < cached.n; i++)
       fprintf(f, "    stream %p: %s cached in %zu blocks\n", (void *)cached.v[i].s,
               human(a, sizeof a, cached.v[i].bytes), cached.v[i].count);

@@ -14,6 +14,7 @@
 
 #include "error.h"
 #include "manager.h"
+#include "span.h"
 #include "stream.h"
 
 typedef struct blocks {
@@ -109,6 +110,36 @@ static int chunk_of(const cuemm_snapshot *s, CUdeviceptr p)
   return lo < s->nchunks && s->chunks[lo].base <= p ? (int)lo : -1;
 }
 
+/* The blocks of a thread's span (span.h), which the pool holds as one
+ * block: those cut from it as the thread's records say, and its free
+ * space as cached (the thread keeps it for the span's stream).  Lock
+ * held. */
+static void take_span(cuemm_manager *m, cuemm_snapshot *s, blocks *out, const sblocks *sb, const cuemm__span *sp)
+{
+  for (uint32_t i = 0; i != CUEMM__SA_NIL && i < sp->sa.cap; i = sp->sa.b[i].next) {
+    const cuemm__sa_block *b = &sp->sa.b[i];
+    if (b->state == CUEMM__SA_HOLE || b->state == CUEMM__SA_SPARE || !b->size)
+      continue;
+    cuemm_snapshot_block x = { .ptr = (CUdeviceptr)(sp->base + b->off), .size = b->size, .stream_ordered = 1 };
+    x.chunk = chunk_of(s, x.ptr);
+    const cuemm__stream_block *sbk = b->state == CUEMM__SA_USED ? stream_find(sb, (uintptr_t)x.ptr) : NULL;
+    const cuemm__pending_entry *q;
+    if (b->state != CUEMM__SA_USED) {
+      x.state = CUEMM_BLOCK_CACHED;
+      x.stream = sp->retired || sp->s == CU_STREAM_LEGACY ? NULL : sp->s;
+    } else if (sbk) {
+      x.stream = sbk->stream;
+      x.requested = sbk->req;
+      x.state = sbk->cached ? CUEMM_BLOCK_CACHED : CUEMM_BLOCK_LIVE;
+    } else if ((q = pending_find(&m->pending, (uintptr_t)x.ptr)) != NULL) {
+      x.requested = q->size;
+      x.state = CUEMM_BLOCK_PENDING;
+    } else
+      x.state = CUEMM_BLOCK_LIVE;
+    push(out, x);
+  }
+}
+
 /* The pool: its chunks, then its blocks in address order.  Lock held. */
 static int take_pool(cuemm_manager *m, cuemm_snapshot *s, blocks *out, const sblocks *sb)
 {
@@ -132,6 +163,11 @@ static int take_pool(cuemm_manager *m, cuemm_snapshot *s, blocks *out, const sbl
     if (b->state != CUEMM__SA_USED) {
       x.state = CUEMM_BLOCK_FREE;
       push(out, x);
+      continue;
+    }
+    const cuemm__span *sp = cuemm__span_based(m, (uintptr_t)x.ptr);
+    if (sp) {
+      take_span(m, s, out, sb, sp);
       continue;
     }
     const cuemm__owned_entry *e = cuemm__owned_find(&m->owned, (uintptr_t)x.ptr);

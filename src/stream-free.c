@@ -161,6 +161,8 @@ static CUresult free_take_out(cuemm_manager *m, freeing *f, CUstream stream)
 static int free_admitted(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstream stream)
 {
   int entered = 0, admit = 0;
+  if (cuemm__span_blk(f->blk))
+    return 0; /* a span's block goes back to its span, never into another heap */
   if (f->size <= CUEMM__HEAP_LARGE_MAX || stream_is_own_only(stream)) { /* else no heap keeps it */
     if (f->o != h)
       entered = heap_get(h);
@@ -184,17 +186,18 @@ static int free_admitted(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstream 
  * and its free are counted where it was allocated.  m's lock held. */
 static void free_to_pool(cuemm_manager *m, freeing *f, CUstream stream)
 {
-  if (f->o) {
+  if (f->o)
     f->o->frees++;
-    cuemm__heap_unlock(f->o);
-  } else {
+  else {
     m->st.live_bytes -= f->e->size;
     m->st.live_count--;
     m->st.frees++;
   }
   cuemm__owned_remove(&m->owned, f->e);
   cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), f->p);
-  pool_return_on(m, f->p, f->size, f->blk, stream);
+  pool_return_on(m, f->p, f->size, f->blk, stream); /* a span's block needs its heap, f->o, held */
+  if (f->o)
+    cuemm__heap_unlock(f->o);
   pool_trim_tagged(m);
 }
 
@@ -255,6 +258,8 @@ __attribute__((noinline)) CUresult cuemm__free_async_slow(cuemm_manager *m, cuem
     return r;
   }
   f.e = cuemm__owned_find(&m->owned, f.p);
+  if (!f.e)
+    f.e = cuemm__span_own(m, f.p); /* a span's block reached by another thread */
   if (!f.e || (f.e->kind != CUEMM__KIND_STREAM && f.e->kind != CUEMM__KIND_POOL)) {
     cuemm__lock_release(&m->lock);
     return free_not_pooled(m, f.p, freed);

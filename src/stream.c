@@ -48,6 +48,7 @@
 #include "exchange.h"
 #include "nvtx.h"
 #include "stream-event.h"
+#include "span.h"
 #include "stream-free.h"
 #include "stream.h"
 #include "thread-heap.h"
@@ -115,6 +116,10 @@ static CUresult stream_attach(cuemm_manager *m)
   m->stream_ready = m->pool && m->drv->EventRecord && m->drv->EventQuery && m->drv->StreamWaitEvent;
   m->stream_inline = m->stream_ready && !m->log;
   atomic_store_explicit(&m->keep_large, (uint32_t)m->cfg.stream_keep_large, memory_order_relaxed);
+  if (m->pool) {
+    m->pool->span_give = cuemm__span_give_idle;
+    m->pool->span_arg = m;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -145,6 +150,15 @@ static uint32_t heap_hit_class(cuemm__heap *h, uint32_t hs, size_t size)
   if (bin == CUEMM__HEAP_NIL || h->bins[bin].head == CUEMM__HEAP_NIL)
     return CUEMM__HEAP_NIL;
   return cuemm__heap_pop_fit(h, bin, hs, rs, size);
+}
+
+/* Whether h cuts a request of rs bytes on stream hs from a span (span.h):
+ * it takes spans, the size is a large one a heap keeps, and the stream is
+ * neither the per-thread default stream nor retired. */
+static inline int heap_spans(const cuemm__heap *h, uint32_t hs, size_t rs, CUstream stream)
+{
+  return h->spanning && rs >= CUEMM__HEAP_LARGE && rs <= CUEMM__HEAP_LARGE_MAX && !stream_is_own_only(stream) &&
+         !h->st[hs].retired;
 }
 
 static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
@@ -187,6 +201,9 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   uint32_t got = heap_hit_class(h, hs, size);
   if (got == CUEMM__HEAP_NIL)
     got = cuemm__exchange_steal(m, h, hs, rs, size);
+  int span = got == CUEMM__HEAP_NIL && heap_spans(h, hs, rs, stream);
+  if (span)
+    got = cuemm__span_cut(h, hs, rs, size);
   if (got != CUEMM__HEAP_NIL) {
     *p = (CUdeviceptr)h->b[got].ptr;
     cuemm__heap_unlock(h);
@@ -194,6 +211,11 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
     return CUDA_SUCCESS;
   }
   cuemm__heap_unlock(h);
+  if (span) {
+    r = cuemm__exchange_span_open(m, h, p, size, stream);
+    if (r != CUDA_ERROR_NOT_FOUND)
+      return r;
+  }
 
   return cuemm__exchange_alloc_from_pool(m, h, p, size, stream);
 }
@@ -227,6 +249,20 @@ static __attribute__((noinline)) CUresult alloc_async_miss(cuemm_manager *m, cue
     r = steal_hint(h, hs, rs, size);
   if (r == CUEMM__HEAP_NIL)
     r = cuemm__exchange_steal_idle(h, hs, rs, size, &others);
+  if (r == CUEMM__HEAP_NIL && heap_spans(h, hs, rs, stream)) {
+    /* A thread whose pool visits queue on the manager's lock: its own
+     * span, or a new one (span.h). */
+    if ((r = cuemm__span_cut(h, hs, rs, size)) == CUEMM__HEAP_NIL) {
+      cuemm__heap_leave(h);
+      CUresult res = size <= cuemm__pool_capacity(m->pool) ? cuemm__exchange_span_open(m, h, p, size, stream)
+                                                             : CUDA_ERROR_NOT_FOUND;
+      if (res != CUDA_ERROR_NOT_FOUND)
+        return res;
+      if (!others && size <= cuemm__pool_capacity(m->pool))
+        return cuemm__exchange_alloc_from_pool(m, h, p, size, stream);
+      return alloc_async_slow(m, h, p, size, stream);
+    }
+  }
   if (r != CUEMM__HEAP_NIL)
     return heap_served(m, h, r, p, size);
   cuemm__heap_leave(h);
@@ -356,6 +392,27 @@ static __attribute__((noinline)) CUresult free_async_rest(cuemm_manager *m, cuem
   return cuemm__free_async_slow(m, h, dp, stream, freed, r == CUEMM__HEAP_NIL);
 }
 
+/* The owner's free of record r, a span's block with no owned entry (span.h):
+ * on the span's stream, back into the span, an empty span back to the
+ * pool; on another stream, the way of any block (cached on that stream
+ * until its work is done).  Heap entered; leaves it. */
+static __attribute__((noinline)) CUresult free_span(cuemm_manager *m, cuemm__heap *h, CUdeviceptr dp,
+                                                    CUstream stream, size_t *freed, uint32_t r)
+{
+  uint32_t hs = cuemm__heap_stream(h, stream), id = cuemm__span_id(h->b[r].blk);
+  const cuemm__span *sp = cuemm__span_at(m, id);
+  if (hs == CUEMM__HEAP_NIL || hs != sp->hs || sp->retired || stream_is_own_only(stream))
+    return free_async_rest(m, h, dp, stream, freed, r);
+  if (freed)
+    *freed = h->b[r].req;
+  int empty = cuemm__span_free(m, h, r);
+  cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), (uintptr_t)dp);
+  cuemm__heap_leave(h);
+  if (empty)
+    cuemm__exchange_span_close(m, h, id);
+  return CUDA_SUCCESS;
+}
+
 /* The calling thread's own heap h: a block it holds, freed into an
  * existing bin, inline; anything else by a call. */
 static inline __attribute__((always_inline)) CUresult free_async_owner(cuemm_manager *m, cuemm__heap *h,
@@ -365,6 +422,8 @@ static inline __attribute__((always_inline)) CUresult free_async_owner(cuemm_man
     return cuemm__free_async_slow(m, h, dp, stream, freed, 0);
   uint32_t r = cuemm__heap_find(h, (uintptr_t)dp);
   if (r != CUEMM__HEAP_NIL && cuemm__heap_freeable(h, r)) {
+    if (__builtin_expect((h->b[r].blk & (CUEMM__SPAN_BIT | CUEMM__SPAN_OWNED)) == CUEMM__SPAN_BIT, 0))
+      return free_span(m, h, dp, stream, freed, r);
     uint32_t hs = cuemm__heap_stream(h, stream);
     if (hs != CUEMM__HEAP_NIL && !heap_surplus(h, h->b[r].size, hs, stream) &&
         cuemm__heap_cache_in(h, r, hs, 0) == 0) {
@@ -514,7 +573,7 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUst
     stream = CU_STREAM_LEGACY;
   CUresult r = CUDA_SUCCESS;
   cuemm__lock_acquire(&m->lock);
-  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
+  cuemm__owned_entry *e = cuemm__owned_lookup(m, p, 0);
   if (e && e->kind == CUEMM__KIND_POOL)
     /* A block the pool holds (cuemm_alloc's, or cuemm_alloc_async's not
      * yet cached): freed with cuemm_free it would need nothing (the flush
@@ -586,6 +645,7 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
           }
       }
       if (r == CUDA_SUCCESS) {
+        cuemm__exchange_spans_retire(m, h, k); /* its spans serve no more, and go back through a flush */
         a->s = cuemm__thread_heap_retired_key();
         a->retired = 1;
       }
@@ -661,4 +721,5 @@ const cuemm__extension cuemm__stream_extension = {
   .reset = cuemm__exchange_reset,
   .stats = cuemm__thread_heaps_stats,
   .live_size = cuemm__thread_heaps_live_size,
+  .own = cuemm__span_own,
 };

@@ -32,6 +32,7 @@
 
 #include "error.h"
 #include "exchange.h"
+#include "span.h"
 #include "suspend.h"
 
 typedef struct kept_run {
@@ -74,6 +75,15 @@ static void add_run(void *arg, size_t off, size_t size)
   s->kept += size;
 }
 
+/* A run of live pool blocks: inside a thread's span (span.h) only the
+ * blocks cut from it hold contents. */
+static void add_live(void *arg, size_t off, size_t size)
+{
+  void **a = arg;
+  const cuemm_manager *m = a[0];
+  cuemm__span_live_runs(m, m->pool->base, off, size, add_run, a[1]);
+}
+
 static void drop_runs(struct cuemm__suspend *s)
 {
   free(s->runs);
@@ -109,7 +119,8 @@ static CUresult keep_contents(cuemm_manager *m, struct cuemm__suspend *s)
   const cuemm__driver_table *d = m->drv;
   cuemm__pool *pool = m->pool;
   drop_runs(s);
-  cuemm__pool_each_live_run(pool, add_run, s);
+  void *a[2] = { m, s };
+  cuemm__pool_each_live_run(pool, add_live, a);
   if (s->oom) {
     drop_runs(s);
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_pool_suspend: no host memory for the list of live blocks");

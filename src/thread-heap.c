@@ -12,6 +12,7 @@
 
 #include "error.h"
 #include "stream-event.h"
+#include "span.h"
 #include "thread-heap.h"
 
 /* initial-exec: the fast paths read it with one fs-relative load instead of
@@ -171,6 +172,7 @@ CUresult cuemm__thread_heap_attach_locked(cuemm_manager *m, cuemm__heap **out)
     if (!(h = malloc(sizeof *h)))
       return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for a thread's stream cache");
     cuemm__heap_init(h, m, m->nheaps);
+    h->spanning = m->cfg.stream_spans == CUEMM_STREAM_SPANS_ALWAYS;
     m->heaps[m->nheaps++] = h;
     cuemm__thread_heap_keep_share(m);
     pthread_mutex_lock(&g_lock);
@@ -227,6 +229,7 @@ void cuemm__thread_heaps_stats(cuemm_manager *m, cuemm_stats *s)
   }
   s->stream_heaps = m->nheaps;
   s->stream_reclaims = m->stream_reclaims;
+  s->stream_span_free_bytes = cuemm__span_free_bytes(m, &s->stream_spans, &s->stream_span_bytes);
 }
 
 size_t cuemm__thread_heaps_live(cuemm_manager *m, size_t *bytes)
@@ -265,6 +268,7 @@ size_t cuemm__thread_heaps_fini(cuemm_manager *m, int use_driver)
   free(m->heaps);
   m->heaps = NULL;
   m->nheaps = m->capheaps = 0;
+  cuemm__span_fini_all(m);
   if (m->pstreams) {
     leaked += cuemm__stream_drop_events(m, m->pstreams, use_driver);
     cuemm__heap_fini(m->pstreams);

@@ -58,7 +58,9 @@ class Stats(ctypes.Structure):
             "stream_events", "stream_event_waits", "stream_steals",
             "stream_reclaims")] + [
         (n, ctypes.c_size_t) for n in ("held_bytes", "peak_held_bytes")] + [
-        (n, ctypes.c_uint64) for n in ("log_rows", "log_lost")]
+        (n, ctypes.c_uint64) for n in ("log_rows", "log_lost")] + [
+        (n, ctypes.c_size_t) for n in (
+            "stream_spans", "stream_span_bytes", "stream_span_free_bytes")]
 
 
 PIECE_CLASSES = 19
