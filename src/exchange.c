@@ -518,8 +518,9 @@ void cuemm__exchange_to_pool(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstr
  * settling and waiting (cuemm__pool_take_locked, and under
  * CUEMM_STREAM_REUSE=internal a wait on another stream's event).  *tag:
  * the stream's tag in the pool at the end.  m's lock held, no heap held. */
-static CUresult pool_take_for(cuemm_manager *m, cuemm__heap *own, size_t size, CUstream stream, uintptr_t *out,
-                              uint32_t *outblk, uint32_t *outtag)
+static inline __attribute__((always_inline)) CUresult pool_take_for(cuemm_manager *m, cuemm__heap *own, size_t size,
+                                                                   CUstream stream, uintptr_t *out, uint32_t *outblk,
+                                                                   uint32_t *outtag)
 {
   uintptr_t ptr = 0;
   uint32_t blk = CUEMM__SA_NIL;
