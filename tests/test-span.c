@@ -46,28 +46,15 @@ static size_t pool_used(cuemm_manager *m)
   return ps.used_bytes;
 }
 
-static unsigned long calls(const char *e)
+/* The end of a test: every block freed, every span back in the pool, the
+ * manager destroyed. */
+static void all_back(cuemm_manager *m, const char *what)
 {
-  return sim_present ? sim.calls(e) : 0;
-}
-
-static unsigned long driver_work(void)
-{
-  static const char *const names[] = { "cuEventRecord", "cuEventQuery", "cuStreamQuery", "cuStreamWaitEvent",
-                                       "cuCtxSynchronize", "cuMemCreate", "cuMemMap", "cuMemAlloc",
-                                       "cuCtxGetCurrent" };
-  unsigned long n = 0;
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    n += calls(names[i]);
-  return n;
-}
-
-static unsigned char byte_at(CUdeviceptr p, size_t off)
-{
-  unsigned char b = 0;
-  CHECK_CU(cuCtxSynchronize());
-  CHECK_CU(cuMemcpyDtoH(&b, p + off, 1));
-  return b;
+  cuemm_stats st = stats_of(m);
+  is(st.live_count, 0, "%s: nothing live", what);
+  is(st.stream_spans, 0, "%s: every span went back once its blocks did", what);
+  is(pool_used(m), 0, "%s: the pool holds nothing used", what);
+  CHECK_CU(cuemm_destroy(m));
 }
 
 static void test_cut_and_back(void)
@@ -85,7 +72,7 @@ static void test_cut_and_back(void)
 
   /* Pairs of sizes from 256 KiB to 4 MiB, on the span's stream: all cut
    * from the span, with no driver call and nothing of the pool's moving. */
-  unsigned long work = driver_work();
+  unsigned long work = sim_driver_work();
   size_t used = pool_used(m);
   CUdeviceptr q[3] = { 0 };
   size_t sizes[] = { 256 * KIB, 4 * MIB, 700 * KIB, 3 * MIB + 256, 1 * MIB, 2 * MIB };
@@ -97,7 +84,7 @@ static void test_cut_and_back(void)
     CHECK_CU(cuemm_alloc_async(m, &q[k], sizes[i % 6], s));
     inside &= q[k] >= p - 16 * MIB && q[k] < p + 16 * MIB;
   }
-  is(driver_work(), work, "60 pairs of 256 KiB .. 4 MiB: no driver call");
+  is(sim_driver_work(), work, "60 pairs of 256 KiB .. 4 MiB: no driver call");
   is(pool_used(m), used, "and the pool's used bytes never moved");
   ok(inside, "every block lies in the span");
   is(stats_of(m).stream_spans, 1, "still one span");
@@ -117,8 +104,8 @@ static void test_cut_and_back(void)
   /* Contents written are read back. */
   CHECK_CU(cuMemsetD8(again, 0x5a, rsz));
   CHECK_CU(cuMemsetD8(p, 0x11, 1 * MIB));
-  is(byte_at(again, rsz - 1), 0x5a, "a span block holds what was written to it");
-  is(byte_at(p, 0), 0x11, "and its neighbour its own");
+  is(device_byte_at(again, rsz - 1), 0x5a, "a span block holds what was written to it");
+  is(device_byte_at(p, 0), 0x11, "and its neighbour its own");
 
   for (int k = 0; k < 3; k++)
     CHECK_CU(cuemm_free_async(m, q[k], s));
@@ -163,11 +150,7 @@ static void test_other_stream(void)
   CHECK_CU(cuemm_free_async(m, x, s));
   CHECK_CU(cuemm_pool_trim(m)); /* the cached block goes back, through a flush */
   CHECK_CU(cuemm_flush(m));
-  cuemm_stats st = stats_of(m);
-  is(st.live_count, 0, "nothing live");
-  is(st.stream_spans, 0, "every span went back once its blocks did");
-  is(pool_used(m), 0, "the pool holds nothing used");
-  CHECK_CU(cuemm_destroy(m));
+  all_back(m, "freed on another stream");
   CHECK_CU(cuStreamDestroy(s));
   CHECK_CU(cuStreamDestroy(s2));
 }
@@ -243,11 +226,7 @@ static void test_other_ways(void)
   CHECK_CU(cuemm_free_async(m, d, s));
   CHECK_CU(cuemm_pool_trim(m));
   CHECK_CU(cuemm_flush(m));
-  cuemm_stats st = stats_of(m);
-  is(st.live_count, 0, "nothing live after every kind of free");
-  is(st.stream_spans, 0, "the span went back");
-  is(pool_used(m), 0, "the pool holds nothing used");
-  CHECK_CU(cuemm_destroy(m));
+  all_back(m, "every kind of free");
   CHECK_CU(cuStreamDestroy(s));
   CHECK_CU(cuStreamDestroy(s2));
 }
@@ -281,8 +260,8 @@ static void test_ipc_and_suspend(void)
   is(ps.kept_bytes, 4 * MIB, "only the span's blocks were copied (4 MiB), not its free space");
   is(ps.mapped_bytes, 0, "no memory mapped while suspended");
   CHECK_CU(cuemm_pool_resume(m));
-  is(byte_at(a, 1 * MIB - 1), 0x21, "after the resumption the first block holds its contents");
-  is(byte_at(b, 0), 0x43, "and the second its own");
+  is(device_byte_at(a, 1 * MIB - 1), 0x21, "after the resumption the first block holds its contents");
+  is(device_byte_at(b, 0), 0x43, "and the second its own");
   CUdeviceptr c = 0;
   CHECK_CU(cuemm_alloc_async(m, &c, 1 * MIB, s));
   ok(c > b, "the span serves again after the resumption");
@@ -343,11 +322,7 @@ static void test_stream_release(void)
   CHECK_CU(cuemm_free_async(m, a, s2));
   CHECK_CU(cuemm_free_async(m, c, s2));
   CHECK_CU(cuemm_pool_trim(m));
-  cuemm_stats st = stats_of(m);
-  is(st.live_count, 0, "nothing live");
-  is(st.stream_spans, 0, "the released stream's span went back once its block did");
-  is(pool_used(m), 0, "the pool holds nothing used");
-  CHECK_CU(cuemm_destroy(m));
+  all_back(m, "a released stream");
   CHECK_CU(cuStreamDestroy(s));
   CHECK_CU(cuStreamDestroy(s2));
 }

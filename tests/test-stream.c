@@ -49,26 +49,6 @@ static unsigned long calls(const char *e)
   return sim_present ? sim.calls(e) : 0;
 }
 
-/* Driver calls of the kinds the fast path must never make. */
-static unsigned long driver_work(void)
-{
-  static const char *const names[] = { "cuEventRecord", "cuEventQuery", "cuEventCreate", "cuStreamWaitEvent",
-                                       "cuCtxSynchronize", "cuMemCreate", "cuMemMap", "cuMemAlloc",
-                                       "cuStreamSynchronize", "cuCtxGetCurrent" };
-  unsigned long n = 0;
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    n += calls(names[i]);
-  return n;
-}
-
-static unsigned char byte_at(CUdeviceptr p, size_t off)
-{
-  unsigned char b = 0;
-  CHECK_CU(cuCtxSynchronize());
-  CHECK_CU(cuMemcpyDtoH(&b, p + off, 1));
-  return b;
-}
-
 static void test_refusals(void)
 {
   cuemm_config c = test_config(10, 0.2);
@@ -125,7 +105,7 @@ static void test_same_stream(void)
     }
     ok(same, "%zu bytes: 100 pairs on one stream reuse the same block", sizes[i]);
     if (sim_present)
-      is(driver_work(), 0, "%zu bytes: and make no driver call", sizes[i]);
+      is(sim_driver_work(), 0, "%zu bytes: and make no driver call", sizes[i]);
     else
       skip(1, SIM_REASON);
   }
@@ -192,7 +172,7 @@ static void test_cross_stream(void)
   ok(q != p, "s2 does not get s1's block while s1's work on it is queued");
   is(calls("cuEventRecord"), 1, "one event recorded on s1 for its batch");
   CHECK_CU(cuStreamSynchronize(s1));
-  is(byte_at(p, 8191), 0xAA, "s1's work wrote the block");
+  is(device_byte_at(p, 8191), 0xAA, "s1's work wrote the block");
   CUdeviceptr r;
   sim.calls_reset();
   CHECK_CU(cuemm_alloc_async(m, &r, 8192, s2));
@@ -270,7 +250,7 @@ static void test_idle_stream(void)
   is(calls("cuStreamQuery"), 1, "s1 was asked once");
   is(calls("cuEventRecord"), 1, "it was busy: one event for its frees");
   CHECK_CU(cuStreamSynchronize(s1)); /* its event is done: the next take must ask again or skip */
-  is(byte_at(p, 8191), 0x11, "s1's work wrote its block");
+  is(device_byte_at(p, 8191), 0x11, "s1's work wrote its block");
   CUdeviceptr p2, r2 = take_from_busy(m, s1, s2, 4096, 0x22, &p2);
   ok(r2 != p2, "still busy: s2 gets another block of 4 KiB");
   is(calls("cuStreamQuery"), 0, "a stream found busy is not asked at the next take");
@@ -354,8 +334,8 @@ static void test_pool_tagged(void)
      "pool before a growth past the peak), none waited on");
   ok(calls("cuMemCreate") >= 1, "the pool grew instead");
   CHECK_CU(cuStreamSynchronize(s1));
-  is(byte_at(v[3], MIB - 1), 0x43, "s1's work ran on the block the thread kept (the first freed)");
-  is(byte_at(a, 0), 0x55, "and on the 3 MiB");
+  is(device_byte_at(v[3], MIB - 1), 0x43, "s1's work ran on the block the thread kept (the first freed)");
+  is(device_byte_at(a, 0), 0x55, "and on the 3 MiB");
   sim.calls_reset();
   CUdeviceptr c;
   CHECK_CU(cuemm_alloc_async(m, &c, 3 * MIB, s2));
@@ -392,7 +372,7 @@ static void test_wait_mode(void)
   is(calls("cuStreamWaitEvent"), 1, "and waits on s1's event");
   CHECK_CU(cuMemsetD8Async(q, 0x22, 4096, s2));
   CHECK_CU(cuStreamSynchronize(s2));
-  is(byte_at(q, 0), 0x22, "s2's write is the last: s1's ran before it");
+  is(device_byte_at(q, 0), 0x22, "s2's write is the last: s1's ran before it");
   cuemm_stats st = test_stats(m);
   is(st.stream_event_waits, 1, "the wait is counted");
   CHECK_CU(cuemm_free_async(m, q, s2));
@@ -428,7 +408,7 @@ static void test_internal_mode(void)
      "and the host does not");
   CHECK_CU(cuMemsetD8Async(b, 0x66, 16 * MIB, s2));
   CHECK_CU(cuStreamSynchronize(s2));
-  is(byte_at(b, 0), 0x66, "s2's write is the last: s1's ran before it");
+  is(device_byte_at(b, 0), 0x66, "s2's write is the last: s1's ran before it");
   cuemm_stats st = test_stats(m);
   is(st.stream_event_waits, 1, "the wait is counted");
   CHECK_CU(cuStreamSynchronize(s1));
@@ -463,7 +443,7 @@ static void test_record_stream(void)
   is(q, p, "s1 reuses the block in its own order");
   CHECK_CU(cuMemsetD8Async(q, 0x44, 4096, s1));
   CHECK_CU(cuStreamSynchronize(s1));
-  is(byte_at(q, 100), 0x44, "s1's new write came after s2's old one");
+  is(device_byte_at(q, 100), 0x44, "s1's new write came after s2's old one");
   is(cuemm_record_stream(m, 0xdead0000, s2), CUDA_ERROR_INVALID_VALUE, "record_stream of a foreign pointer refused");
   CHECK_CU(cuemm_free_async(m, q, s1));
 
@@ -783,14 +763,14 @@ static void test_remote_free(void)
   is(x.records, 0, "no event was recorded for them");
   is(x.r[3], CUDA_ERROR_INVALID_VALUE, "its second free of the third is refused");
   like(x.why, "was freed already, by another thread", "as a double free");
-  unsigned long work = driver_work();
+  unsigned long work = sim_driver_work();
   CUdeviceptr a = 0, b = 0;
   CHECK_CU(cuemm_alloc_async(m, &a, 6000, s));
   CHECK_CU(cuemm_alloc_async(m, &b, 6100, s));
   tap_diag("got 0x%llx 0x%llx, freed 0x%llx 0x%llx 0x%llx", (unsigned long long)a, (unsigned long long)b,
            (unsigned long long)x.p[0], (unsigned long long)x.p[1], (unsigned long long)x.p[2]);
   ok(a == x.p[2] && b == x.p[1], "this thread's next requests on the stream take the last two back, newest first");
-  is(driver_work() - work, 0, "with no driver call");
+  is(sim_driver_work() - work, 0, "with no driver call");
   cuemm_stats st = test_stats(m);
   is(st.live_count, 2, "two blocks live");
   is(st.frees, 3, "three frees counted");
@@ -969,7 +949,7 @@ static void test_growth_joins_own_stream(void)
      "nothing waited: stream order covers the queued work");
   ok(sim.queued_work() >= 1, "s's work on the block is still queued (%zu items)", sim.queued_work());
   CHECK_CU(cuStreamSynchronize(s));
-  is(byte_at(b, 4 * MIB - 1), 0x5A, "and ran where it was queued");
+  is(device_byte_at(b, 4 * MIB - 1), 0x5A, "and ran where it was queued");
   CHECK_CU(cuemm_free_async(m, b, s));
   queued_end(m);
   CHECK_CU(cuStreamDestroy(s));
@@ -1003,7 +983,7 @@ static void test_own_cache_past_peak(void)
   is(after.stream_cached_bytes, 0, "the thread's cache went back to the pool");
   CHECK_CU(cuMemsetD8Async(q, 0x77, 4 * MIB, s1));
   CHECK_CU(cuStreamSynchronize(s1));
-  is(byte_at(q, 0), 0x77, "s2's work ran first, s1's after it");
+  is(device_byte_at(q, 0), 0x77, "s2's work ran first, s1's after it");
   CHECK_CU(cuemm_free_async(m, q, s1));
   queued_end(m);
   CHECK_CU(cuStreamDestroy(s1));
@@ -1041,7 +1021,7 @@ static void test_adopt_pieces(void)
   is(calls("cuStreamWaitEvent"), 2, "s2 waits on an event of s0 and one of s1");
   CHECK_CU(cuMemsetD8Async(q, 0x33, 4 * MIB, s[2]));
   CHECK_CU(cuStreamSynchronize(s[2]));
-  ok(byte_at(q, 0) == 0x33 && byte_at(q, 4 * MIB - 1) == 0x33, "s2's work ran after s0's and s1's");
+  ok(device_byte_at(q, 0) == 0x33 && device_byte_at(q, 4 * MIB - 1) == 0x33, "s2's work ran after s0's and s1's");
   CHECK_CU(cuemm_free_async(m, q, s[2]));
   CHECK_CU(cuCtxSynchronize());
   CHECK_CU(cuemm_pool_trim(m));
@@ -1209,7 +1189,7 @@ static void test_keep_large(void)
     sim.calls_reset();
   CHECK_CU(cuemm_alloc_async(m, &p, MIB, s));
   is(p, v[4], "a request of that size on the stream gets the newest kept block");
-  is(driver_work(), 0, "with no driver call");
+  is(sim_driver_work(), 0, "with no driver call");
   CHECK_CU(cuemm_alloc_async(m, &q, 2 * MIB, s));
   is(q, v[0], "a size it keeps none of comes from the pool: the two oldest, merged");
   CHECK_CU(cuemm_free_async(m, q, s));
@@ -1349,7 +1329,7 @@ static void test_unkept_takes_own_stream(void)
   is(ps.mapped_bytes, 8 * MIB, "6 MiB served without growing");
   is(test_stats(m).stream_cached_bytes, 0, "from the cached blocks, given back first");
   if (sim_present)
-    is(driver_work(), 0, "with no driver call");
+    is(sim_driver_work(), 0, "with no driver call");
   CHECK_CU(cuemm_free_async(m, x, s));
   CHECK_CU(cuemm_destroy(m));
   CHECK_CU(cuStreamDestroy(s));

@@ -152,4 +152,26 @@ static inline unsigned long sim_calls(const char *entry)
   return sim_present ? sim.calls(entry) : 0;
 }
 
+/* Calls to simcuda's entry points of the kinds a fast path must never
+ * make (0 on the real driver). */
+static inline unsigned long sim_driver_work(void)
+{
+  static const char *const names[] = { "cuEventRecord", "cuEventQuery", "cuEventCreate", "cuStreamWaitEvent",
+                                       "cuCtxSynchronize", "cuMemCreate", "cuMemMap", "cuMemAlloc",
+                                       "cuStreamSynchronize", "cuCtxGetCurrent", "cuStreamQuery" };
+  unsigned long n = 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    n += sim_calls(names[i]);
+  return n;
+}
+
+/* The byte at p + off of device memory, once the context's work is done. */
+static inline unsigned char device_byte_at(CUdeviceptr p, size_t off)
+{
+  unsigned char b = 0;
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuMemcpyDtoH(&b, p + off, 1));
+  return b;
+}
+
 #endif
