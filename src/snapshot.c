@@ -116,6 +116,8 @@ static int chunk_of(const cuemm_snapshot *s, CUdeviceptr p)
  * held. */
 static void take_span(cuemm_manager *m, cuemm_snapshot *s, blocks *out, const sblocks *sb, const cuemm__span *sp)
 {
+  /* Its owner cuts and takes back blocks under its heap alone. */
+  cuemm__heap_lock(sp->h);
   for (uint32_t i = 0; i != CUEMM__SA_NIL && i < sp->sa.cap; i = sp->sa.b[i].next) {
     const cuemm__sa_block *b = &sp->sa.b[i];
     if (b->state == CUEMM__SA_HOLE || b->state == CUEMM__SA_SPARE || !b->size)
@@ -138,6 +140,7 @@ static void take_span(cuemm_manager *m, cuemm_snapshot *s, blocks *out, const sb
       x.state = CUEMM_BLOCK_LIVE;
     push(out, x);
   }
+  cuemm__heap_unlock(sp->h);
 }
 
 /* The pool: its chunks, then its blocks in address order.  Lock held. */

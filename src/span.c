@@ -209,21 +209,17 @@ cuemm__owned_entry *cuemm__span_own(cuemm_manager *m, uintptr_t p)
   return NULL;
 }
 
-size_t cuemm__span_free_bytes(const cuemm_manager *m, size_t *count, size_t *bytes)
+void cuemm__span_stats(const cuemm_manager *m, const cuemm__heap *h, size_t *count, size_t *bytes, size_t *free_b)
 {
-  size_t free_b = 0, all = 0, n = 0;
   if (m->spans)
-    for (uint32_t id = 0; id < CUEMM__SPAN_MAX; id++)
-      if (m->spans[id]) {
-        free_b += m->spans[id]->size - m->spans[id]->live;
-        all += m->spans[id]->size;
-        n++;
+    for (uint32_t id = 0; id < CUEMM__SPAN_MAX; id++) {
+      const cuemm__span *sp = m->spans[id];
+      if (sp && sp->h == h) {
+        *count += 1;
+        *bytes += sp->size;
+        *free_b += sp->size - sp->live;
       }
-  if (count)
-    *count = n;
-  if (bytes)
-    *bytes = all;
-  return free_b;
+    }
 }
 
 void cuemm__span_fini_all(cuemm_manager *m)

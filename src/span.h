@@ -149,9 +149,10 @@ const cuemm__span *cuemm__span_based(const struct cuemm_manager *m, uintptr_t ba
 void cuemm__span_live_runs(const struct cuemm_manager *m, uintptr_t base, size_t off, size_t size,
                            void (*fn)(void *arg, size_t off, size_t size), void *arg);
 
-/* The bytes of the spans not handed out (for statistics); their number
- * and bytes in *count and *bytes.  m's lock held. */
-size_t cuemm__span_free_bytes(const struct cuemm_manager *m, size_t *count, size_t *bytes);
+/* Adds h's spans to the statistics: their number, bytes, and bytes not
+ * handed out.  m's lock held, h held (its owner changes `live`). */
+void cuemm__span_stats(const struct cuemm_manager *m, const struct cuemm__heap *h, size_t *count, size_t *bytes,
+                       size_t *free_b);
 
 /* Frees every span's host memory (the pool and the heaps are going). */
 void cuemm__span_fini_all(struct cuemm_manager *m);

@@ -220,6 +220,7 @@ void cuemm__thread_heaps_stats(cuemm_manager *m, cuemm_stats *s)
     s->stream_events += h->events_recorded;
     s->stream_event_waits += h->event_waits;
     s->stream_steals += h->steals;
+    cuemm__span_stats(m, h, &s->stream_spans, &s->stream_span_bytes, &s->stream_span_free_bytes);
     cuemm__heap_unlock(h);
   }
   if (m->pstreams) {
@@ -229,7 +230,6 @@ void cuemm__thread_heaps_stats(cuemm_manager *m, cuemm_stats *s)
   }
   s->stream_heaps = m->nheaps;
   s->stream_reclaims = m->stream_reclaims;
-  s->stream_span_free_bytes = cuemm__span_free_bytes(m, &s->stream_spans, &s->stream_span_bytes);
 }
 
 size_t cuemm__thread_heaps_live(cuemm_manager *m, size_t *bytes)
