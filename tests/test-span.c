@@ -356,6 +356,7 @@ static void *large_pairs(void *arg)
     if (live[k])
       CHECK_CU(cuemm_free_async(w->m, live[k], s));
   CHECK_CU(cuStreamSynchronize(s));
+  CHECK_CU(cuemm_stream_release(w->m, s)); /* the manager lives on: it must forget the handle */
   CHECK_CU(cuStreamDestroy(s));
   return NULL;
 }
