@@ -4,6 +4,7 @@
  * runs only when the sequence says so.
  *
  * Input: two bytes of configuration (reuse rule, blocks kept per stream,
+ * spans always or not,
  * flush threshold, release threshold, a pool limit, hard or not; or no
  * pool, where the stream calls are refused and frees are deferred; or
  * managed memory, where the stream calls are the deferred ones), then
@@ -755,6 +756,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    : c0 % 3 == 1 ? CUEMM_STREAM_REUSE_WAIT
                                  : CUEMM_STREAM_REUSE_INTERNAL;
   c.stream_keep_large = (c0 >> 2) % 5;
+  c.stream_spans = c0 & 0x80 ? CUEMM_STREAM_SPANS_ALWAYS : CUEMM_STREAM_SPANS_AUTO;
   c.max_pending_count = (c1 % 4) * 3;
   c.pool_release_threshold = (c1 >> 2) & 1 ? 0 : 8 * MIB;
   c.pool_release_delay_ms = (c1 >> 3) & 1 ? 0 : 1000;
