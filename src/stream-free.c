@@ -257,9 +257,7 @@ __attribute__((noinline)) CUresult cuemm__free_async_slow(cuemm_manager *m, cuem
     cuemm__lock_release(&m->lock);
     return r;
   }
-  f.e = cuemm__owned_find(&m->owned, f.p);
-  if (!f.e)
-    f.e = cuemm__span_own(m, f.p); /* a span's block reached by another thread */
+  f.e = cuemm__owned_lookup(m, f.p, 0); /* a span's block too, reached by another thread */
   if (!f.e || (f.e->kind != CUEMM__KIND_STREAM && f.e->kind != CUEMM__KIND_POOL)) {
     cuemm__lock_release(&m->lock);
     return free_not_pooled(m, f.p, freed);
