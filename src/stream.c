@@ -249,23 +249,17 @@ static __attribute__((noinline)) CUresult alloc_async_miss(cuemm_manager *m, cue
     r = steal_hint(h, hs, rs, size);
   if (r == CUEMM__HEAP_NIL)
     r = cuemm__exchange_steal_idle(h, hs, rs, size, &others);
-  if (r == CUEMM__HEAP_NIL && heap_spans(h, hs, rs, stream)) {
-    /* A thread whose pool visits queue on the manager's lock: its own
-     * span, or a new one (span.h). */
-    if ((r = cuemm__span_cut(h, hs, rs, size)) == CUEMM__HEAP_NIL) {
-      cuemm__heap_leave(h);
-      CUresult res = size <= cuemm__pool_capacity(m->pool) ? cuemm__exchange_span_open(m, h, p, size, stream)
-                                                             : CUDA_ERROR_NOT_FOUND;
-      if (res != CUDA_ERROR_NOT_FOUND)
-        return res;
-      if (!others && size <= cuemm__pool_capacity(m->pool))
-        return cuemm__exchange_alloc_from_pool(m, h, p, size, stream);
-      return alloc_async_slow(m, h, p, size, stream);
-    }
-  }
+  /* A thread whose pool visits queue on the manager's lock: its own span,
+   * or a new one (span.h; NOT_FOUND where none can be made). */
+  int span = r == CUEMM__HEAP_NIL && heap_spans(h, hs, rs, stream);
+  if (span)
+    r = cuemm__span_cut(h, hs, rs, size);
   if (r != CUEMM__HEAP_NIL)
     return heap_served(m, h, r, p, size);
   cuemm__heap_leave(h);
+  CUresult res;
+  if (span && (res = cuemm__exchange_span_open(m, h, p, size, stream)) != CUDA_ERROR_NOT_FOUND)
+    return res;
   if (!others && size <= cuemm__pool_capacity(m->pool))
     return cuemm__exchange_alloc_from_pool(m, h, p, size, stream); /* no stream of this heap has a block of this size */
   return alloc_async_slow(m, h, p, size, stream);
