@@ -13,6 +13,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,56 @@
 
 #include "simcuda.h"
 #include "tap.h"
+
+/* A call naming a destroyed stream stops the program (the real driver's
+ * behaviour there is undefined: it crashed in cuStreamIsCapturing), with a
+ * message naming the call; shown in a child for two calls, one of which
+ * the stream path makes on streams it knows.  3 checks. */
+static void dead_stream_stops(CUstream dead)
+{
+  static const char *calls[] = { "cuStreamIsCapturing", "cuStreamQuery" };
+  int ok = 1;
+  char msg[512] = "";
+  for (int k = 0; k < 2; k++) {
+    int err[2];
+    if (pipe(err) != 0) {
+      ok = 0;
+      continue;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(err[1], 2);
+      CUstreamCaptureStatus cs;
+      if (k == 0)
+        cuStreamIsCapturing(dead, &cs);
+      else
+        cuStreamQuery(dead);
+      _exit(0); /* not stopped: the parent sees status 0 */
+    }
+    close(err[1]);
+    ssize_t n = read(err[0], msg, sizeof msg - 1);
+    msg[n > 0 ? n : 0] = 0;
+    close(err[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    char want[128];
+    snprintf(want, sizeof want, "simcuda: %s named stream %p after cuStreamDestroy", calls[k], (void *)dead);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT || !strstr(msg, want)) {
+      tap_diag("%s: status %d, message: %s", calls[k], st, msg);
+      ok = 0;
+    }
+  }
+  ok(ok, "a call on a destroyed stream stops the program, naming the call and the stream");
+  ok(strstr(msg, "SIMCUDA_DEAD_STREAMS=error") != NULL, "the message says how to get the error code instead");
+  int st = 0;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0)
+    _exit(setenv("SIMCUDA_DEAD_STREAMS", "error", 1) == 0 && cuStreamQuery(dead) == CUDA_ERROR_INVALID_HANDLE ? 0 : 1);
+  waitpid(pid, &st, 0);
+  ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "with SIMCUDA_DEAD_STREAMS=error it returns CUDA_ERROR_INVALID_HANDLE");
+}
 
 #define MiB ((size_t)1 << 20)
 #define CK(call) is((call), CUDA_SUCCESS, "%s", #call)
@@ -527,7 +578,10 @@ static void test_queue(void)
   CK(cuEventDestroy(e));
   is(cuEventDestroy(e), CUDA_ERROR_INVALID_HANDLE, "destroy an event twice: INVALID_HANDLE");
   CK(cuStreamDestroy(s));
-  is(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE, "destroy a stream twice: INVALID_HANDLE");
+  dead_stream_stops(s);
+  setenv("SIMCUDA_DEAD_STREAMS", "error", 1);
+  is(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE, "SIMCUDA_DEAD_STREAMS=error: destroy a stream twice: INVALID_HANDLE");
+  unsetenv("SIMCUDA_DEAD_STREAMS");
   CK(cuMemFree(a));
 
   CUevent t0, t1;
@@ -945,8 +999,10 @@ static void test_destroyed_stream(void)
   CK(cuMemsetD8Async(a, 1, 64, s));
   CK(cuEventRecord(e, s));
   CK(cuStreamDestroy(s));
+  setenv("SIMCUDA_DEAD_STREAMS", "error", 1);
   is(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE, "its handle is dead at once");
   is(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE, "cuStreamQuery of it: INVALID_HANDLE");
+  unsetenv("SIMCUDA_DEAD_STREAMS");
   simcuda_live_get(&l);
   is(l.streams, l0.streams + 1, "it no longer counts as live");
   is(simcuda_queued_work(), 2, "its work is still queued");
@@ -1467,7 +1523,7 @@ int main(void)
   unsetenv("SIMCUDA_QUEUE");
   if (simcuda_reset() != 0)
     tap_skip_all("simcuda_reset failed: objects live at start");
-  tap_plan(785);
+  tap_plan(788);
   test_init();
   test_errors();
   test_proc_address();

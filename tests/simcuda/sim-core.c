@@ -170,10 +170,19 @@ static int entry_index(const char *name)
   return -1;
 }
 
+/* The entry point the calling thread is in, for messages. */
+static _Thread_local enum sim_ep current_ep;
+
+const char *sim_current_entry(void)
+{
+  return sim_entries[current_ep].name;
+}
+
 CUresult sim_enter(enum sim_ep ep)
 {
   struct sim_entry *e = &sim_entries[ep];
   sim_lock();
+  current_ep = ep;
   e->calls++;
   if (e->fault.mode != RULE_NONE) {
     if (e->fault.countdown > 1) {

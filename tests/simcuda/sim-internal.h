@@ -340,6 +340,8 @@ struct sim_stream {
 };
 
 struct sim_stream *sim_stream_new(struct sim_ctx *ctx, unsigned flags, int is_null);
+/* The name of the entry point the calling thread is in. */
+const char *sim_current_entry(void);
 /* Resolves a CUstream: 0 and CU_STREAM_LEGACY give the current context's
  * legacy default stream, CU_STREAM_PER_THREAD the calling thread's default
  * stream of the current context (created on first use). */

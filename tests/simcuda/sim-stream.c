@@ -130,11 +130,42 @@ struct sim_stream *sim_stream_new(struct sim_ctx *ctx, unsigned flags, int is_nu
 static int is_legacy(const struct sim_stream *s) { return s->is_null && !s->per_thread; }
 static int is_blocking(const struct sim_stream *s) { return !(s->flags & CU_STREAM_NON_BLOCKING); }
 
+/* Streams cuStreamDestroy'ed whose work has all run: their memory is kept
+ * and their handles never handed out again, so that a later call naming
+ * one is told apart from a wrong handle. */
+static struct sim_stream **graveyard;
+static size_t ngrave, capgrave;
+
+/* A call named a destroyed stream.  The real driver's behaviour is then
+ * undefined: it crashed in cuStreamIsCapturing on such a handle, where an
+ * error code would let a test pass.  So the simulator stops the program,
+ * naming the call, unless SIMCUDA_DEAD_STREAMS=error asks for the error. */
+static void dead_stream(CUstream h)
+{
+  const char *e = getenv("SIMCUDA_DEAD_STREAMS"); /* read here: a test turns it on and off */
+  if (e && strcmp(e, "error") == 0)
+    return;
+  fprintf(stderr, "simcuda: %s named stream %p after cuStreamDestroy; the real driver's behaviour is undefined "
+          "there (it may crash), so the simulator stops (SIMCUDA_DEAD_STREAMS=error returns "
+          "CUDA_ERROR_INVALID_HANDLE instead)\n", sim_current_entry(), (void *)h);
+  fflush(stderr);
+  abort();
+}
+
 static struct sim_stream *stream_find(CUstream h)
 {
   for (struct sim_stream *s = stream_list; s; s = s->next)
-    if ((CUstream)s == h && !s->is_null && !s->destroyed)
-      return s;
+    if ((CUstream)s == h && !s->is_null) {
+      if (!s->destroyed)
+        return s;
+      dead_stream(h);
+      return NULL;
+    }
+  for (size_t i = 0; i < ngrave; i++)
+    if ((CUstream)graveyard[i] == h) {
+      dead_stream(h);
+      return NULL;
+    }
   return NULL;
 }
 
@@ -459,7 +490,17 @@ static void stream_free(struct sim_stream *s)
   for (struct sim_event *e = event_list; e; e = e->next)
     clock_forget(&e->rec_clock, s->id);
   clock_free(&s->clock);
-  free(s);
+  if (ngrave == capgrave) {
+    size_t cap = capgrave ? capgrave * 2 : 64;
+    struct sim_stream **g = realloc(graveyard, cap * sizeof *g);
+    if (!g) {
+      free(s); /* its handle may be handed out again: a later use goes unseen */
+      return;
+    }
+    graveyard = g;
+    capgrave = cap;
+  }
+  graveyard[ngrave++] = s;
 }
 
 static void event_free(struct sim_event *e)
