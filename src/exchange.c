@@ -833,10 +833,13 @@ __attribute__((noinline)) void cuemm__exchange_trim_heap(cuemm_manager *m, cuemm
 void cuemm__exchange_drop_uses(cuemm__heap *h, uint32_t r)
 {
   for (uint32_t i = 0; i < h->nuses;)
-    if (h->uses[i].r == r)
+    if (h->uses[i].r == r) {
+      if (h->uses[i].ev)
+        h->evcache[h->nev++] = h->uses[i].ev;
       h->uses[i] = h->uses[--h->nuses];
-    else
+    } else {
       i++;
+    }
   h->b[r].uses = 0;
 }
 

@@ -82,10 +82,14 @@ typedef struct cuemm__hblock {
   uint8_t remote;       /* LIVE: freed by another thread, waiting in the heap's remote list (atomic) */
 } cuemm__hblock;
 
-/* A stream besides its own that used a live block (cuemm_record_stream). */
+/* A stream besides its own that used a live block (cuemm_record_stream).
+ * Once the stream is released (cuemm_stream_release), `ev`, recorded on it
+ * then, stands for its use: the handle may be destroyed and is never
+ * named again. */
 typedef struct cuemm__huse {
   uint32_t r;
   CUstream s;
+  CUevent ev;
 } cuemm__huse;
 
 typedef struct cuemm__hbatch {

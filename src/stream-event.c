@@ -134,6 +134,26 @@ CUresult cuemm__stream_learn(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a
   return CUDA_SUCCESS;
 }
 
+CUresult cuemm__stream_release_uses(cuemm_manager *m, cuemm__heap *h, CUstream stream)
+{
+  for (uint32_t i = 0; i < h->nuses; i++) {
+    cuemm__huse *u = &h->uses[i];
+    if (u->s != stream || u->ev)
+      continue;
+    CUevent ev;
+    CUresult r = cuemm__stream_event_get(m, h, &ev, "for a released stream's use of a block");
+    if (r != CUDA_SUCCESS)
+      return r;
+    if ((r = m->drv->EventRecord(ev, stream)) != CUDA_SUCCESS) {
+      h->evcache[h->nev++] = ev;
+      return cuemm__driver_error(r, "cuEventRecord on stream %p (released, named by cuemm_record_stream for a "
+                                 "live block)", (void *)stream);
+    }
+    u->ev = ev;
+  }
+  return CUDA_SUCCESS;
+}
+
 /* Destroys the heap's events (with `use_driver`); returns how many the
  * driver refused to destroy (leaked), the first failure's message kept. */
 size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver)
@@ -145,6 +165,11 @@ size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_drive
       h->evcache[h->nev++] = a->batch[i].ev;
     a->nbatch = 0;
   }
+  for (uint32_t i = 0; i < h->nuses; i++)
+    if (h->uses[i].ev) {
+      h->evcache[h->nev++] = h->uses[i].ev;
+      h->uses[i].ev = NULL;
+    }
   for (unsigned i = 0; use_driver && i < h->nev; i++) {
     CUresult r = m->drv->EventDestroy(h->evcache[i]);
     if (r != CUDA_SUCCESS && failed++ == 0)
@@ -171,7 +196,7 @@ CUresult cuemm__stream_wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t 
    * wrote it). */
   int foreign = h->owner != cuemm__fence_self();
   for (uint32_t i = 0; foreign && i < h->nuses; i++)
-    if (h->uses[i].r == r && h->uses[i].s == CU_STREAM_PER_THREAD) {
+    if (h->uses[i].r == r && h->uses[i].s == CU_STREAM_PER_THREAD && !h->uses[i].ev) {
       if ((res = m->drv->CtxSynchronize()) != CUDA_SUCCESS) {
         cuemm__driver_error(res, "cuCtxSynchronize (for a block another thread's per-thread default stream used, "
                             "named by cuemm_record_stream)");
@@ -184,6 +209,17 @@ CUresult cuemm__stream_wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t 
   for (uint32_t i = 0; i < h->nuses;) {
     if (h->uses[i].r != r || res != CUDA_SUCCESS) {
       i++;
+      continue;
+    }
+    if (h->uses[i].ev) { /* its stream was released: the event recorded then stands for it */
+      if ((res = m->drv->StreamWaitEvent(freeing, h->uses[i].ev, 0)) != CUDA_SUCCESS) {
+        cuemm__driver_error(res, "cuStreamWaitEvent(stream %p, the event of released stream %p)", (void *)freeing,
+                            (void *)h->uses[i].s);
+        continue;
+      }
+      h->event_waits++;
+      h->evcache[h->nev++] = h->uses[i].ev;
+      h->uses[i] = h->uses[--h->nuses];
       continue;
     }
     if (foreign && h->uses[i].s == CU_STREAM_PER_THREAD) {

@@ -42,6 +42,13 @@ CUresult cuemm__stream_learn(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a
  * driver refused to destroy (leaked). */
 size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver);
 
+/* cuemm_stream_release of `stream`, for h's live blocks that
+ * cuemm_record_stream said it uses: an event recorded on it now stands for
+ * its use from then on, so that the free waits on that event and never
+ * names the stream, which may be destroyed by then.  Heap locked, the
+ * manager's lock held, context current. */
+CUresult cuemm__stream_release_uses(cuemm_manager *m, cuemm__heap *h, CUstream stream);
+
 /* Makes stream `freeing` wait for the streams cuemm_record_stream named
  * for record r of h.  Heap locked, owner's thread or the manager's lock
  * held. */

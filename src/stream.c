@@ -508,7 +508,7 @@ CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstrea
 static CUresult use_add(cuemm__heap *h, uint32_t rec, CUstream stream)
 {
   for (uint32_t i = 0; i < h->nuses; i++)
-    if (h->uses[i].r == rec && h->uses[i].s == stream)
+    if (h->uses[i].r == rec && h->uses[i].s == stream && !h->uses[i].ev)
       return CUDA_SUCCESS;
   if (h->nuses == h->capuses) {
     uint32_t cap = h->capuses ? h->capuses * 2 : 16;
@@ -518,7 +518,7 @@ static CUresult use_add(cuemm__heap *h, uint32_t rec, CUstream stream)
     h->uses = g;
     h->capuses = cap;
   }
-  h->uses[h->nuses++] = (cuemm__huse){ rec, stream };
+  h->uses[h->nuses++] = (cuemm__huse){ rec, stream, NULL };
   h->b[rec].uses = 1;
   return CUDA_SUCCESS;
 }
@@ -644,6 +644,8 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
         a->retired = 1;
       }
     }
+    if (r == CUDA_SUCCESS)
+      r = cuemm__stream_release_uses(m, h, stream);
     cuemm__heap_forget_last(h);
     cuemm__heap_unlock(h);
   }
