@@ -883,8 +883,12 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr p, CUstr
 
 /* Call before destroying `stream`: the blocks freed on it and cached by any
  * thread get one last event (recorded now, on the still-living stream) and
- * from then on serve other streams once it completes; the handle is
- * forgotten, so a new stream that gets it starts with nothing.
+ * from then on serve other streams once it completes; each live block that
+ * cuemm_record_stream said `stream` uses gets an event recorded now too,
+ * which the block's free makes the freeing stream wait on.  The handle is
+ * forgotten and never named to the driver again, so the stream may be
+ * destroyed at once, and a new stream that gets the handle starts with
+ * nothing.
  * CU_STREAM_PER_THREAD releases the calling thread's per-thread stream.
  * Errors: CUDA_ERROR_INVALID_VALUE for NULL or CU_STREAM_LEGACY (never
  * destroyed); CUDA_ERROR_NOT_SUPPORTED without a pool; the driver's error of

@@ -29,6 +29,15 @@
  *                     gives out in all before CUDA_ERROR_OUT_OF_MEMORY
  *                     (default 8 x SIMCUDA_CAPACITY): managed memory is
  *                     host-backed and may exceed a device's capacity
+ *
+ * Read at each use:
+ *   SIMCUDA_DEAD_STREAMS  unset: a call naming a stream after its
+ *                     cuStreamDestroy stops the program (abort), with a
+ *                     message naming the call and the stream: the real
+ *                     driver's behaviour there is undefined (it crashed in
+ *                     cuStreamIsCapturing), so an error code would let a
+ *                     test pass that crashes on a GPU; "error": the call
+ *                     returns CUDA_ERROR_INVALID_HANDLE instead
  */
 #ifndef SIMCUDA_H
 #define SIMCUDA_H
