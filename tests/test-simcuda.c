@@ -25,16 +25,18 @@
 #include "simcuda.h"
 #include "tap.h"
 
-/* A call naming a destroyed stream stops the program (the real driver's
- * behaviour there is undefined: it crashed in cuStreamIsCapturing), with a
- * message naming the call; shown in a child for two calls, one of which
- * the stream path makes on streams it knows.  3 checks. */
-static void dead_stream_stops(CUstream dead)
+/* A call naming a destroyed stream or event stops the program (the real
+ * driver's behaviour there is undefined: it crashed in
+ * cuStreamIsCapturing), with a message naming the call; shown in a child
+ * for three calls, two of which the stream path makes on streams it
+ * knows.  3 checks. */
+static void dead_handles_stop(CUstream dead, CUevent dead_ev)
 {
-  static const char *calls[] = { "cuStreamIsCapturing", "cuStreamQuery" };
+  static const char *calls[] = { "cuStreamIsCapturing", "cuStreamQuery", "cuEventQuery" };
+  static const char *kinds[] = { "stream", "stream", "event" };
   int ok = 1;
   char msg[512] = "";
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 3; k++) {
     int err[2];
     if (pipe(err) != 0) {
       ok = 0;
@@ -47,8 +49,10 @@ static void dead_stream_stops(CUstream dead)
       CUstreamCaptureStatus cs;
       if (k == 0)
         cuStreamIsCapturing(dead, &cs);
-      else
+      else if (k == 1)
         cuStreamQuery(dead);
+      else
+        cuEventQuery(dead_ev);
       _exit(0); /* not stopped: the parent sees status 0 */
     }
     close(err[1]);
@@ -58,21 +62,22 @@ static void dead_stream_stops(CUstream dead)
     int st = 0;
     waitpid(pid, &st, 0);
     char want[128];
-    snprintf(want, sizeof want, "simcuda: %s named stream %p after cuStreamDestroy", calls[k], (void *)dead);
+    snprintf(want, sizeof want, "simcuda: %s named %s %p after its destruction", calls[k], kinds[k],
+             k == 2 ? (void *)dead_ev : (void *)dead);
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT || !strstr(msg, want)) {
       tap_diag("%s: status %d, message: %s", calls[k], st, msg);
       ok = 0;
     }
   }
-  ok(ok, "a call on a destroyed stream stops the program, naming the call and the stream");
-  ok(strstr(msg, "SIMCUDA_DEAD_STREAMS=error") != NULL, "the message says how to get the error code instead");
+  ok(ok, "a call on a destroyed stream or event stops the program, naming the call and the handle");
+  ok(strstr(msg, "SIMCUDA_DEAD_HANDLES=error") != NULL, "the message says how to get the error code instead");
   int st = 0;
   fflush(stdout);
   pid_t pid = fork();
   if (pid == 0)
-    _exit(setenv("SIMCUDA_DEAD_STREAMS", "error", 1) == 0 && cuStreamQuery(dead) == CUDA_ERROR_INVALID_HANDLE ? 0 : 1);
+    _exit(setenv("SIMCUDA_DEAD_HANDLES", "error", 1) == 0 && cuStreamQuery(dead) == CUDA_ERROR_INVALID_HANDLE ? 0 : 1);
   waitpid(pid, &st, 0);
-  ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "with SIMCUDA_DEAD_STREAMS=error it returns CUDA_ERROR_INVALID_HANDLE");
+  ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "with SIMCUDA_DEAD_HANDLES=error it returns CUDA_ERROR_INVALID_HANDLE");
 }
 
 #define MiB ((size_t)1 << 20)
@@ -576,12 +581,14 @@ static void test_queue(void)
 
   simcuda_set_queue_mode(0);
   CK(cuEventDestroy(e));
-  is(cuEventDestroy(e), CUDA_ERROR_INVALID_HANDLE, "destroy an event twice: INVALID_HANDLE");
+  setenv("SIMCUDA_DEAD_HANDLES", "error", 1);
+  is(cuEventDestroy(e), CUDA_ERROR_INVALID_HANDLE, "SIMCUDA_DEAD_HANDLES=error: destroy an event twice: INVALID_HANDLE");
+  unsetenv("SIMCUDA_DEAD_HANDLES");
   CK(cuStreamDestroy(s));
-  dead_stream_stops(s);
-  setenv("SIMCUDA_DEAD_STREAMS", "error", 1);
-  is(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE, "SIMCUDA_DEAD_STREAMS=error: destroy a stream twice: INVALID_HANDLE");
-  unsetenv("SIMCUDA_DEAD_STREAMS");
+  dead_handles_stop(s, e);
+  setenv("SIMCUDA_DEAD_HANDLES", "error", 1);
+  is(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE, "SIMCUDA_DEAD_HANDLES=error: destroy a stream twice: INVALID_HANDLE");
+  unsetenv("SIMCUDA_DEAD_HANDLES");
   CK(cuMemFree(a));
 
   CUevent t0, t1;
@@ -999,10 +1006,10 @@ static void test_destroyed_stream(void)
   CK(cuMemsetD8Async(a, 1, 64, s));
   CK(cuEventRecord(e, s));
   CK(cuStreamDestroy(s));
-  setenv("SIMCUDA_DEAD_STREAMS", "error", 1);
+  setenv("SIMCUDA_DEAD_HANDLES", "error", 1);
   is(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE, "its handle is dead at once");
   is(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE, "cuStreamQuery of it: INVALID_HANDLE");
-  unsetenv("SIMCUDA_DEAD_STREAMS");
+  unsetenv("SIMCUDA_DEAD_HANDLES");
   simcuda_live_get(&l);
   is(l.streams, l0.streams + 1, "it no longer counts as live");
   is(simcuda_queued_work(), 2, "its work is still queued");

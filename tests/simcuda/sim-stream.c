@@ -130,24 +130,49 @@ struct sim_stream *sim_stream_new(struct sim_ctx *ctx, unsigned flags, int is_nu
 static int is_legacy(const struct sim_stream *s) { return s->is_null && !s->per_thread; }
 static int is_blocking(const struct sim_stream *s) { return !(s->flags & CU_STREAM_NON_BLOCKING); }
 
-/* Streams cuStreamDestroy'ed whose work has all run: their memory is kept
- * and their handles never handed out again, so that a later call naming
- * one is told apart from a wrong handle. */
-static struct sim_stream **graveyard;
+/* Streams cuStreamDestroy'ed whose work has all run, and destroyed
+ * events: their memory is kept and their handles never handed out again,
+ * so that a later call naming one is told apart from a wrong handle. */
+static void **graveyard;
 static size_t ngrave, capgrave;
 
-/* A call named a destroyed stream.  The real driver's behaviour is then
- * undefined: it crashed in cuStreamIsCapturing on such a handle, where an
- * error code would let a test pass.  So the simulator stops the program,
- * naming the call, unless SIMCUDA_DEAD_STREAMS=error asks for the error. */
-static void dead_stream(CUstream h)
+/* Keeps x's memory as a dead handle; 0 when there is no room (the caller
+ * frees it, and its handle may come back: a later use goes unseen). */
+static int bury(void *x)
 {
-  const char *e = getenv("SIMCUDA_DEAD_STREAMS"); /* read here: a test turns it on and off */
+  if (ngrave == capgrave) {
+    size_t cap = capgrave ? capgrave * 2 : 64;
+    void **g = realloc(graveyard, cap * sizeof *g);
+    if (!g)
+      return 0;
+    graveyard = g;
+    capgrave = cap;
+  }
+  graveyard[ngrave++] = x;
+  return 1;
+}
+
+static int buried(const void *h)
+{
+  for (size_t i = 0; i < ngrave; i++)
+    if (graveyard[i] == h)
+      return 1;
+  return 0;
+}
+
+/* A call named a destroyed stream or event.  The real driver's behaviour
+ * is then undefined: it crashed in cuStreamIsCapturing on such a stream,
+ * where an error code would let a test pass.  So the simulator stops the
+ * program, naming the call, unless SIMCUDA_DEAD_HANDLES=error asks for
+ * the error. */
+static void dead_handle(const char *kind, const void *h)
+{
+  const char *e = getenv("SIMCUDA_DEAD_HANDLES"); /* read here: a test turns it on and off */
   if (e && strcmp(e, "error") == 0)
     return;
-  fprintf(stderr, "simcuda: %s named stream %p after cuStreamDestroy; the real driver's behaviour is undefined "
-          "there (it may crash), so the simulator stops (SIMCUDA_DEAD_STREAMS=error returns "
-          "CUDA_ERROR_INVALID_HANDLE instead)\n", sim_current_entry(), (void *)h);
+  fprintf(stderr, "simcuda: %s named %s %p after its destruction; the real driver's behaviour is undefined there "
+          "(it may crash), so the simulator stops (SIMCUDA_DEAD_HANDLES=error returns CUDA_ERROR_INVALID_HANDLE "
+          "instead)\n", sim_current_entry(), kind, h);
   fflush(stderr);
   abort();
 }
@@ -158,14 +183,11 @@ static struct sim_stream *stream_find(CUstream h)
     if ((CUstream)s == h && !s->is_null) {
       if (!s->destroyed)
         return s;
-      dead_stream(h);
+      dead_handle("stream", h);
       return NULL;
     }
-  for (size_t i = 0; i < ngrave; i++)
-    if ((CUstream)graveyard[i] == h) {
-      dead_stream(h);
-      return NULL;
-    }
+  if (buried(h))
+    dead_handle("stream", h);
   return NULL;
 }
 
@@ -219,6 +241,8 @@ static struct sim_event *event_find(CUevent h)
   for (struct sim_event *e = event_list; e; e = e->next)
     if ((CUevent)e == h)
       return e;
+  if (buried(h))
+    dead_handle("event", h);
   return NULL;
 }
 
@@ -490,17 +514,8 @@ static void stream_free(struct sim_stream *s)
   for (struct sim_event *e = event_list; e; e = e->next)
     clock_forget(&e->rec_clock, s->id);
   clock_free(&s->clock);
-  if (ngrave == capgrave) {
-    size_t cap = capgrave ? capgrave * 2 : 64;
-    struct sim_stream **g = realloc(graveyard, cap * sizeof *g);
-    if (!g) {
-      free(s); /* its handle may be handed out again: a later use goes unseen */
-      return;
-    }
-    graveyard = g;
-    capgrave = cap;
-  }
-  graveyard[ngrave++] = s;
+  if (!bury(s))
+    free(s);
 }
 
 static void event_free(struct sim_event *e)
@@ -512,7 +527,8 @@ static void event_free(struct sim_event *e)
       break;
     }
   clock_free(&e->rec_clock);
-  free(e);
+  if (!bury(e))
+    free(e);
 }
 
 void sim_ctx_release_objects(struct sim_ctx *ctx)

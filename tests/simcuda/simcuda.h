@@ -31,9 +31,10 @@
  *                     host-backed and may exceed a device's capacity
  *
  * Read at each use:
- *   SIMCUDA_DEAD_STREAMS  unset: a call naming a stream after its
- *                     cuStreamDestroy stops the program (abort), with a
- *                     message naming the call and the stream: the real
+ *   SIMCUDA_DEAD_HANDLES  unset: a call naming a stream or an event
+ *                     after its destruction (cuStreamDestroy,
+ *                     cuEventDestroy, its context's) stops the program
+ *                     (abort), with a message naming the call: the real
  *                     driver's behaviour there is undefined (it crashed in
  *                     cuStreamIsCapturing), so an error code would let a
  *                     test pass that crashes on a GPU; "error": the call
