@@ -154,6 +154,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -838,7 +839,8 @@ typedef struct pass_state {
   CUevent *lag_ev;        /* --lag: a ring of opt_lag events, recorded after allocations */
   size_t lag_next, lag_used;
   _Atomic size_t turn;    /* --threads: the event whose turn it is */
-  unsigned spin;          /* --threads: checks of the turn before a thread yields its CPU */
+  int block;              /* --threads: waiting threads sleep on `wake` (fewer CPUs than threads) */
+  sem_t wake[REPLAY_MAX_THREADS]; /* posted when the turn passes to that thread */
   size_t *order;          /* --threads: the events of thread k at order[start[k]..start[k+1]) */
   size_t start[REPLAY_MAX_THREADS + 1];
 } pass_state;
@@ -920,15 +922,26 @@ static void *replay_thread(void *arg)
   const replay_thread_arg *a = arg;
   pass_state *ps = a->ps;
   CHECK(drv.CtxSetCurrent(ctx));
-  for (size_t j = ps->start[a->k]; j < ps->start[a->k + 1]; j++) {
+  size_t first = ps->start[a->k], end = ps->start[a->k + 1];
+  for (size_t j = first; j < end; j++) {
     size_t i = ps->order[j];
-    for (unsigned spins = 0; atomic_load_explicit(&ps->turn, memory_order_acquire) != i;)
-      if (++spins > ps->spin)
-        sched_yield();
-      else
-        spin_pause();
+    /* The turn is passed only to another thread: a run of this thread's
+     * own events goes on without it, and without a store to the line that
+     * every waiting thread reads (stored at every event, it cost each event
+     * a transfer of that line). */
+    if (j == first || ps->order[j - 1] + 1 != i)
+      while (atomic_load_explicit(&ps->turn, memory_order_acquire) != i) {
+        if (ps->block)
+          sem_wait(&ps->wake[a->k]); /* a post left from a turn found at once only loops again */
+        else
+          spin_pause();
+      }
     replay_one(ps, i);
-    atomic_store_explicit(&ps->turn, i + 1, memory_order_release);
+    if (j + 1 == end || ps->order[j + 1] != i + 1) {
+      atomic_store_explicit(&ps->turn, i + 1, memory_order_release);
+      if (ps->block && i + 1 < ps->t->n)
+        sem_post(&ps->wake[ps->t->ev[i + 1].thread]);
+    }
   }
   return NULL;
 }
@@ -949,20 +962,22 @@ static void replay_threaded(pass_state *ps)
   for (size_t i = 0; i < t->n; i++)
     ps->order[fill[t->ev[i].thread]++] = i;
   atomic_store(&ps->turn, 0);
-  /* With a CPU for each replaying thread, a waiting thread keeps its CPU,
-   * and a turn passes in the time a cache line crosses between cores;
-   * yielding after a few checks made each hand-over a trip through the
-   * scheduler (a log of five threads, three events in four passing the
-   * turn, replayed at 1.0 to 1.8 us an event on a 16-core host).  With
-   * fewer CPUs than threads, spinning would hold the CPU the thread whose
-   * turn it is waits for. */
+  /* With a CPU for each replaying thread, a waiting thread keeps its CPU
+   * and checks the turn, which passes in the time a cache line crosses
+   * between cores.  With fewer CPUs than threads, spinning would hold the
+   * CPU the thread whose turn it is waits for, and yielding it leaves that
+   * thread to the scheduler's next slice (a log of six threads replayed on
+   * two CPUs at about 1 ms an event so): a waiting thread sleeps on its
+   * semaphore instead, posted when the turn passes to it. */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 #ifdef CPU_COUNT
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0)
     cpus = CPU_COUNT(&set); /* the CPUs this process may run on */
 #endif
-  ps->spin = cpus > 0 && (long)nt <= cpus ? 1u << 22 : 64;
+  ps->block = !(cpus > 0 && (long)nt <= cpus);
+  for (unsigned k = 0; ps->block && k < nt; k++)
+    sem_init(&ps->wake[k], 0, 0);
   ps->progress = 0; /* the progress line is one thread's */
   pthread_t th[REPLAY_MAX_THREADS];
   replay_thread_arg arg[REPLAY_MAX_THREADS];
@@ -975,6 +990,8 @@ static void replay_threaded(pass_state *ps)
   }
   for (unsigned k = 0; k < nt; k++)
     pthread_join(th[k], NULL);
+  for (unsigned k = 0; ps->block && k < nt; k++)
+    sem_destroy(&ps->wake[k]);
   free(ps->order);
   ps->order = NULL;
 }
