@@ -136,22 +136,39 @@ CUresult cuemm__stream_learn(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a
 
 CUresult cuemm__stream_release_uses(cuemm_manager *m, cuemm__heap *h, CUstream stream)
 {
-  for (uint32_t i = 0; i < h->nuses; i++) {
-    cuemm__huse *u = &h->uses[i];
-    if (u->s != stream || u->ev)
-      continue;
-    CUevent ev;
-    CUresult r = cuemm__stream_event_get(m, h, &ev, "for a released stream's use of a block");
-    if (r != CUDA_SUCCESS)
-      return r;
-    if ((r = m->drv->EventRecord(ev, stream)) != CUDA_SUCCESS) {
-      h->evcache[h->nev++] = ev;
-      return cuemm__driver_error(r, "cuEventRecord on stream %p (released, named by cuemm_record_stream for a "
-                                 "live block)", (void *)stream);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < h->nuses; i++)
+    n += h->uses[i].s == stream && !h->uses[i].ev;
+  if (!n)
+    return CUDA_SUCCESS;
+  /* Every event is recorded before any use changes: a failure leaves the
+   * uses naming the stream, which the caller keeps as it was. */
+  CUevent *evs = malloc(n * sizeof *evs);
+  if (!evs)
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_stream_release: no host memory");
+  CUresult r = CUDA_SUCCESS;
+  uint32_t made = 0;
+  while (made < n && r == CUDA_SUCCESS) {
+    if ((r = cuemm__stream_event_get(m, h, &evs[made], "for a released stream's use of a block")) != CUDA_SUCCESS)
+      break;
+    if ((r = m->drv->EventRecord(evs[made], stream)) != CUDA_SUCCESS) {
+      cuemm__driver_error(r, "cuEventRecord on stream %p (released, named by cuemm_record_stream for a live "
+                          "block)", (void *)stream);
+      h->evcache[h->nev++] = evs[made];
+      break;
     }
-    u->ev = ev;
+    made++;
   }
-  return CUDA_SUCCESS;
+  if (r != CUDA_SUCCESS) {
+    while (made)
+      h->evcache[h->nev++] = evs[--made];
+  } else {
+    for (uint32_t i = 0; i < h->nuses; i++)
+      if (h->uses[i].s == stream && !h->uses[i].ev)
+        h->uses[i].ev = evs[--made];
+  }
+  free(evs);
+  return r;
 }
 
 /* Destroys the heap's events (with `use_driver`); returns how many the

@@ -45,8 +45,9 @@ size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_drive
 /* cuemm_stream_release of `stream`, for h's live blocks that
  * cuemm_record_stream said it uses: an event recorded on it now stands for
  * its use from then on, so that the free waits on that event and never
- * names the stream, which may be destroyed by then.  Heap locked, the
- * manager's lock held, context current. */
+ * names the stream, which may be destroyed by then.  All or none: on a
+ * failure every use still names the stream.  Heap locked, the manager's
+ * lock held, context current. */
 CUresult cuemm__stream_release_uses(cuemm_manager *m, cuemm__heap *h, CUstream stream);
 
 /* Makes stream `freeing` wait for the streams cuemm_record_stream named

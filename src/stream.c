@@ -618,7 +618,7 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
     if (stream_is_own_only(stream) && h != mine)
       continue;
     cuemm__heap_lock(h);
-    for (uint32_t k = 0; k < h->nst; k++) {
+    for (uint32_t k = 0; k < h->nst && r == CUDA_SUCCESS; k++) {
       cuemm__hstream *a = &h->st[k];
       if (a->s != stream)
         continue;
@@ -644,6 +644,8 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
         a->retired = 1;
       }
     }
+    /* The uses last, all or none: should recording their events fail, they
+     * name the stream still, and a free waits for all of its work. */
     if (r == CUDA_SUCCESS)
       r = cuemm__stream_release_uses(m, h, stream);
     cuemm__heap_forget_last(h);

@@ -150,6 +150,43 @@ static void run(cuemm_stream_spans spans, const char *what)
   CHECK_CU(cuStreamDestroy(t));
 }
 
+/* cuEventRecord failing while the release records the events of the
+ * blocks the stream used: the release fails and changes nothing of them
+ * (the free still records on the stream, which lives on); tried again, it
+ * succeeds, and the free waits on the event it recorded. */
+static void release_fails(void)
+{
+  if (!sim_present) {
+    skip(6, SIM_REASON);
+    return;
+  }
+  cuemm_manager *m = manager(CUEMM_STREAM_SPANS_NEVER);
+  CUstream s, t;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&t, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr u = 0, v = 0;
+  CHECK_CU(cuemm_alloc_async(m, &u, 100 * KIB, t));
+  CHECK_CU(cuemm_alloc_async(m, &v, 200 * KIB, t));
+  CHECK_CU(cuemm_record_stream(m, u, s));
+  CHECK_CU(cuemm_record_stream(m, v, s));
+  sim.fail_from("cuEventRecord", 2, CUDA_ERROR_LAUNCH_FAILED); /* the second of the two events fails */
+  is(cuemm_stream_release(m, s), CUDA_ERROR_LAUNCH_FAILED, "release: cuEventRecord failing is reported");
+  sim.fail_clear();
+  like(cuemm_last_error(), "cuEventRecord on stream", "the message names the call");
+  sim.calls_reset();
+  CHECK_CU(cuemm_free_async(m, u, t));
+  is(sim_calls("cuEventRecord"), 1, "after the failed release the free records on the stream, which lives on");
+  is(cuemm_stream_release(m, s), CUDA_SUCCESS, "tried again, the release succeeds");
+  CHECK_CU(cuStreamDestroy(s));
+  sim.calls_reset();
+  CHECK_CU(cuemm_free_async(m, v, t));
+  is(sim_calls("cuEventRecord"), 0, "then the free records nothing on the destroyed stream");
+  is(sim_calls("cuStreamWaitEvent"), 1, "and waits on the event the release recorded");
+  CHECK_CU(cuStreamSynchronize(t));
+  CHECK_CU(cuemm_destroy(m));
+  CHECK_CU(cuStreamDestroy(t));
+}
+
 int main(void)
 {
   sim_init();
@@ -157,6 +194,7 @@ int main(void)
   size_t live0 = sim_live_baseline();
   run(CUEMM_STREAM_SPANS_NEVER, "without spans");
   run(CUEMM_STREAM_SPANS_ALWAYS, "with spans");
+  release_fails();
   sim_check_nothing_left(live0);
   test_release_primary(0);
   return tap_done();
