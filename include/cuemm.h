@@ -1090,6 +1090,14 @@ typedef struct cuemm_stats {
 /* A consistent snapshot of the manager's counters. */
 CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s);
 
+/* The bytes m holds from the driver now (cuemm_stats.held_bytes: pool
+ * memory mapped, cuMemAlloc allocations, managed memory), read without the
+ * manager's lock and without asking the threads' caches: a few loads, for
+ * a gauge sampled at every allocation or step.  cuemm_get_stats takes the
+ * lock and every thread's cache; cuemm_pool_get_stats walks the pool's
+ * blocks.  Errors: CUDA_ERROR_INVALID_VALUE for m or held NULL. */
+CUEMM_EXTERN CUresult cuemm_get_held(const cuemm_manager *m, size_t *held);
+
 /* Frees everything this manager owns: the pending queue and every live device
  * and pinned host allocation, and unpins every pinned range.  All pointers the
  * program holds from this manager become invalid.  Inside a defer scope,

@@ -743,6 +743,15 @@ CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s)
   return CUDA_SUCCESS;
 }
 
+CUEMM_EXTERN CUresult cuemm_get_held(const cuemm_manager *m, size_t *held)
+{
+  CHECK_MANAGER(m, "cuemm_get_held");
+  if (!held)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_get_held: held is NULL");
+  *held = cuemm__held_bytes(m);
+  return CUDA_SUCCESS;
+}
+
 void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s)
 {
   *s = m->st;

@@ -97,6 +97,8 @@ static void null_arguments(void)
   NULL_CASE(cuemm_get_memory_info(NULL, &f, &t), "cuemm_get_memory_info: manager is NULL");
   NULL_CASE(cuemm_get_stats(NULL, &s), "cuemm_get_stats: manager is NULL");
   NULL_CASE(cuemm_get_stats(m, NULL), "cuemm_get_stats: s is NULL");
+  NULL_CASE(cuemm_get_held(NULL, &f), "cuemm_get_held: manager is NULL");
+  NULL_CASE(cuemm_get_held(m, NULL), "cuemm_get_held: held is NULL");
   NULL_CASE(cuemm_reset(NULL), "cuemm_reset: manager is NULL");
   NULL_CASE(cuemm_config_init(NULL), "cuemm_config_init: cfg is NULL");
   NULL_CASE(cuemm_driver_get_info(NULL), "cuemm_driver_get_info: info is NULL");

@@ -841,6 +841,32 @@ static void fragmentation(void)
   CHECK_CU(cuemm_destroy(m));
 }
 
+/* cuemm_get_held: what cuemm_get_stats says is held, without the lock, as
+ * the pool grows, a fallback allocation comes and goes, and a trim gives
+ * memory back. */
+static void held_gauge(void)
+{
+  cuemm_manager *m = make_pool(32 * MiB, 64 * MiB, 0, 0, 1000);
+  size_t held = 1;
+  CHECK_CU(cuemm_get_held(m, &held));
+  is(held, 0, "cuemm_get_held: nothing held at creation");
+  CUdeviceptr a = 0, big = 0;
+  CHECK_CU(cuemm_alloc(m, &a, 3 * MiB));
+  CHECK_CU(cuemm_get_held(m, &held));
+  ok(held == pstats(m).mapped_bytes && held == test_stats(m).held_bytes && held >= 3 * MiB,
+     "after a growth: the pool's mapped bytes, as cuemm_get_stats says (%zu)", held);
+  CHECK_CU(cuemm_alloc(m, &big, 80 * MiB)); /* past the reservation: cuMemAlloc */
+  CHECK_CU(cuemm_get_held(m, &held));
+  is(held, test_stats(m).held_bytes, "with a cuMemAlloc allocation beside the pool, as cuemm_get_stats says");
+  ok(held >= pstats(m).mapped_bytes + 80 * MiB, "which counts it (%zu)", held);
+  CHECK_CU(cuemm_free(m, a));
+  CHECK_CU(cuemm_free(m, big));
+  CHECK_CU(cuemm_pool_trim(m));
+  CHECK_CU(cuemm_get_held(m, &held));
+  is(held, 0, "after the frees and a trim: nothing held");
+  CHECK_CU(cuemm_destroy(m));
+}
+
 int main(void)
 {
   sim_init();
@@ -859,6 +885,7 @@ int main(void)
   hysteresis();
   slab();
   fragmentation();
+  held_gauge();
   sim_check_nothing_left(live0);
   test_release_primary(0);
   return tap_done();

@@ -116,8 +116,9 @@
  *     cuMemAllocAsync  CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH over the pass (the
  *                      pool trimmed and the mark reset first); n/a when the
  *                      driver has no pool attributes
- *     cuemm            the pool's mapped_bytes after every event, plus the
- *                      requests it gave to cuMemAlloc (rounded to 2 MiB)
+ *     cuemm            cuemm_get_held after every event: the pool's
+ *                      mapped bytes and the requests it gave to
+ *                      cuMemAlloc (freed ones until their flush)
  *   Footprint is held / the log's peak of live bytes.
  *
  *   A run longer than a second shows where it is on stderr: one line
@@ -513,17 +514,10 @@ static const free_async_fn free_async = cuemm_free_async;
 static CUcontext ctx;
 static CUdevice dev;
 static cuemm_manager *mgr;
-static CUdeviceptr pool_base;
-static size_t pool_span, fallback_live;
 static size_t info_base_used;
 
 static CUmemoryPool dpool;
 static int dpool_attrs;
-
-static size_t round2m(size_t n)
-{
-  return (n + 2 * MiB - 1) & ~(2 * MiB - 1);
-}
 
 static CUresult raw_alloc(CUdeviceptr *p, size_t size, CUstream s)
 {
@@ -647,7 +641,6 @@ static const char *cuemm_setup(void)
   CHECK(cuemm_create(&mgr, ctx, &cuemm_cfg));
   cuemm_pool_stats ps;
   CHECK(cuemm_pool_get_stats(mgr, &ps));
-  pool_base = ps.base, pool_span = ps.reserved_bytes, fallback_live = 0;
   printf("# cuemm pool: %zu MiB reserved, chunk %zu MiB, release threshold %zu MiB%s\n", ps.reserved_bytes / MiB,
          ps.chunk_bytes / MiB, ps.release_threshold / MiB, ps.limit_bytes != ps.reserved_bytes ? ", limited" : "");
   return NULL;
@@ -658,44 +651,26 @@ static const char *cuemm_async_setup(void)
   return cuemm_setup();
 }
 
-/* Requests larger than the pool go to cuMemAlloc: counted as held too. */
-static inline void note_fallback(CUdeviceptr p, size_t size, int freed)
-{
-  if (p - pool_base >= pool_span) {
-    if (freed)
-      fallback_live -= round2m(size);
-    else
-      fallback_live += round2m(size);
-  }
-}
-
 static CUresult cuemm_async_alloc(CUdeviceptr *p, size_t size, CUstream s)
 {
-  CUresult r = alloc_async(mgr, p, size, s);
-  if (r == CUDA_SUCCESS)
-    note_fallback(*p, size, 0);
-  return r;
+  return alloc_async(mgr, p, size, s);
 }
 
 static CUresult cuemm_async_free(CUdeviceptr p, size_t size, CUstream s)
 {
-  note_fallback(p, size, 1);
+  (void)size;
   return free_async(mgr, p, s);
 }
 
 static CUresult cuemm_deferred_alloc(CUdeviceptr *p, size_t size, CUstream s)
 {
   (void)s;
-  CUresult r = cuemm_alloc(mgr, p, size);
-  if (r == CUDA_SUCCESS)
-    note_fallback(*p, size, 0);
-  return r;
+  return cuemm_alloc(mgr, p, size);
 }
 
 static CUresult cuemm_deferred_free(CUdeviceptr p, size_t size, CUstream s)
 {
-  (void)s;
-  note_fallback(p, size, 1);
+  (void)s, (void)size;
   return cuemm_free(mgr, p);
 }
 
@@ -707,11 +682,13 @@ static CUresult cuemm_deferred_finish(void)
   return r ? r : drv.CtxSynchronize();
 }
 
+/* cuemm_get_held, a few loads: cuemm_pool_get_stats walks the pool's
+ * blocks, and this runs after every event of the held pass. */
 static size_t cuemm_held_sample(void)
 {
-  cuemm_pool_stats ps;
-  CHECK(cuemm_pool_get_stats(mgr, &ps));
-  return ps.mapped_bytes + fallback_live;
+  size_t held = 0;
+  CHECK(cuemm_get_held(mgr, &held));
+  return held;
 }
 
 /* What a cuemm backend's manager did that costs driver calls: pool growth
@@ -1406,7 +1383,8 @@ int main(int argc, char **argv)
   }
 
   printf("\n## summary (held: cuMemAlloc = device memory used above the start, cuMemGetInfo; cuMemAllocAsync = "
-         "the pool's reserved high-water mark; cuemm = the pool's mapped bytes + cuMemAlloc fallbacks)\n");
+         "the pool's reserved high-water mark; cuemm = cuemm_get_held: the pool's mapped bytes and cuMemAlloc "
+         "allocations, freed ones until their flush)\n");
   printf("%-28s %-16s %10s %8s %12s %14s %14s %9s %5s\n", "trace", "backend", "events", "streams", "ns/event",
          "peak live", "peak held", "footprint", "oom");
   for (int i = 0; i < nlogs * nsel; i++) {
