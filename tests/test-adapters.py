@@ -205,6 +205,8 @@ s0 = cuemm_lib.stats(0)
 p = alloc(1 << 20, 0, None)
 s1 = cuemm_lib.stats(0)
 ok(p and s1["live_bytes"] == s0["live_bytes"] + (1 << 20), "alloc(1 MiB, device 0, default stream): live", s1)
+ok(cuemm_torch.memory_reserved(0) == cuemm_lib.held(0) == s1["held_bytes"] >= 1 << 20,
+   "memory_reserved() and held(): cuemm_get_held, as stats() says", cuemm_lib.held(0))
 ok(cuemm_lib.pool_stats(0)["enabled"] == 1, "the device's manager has the pool")
 ok(alloc(0, 0, None) is None, "alloc(0): NULL")
 record(p, None)

@@ -115,6 +115,7 @@ _PROTOTYPES = {
     "cuemm_version_string": (ctypes.c_char_p, ()),
     "cuemm_device_manager": (ctypes.c_int, (ctypes.c_int, _P(_vp))),
     "cuemm_get_stats": (ctypes.c_int, (_vp, _P(Stats))),
+    "cuemm_get_held": (ctypes.c_int, (_vp, _P(ctypes.c_size_t))),
     "cuemm_pool_get_stats": (ctypes.c_int, (_vp, _P(PoolStats))),
     "cuemm_adapter_get_stats": (ctypes.c_int, (_P(AdapterStats),)),
     "cuemm_torch_alloc": (_vp, (ctypes.c_size_t, ctypes.c_int, _vp)),
@@ -222,6 +223,15 @@ def stats(device=0):
     s = Stats()
     check(load().cuemm_get_stats(device_manager(device), ctypes.byref(s)), "cuemm_get_stats")
     return _as_dict(s)
+
+
+def held(device=0):
+    """cuemm_get_held of the device's manager: the bytes it holds from the
+    driver now (held_bytes), from a few loads, without the manager's lock
+    or the threads' caches that stats() asks."""
+    v = ctypes.c_size_t(0)
+    check(load().cuemm_get_held(device_manager(device), ctypes.byref(v)), "cuemm_get_held")
+    return v.value
 
 
 def pool_stats(device=0):

@@ -262,8 +262,9 @@ def max_memory_allocated(device=None):
 
 
 def memory_reserved(device=None):
-    """Bytes cuemm holds from the driver now (held_bytes)."""
-    return stats(device)["held_bytes"]
+    """Bytes cuemm holds from the driver now (held_bytes, through
+    cuemm_get_held: cheap enough to read at every step)."""
+    return _lib.held(_device(device))
 
 
 def max_memory_reserved(device=None):
