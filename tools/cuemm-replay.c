@@ -816,7 +816,7 @@ typedef struct pass_state {
   CUevent *lag_ev;        /* --lag: a ring of opt_lag events, recorded after allocations */
   size_t lag_next, lag_used;
   _Atomic size_t turn;    /* --threads: the event whose turn it is */
-  int block;              /* --threads: waiting threads sleep on `wake` (fewer CPUs than threads) */
+  unsigned spin;          /* --threads: checks of the turn before a waiting thread sleeps on `wake` */
   sem_t wake[REPLAY_MAX_THREADS]; /* posted when the turn passes to that thread */
   size_t *order;          /* --threads: the events of thread k at order[start[k]..start[k+1]) */
   size_t start[REPLAY_MAX_THREADS + 1];
@@ -907,17 +907,19 @@ static void *replay_thread(void *arg)
      * every waiting thread reads (stored at every event, it cost each event
      * a transfer of that line). */
     if (j == first || ps->order[j - 1] + 1 != i)
-      while (atomic_load_explicit(&ps->turn, memory_order_acquire) != i) {
-        if (ps->block)
-          sem_wait(&ps->wake[a->k]); /* a post left from a turn found at once only loops again */
-        else
+      for (unsigned spins = 0; atomic_load_explicit(&ps->turn, memory_order_acquire) != i;) {
+        if (spins < ps->spin) {
+          spins++;
           spin_pause();
+        } else {
+          sem_wait(&ps->wake[a->k]); /* a post left from a turn found while spinning only loops again */
+        }
       }
     replay_one(ps, i);
     if (j + 1 == end || ps->order[j + 1] != i + 1) {
       atomic_store_explicit(&ps->turn, i + 1, memory_order_release);
-      if (ps->block && i + 1 < ps->t->n)
-        sem_post(&ps->wake[ps->t->ev[i + 1].thread]);
+      if (i + 1 < ps->t->n)
+        sem_post(&ps->wake[ps->t->ev[i + 1].thread]); /* no system call while nobody sleeps on it */
     }
   }
   return NULL;
@@ -939,21 +941,22 @@ static void replay_threaded(pass_state *ps)
   for (size_t i = 0; i < t->n; i++)
     ps->order[fill[t->ev[i].thread]++] = i;
   atomic_store(&ps->turn, 0);
-  /* With a CPU for each replaying thread, a waiting thread keeps its CPU
-   * and checks the turn, which passes in the time a cache line crosses
-   * between cores.  With fewer CPUs than threads, spinning would hold the
-   * CPU the thread whose turn it is waits for, and yielding it leaves that
-   * thread to the scheduler's next slice (a log of six threads replayed on
-   * two CPUs at about 1 ms an event so): a waiting thread sleeps on its
-   * semaphore instead, posted when the turn passes to it. */
+  /* With a CPU for each replaying thread, a waiting thread first checks
+   * the turn for a while, which passes in the time a cache line crosses
+   * between cores, then sleeps on its semaphore, posted when the turn
+   * passes to it: other programs may want the CPUs too.  With fewer CPUs
+   * than threads it sleeps at once: spinning would hold the CPU the thread
+   * whose turn it is waits for, and yielding it leaves that thread to the
+   * scheduler's next slice (a log of six threads replayed on two CPUs at
+   * about 1 ms an event so). */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 #ifdef CPU_COUNT
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0)
     cpus = CPU_COUNT(&set); /* the CPUs this process may run on */
 #endif
-  ps->block = !(cpus > 0 && (long)nt <= cpus);
-  for (unsigned k = 0; ps->block && k < nt; k++)
+  ps->spin = cpus > 0 && (long)nt <= cpus ? 1u << 14 : 0;
+  for (unsigned k = 0; k < nt; k++)
     sem_init(&ps->wake[k], 0, 0);
   ps->progress = 0; /* the progress line is one thread's */
   pthread_t th[REPLAY_MAX_THREADS];
@@ -967,7 +970,7 @@ static void replay_threaded(pass_state *ps)
   }
   for (unsigned k = 0; k < nt; k++)
     pthread_join(th[k], NULL);
-  for (unsigned k = 0; ps->block && k < nt; k++)
+  for (unsigned k = 0; k < nt; k++)
     sem_destroy(&ps->wake[k]);
   free(ps->order);
   ps->order = NULL;
