@@ -2,9 +2,11 @@
 """dask-proof.py: a Dask cluster of two GPU workers on CuPy's memory pool and
 on cuemm (cuemm.dask.CuemmPlugin), for scripts/gpu-multi.sh.
 
-    scripts/dask-proof.py OUTDIR [--n N] [--repeats R]
+    scripts/dask-proof.py OUTDIR [--n N] [--repeats R] [--launches L]
+                         [--variant NAME:SETTING=VALUE[,SETTING=VALUE]...]
 
-For each allocator in turn, a fresh dask_cuda.LocalCUDACluster of two
+For each allocator in turn (L times, the order reversed every other time,
+so that neither always meets the machine as the other left it), a fresh dask_cuda.LocalCUDACluster of two
 workers, one per GPU (CUDA_VISIBLE_DEVICES 0 and 1; a distributed
 SpecCluster of two Nannies, each given one GPU, where dask_cuda is not
 importable), runs the same dask.array workload on CuPy chunks of mixed sizes
@@ -19,7 +21,11 @@ each repeat after the warm-up (median), and the peak memory each worker held
 from the driver: CuPy's pool's total_bytes() at its highest (read after
 every allocation) and cuemm's peak_held_bytes (cuemm.dask.gather_stats).
 The cuemm run also writes each worker's statistics table and event logs
-(cuemm.dask.gather_logs) to OUTDIR.  Writes OUTDIR/dask-proof.md and .json;
+(cuemm.dask.gather_logs) to OUTDIR.  A --variant is one more cuemm
+allocator in the turns, its workers given the CUEMM_* settings named
+(without the prefix: pool_release_threshold=64GiB), to see what a setting
+does to the same workload.  Each allocator's figures are the medians over
+its launches.  Writes OUTDIR/dask-proof.md and .json;
 exit status 1 when the results differ or a run failed.
 
 NVLink multicast stays off: NCCL_NVLS_ENABLE=0 and
@@ -138,7 +144,9 @@ def make_cluster():
             "distributed.SpecCluster of 2 Nannies (dask_cuda not importable: %s)" % why)
 
 
-def run_mode(mode, a, out):
+def run_mode(mode, a, out, launch):
+    """One launch of one allocator: a fresh cluster, the workload a.repeats
+    times; returns (figures, the last result)."""
     import dask
     import numpy as np
     from distributed import Client
@@ -146,13 +154,15 @@ def run_mode(mode, a, out):
     t0 = time.time()
     cluster, kind = make_cluster()
     client = Client(cluster)
-    res = {"mode": mode, "cluster": kind}
+    cuemm_kind = mode["kind"] == "cuemm"
+    res = {"mode": mode["label"], "launch": launch, "cluster": kind}
     try:
-        if mode == "cuemm":
-            client.register_plugin(cd.CuemmPlugin(cupy=True,
-                                                  log=os.path.join(out, "cuemm-dask-%p.csv")))
+        if cuemm_kind:
+            tag = "%s-%d" % (mode["label"].replace(":", "-"), launch)
+            client.register_plugin(cd.CuemmPlugin(cupy=True, env=mode["env"],
+                                                  log=os.path.join(out, "cuemm-dask-%s-%%p.csv" % tag)))
             res["status"] = cd.worker_status(client)
-        res["devices"] = client.run(install_tracking, mode)
+        res["devices"] = client.run(install_tracking, mode["kind"])
         res["startup_s"] = time.time() - t0
         times, result = [], None
         for r in range(a.repeats):
@@ -163,16 +173,15 @@ def run_mode(mode, a, out):
             result = {k: np.asarray(v) for k, v in got.items()}
         res["times_s"] = times
         res["median_s"] = statistics.median(times[1:] if len(times) > 1 else times)
-        if mode == "cuemm":
+        if cuemm_kind:
             rows = cd.gather_stats(client)
             res["peaks"] = {r["worker"]: r.get("peak_held_bytes") for r in rows}
             res["live_peaks"] = {r["worker"]: r.get("peak_bytes") for r in rows}
             res["stats_rows"] = rows
-            table = cd.format_stats(rows)
-            res["table"] = table
-            with open(os.path.join(out, "dask-cuemm-stats.txt"), "w") as f:
-                f.write(table + "\n")
-            res["logs"] = cd.gather_logs(client, os.path.join(out, "dask-logs"))
+            res["table"] = cd.format_stats(rows)
+            with open(os.path.join(out, "dask-stats-%s.txt" % tag), "w") as f:
+                f.write(res["table"] + "\n")
+            res["logs"] = cd.gather_logs(client, os.path.join(out, "dask-logs-%s" % tag))
             res["adapter_failures"] = client.run(lambda: __import__("cuemm").adapter_stats()["alloc_failures"])
         else:
             res["peaks"] = client.run(tracked_peak)
@@ -183,13 +192,43 @@ def run_mode(mode, a, out):
         cluster.close()
 
 
+def parse_variant(text):
+    """NAME:SETTING=VALUE[,SETTING=VALUE]... as a cuemm allocator of the turns."""
+    name, sep, rest = text.partition(":")
+    if not sep or not name or not rest:
+        raise SystemExit("dask-proof: --variant %r: write NAME:SETTING=VALUE[,SETTING=VALUE]..." % text)
+    env = {}
+    for item in rest.split(","):
+        k, eq, v = item.partition("=")
+        if not eq or not k:
+            raise SystemExit("dask-proof: --variant %r: %r is not SETTING=VALUE" % (text, item))
+        env["CUEMM_" + k.strip().upper()] = v.strip()
+    return {"label": "cuemm:" + name, "kind": "cuemm", "env": env}
+
+
+def worker_figures(launches, key):
+    """{worker rank (1, 2): the median over launches} of a per-worker figure;
+    workers are ranked by address within each launch."""
+    per = {}
+    for r in launches:
+        for i, w in enumerate(sorted(r[key])):
+            per.setdefault(i + 1, []).append(r[key][w] or 0)
+    return {i: statistics.median(v) for i, v in per.items()}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out")
     p.add_argument("--n", type=int, default=20000)
     p.add_argument("--repeats", type=int, default=6)
+    p.add_argument("--launches", type=int, default=1)
+    p.add_argument("--variant", action="append", default=[])
     p.add_argument("--seed", type=int, default=42)
     a = p.parse_args()
+    if a.repeats < 1 or a.launches < 1:
+        raise SystemExit("dask-proof: --repeats and --launches must be at least 1")
+    modes = [{"label": "cupy", "kind": "cupy", "env": {}}, {"label": "cuemm", "kind": "cuemm", "env": {}}]
+    modes += [parse_variant(v) for v in a.variant]
     os.makedirs(a.out, exist_ok=True)
     out = os.path.abspath(a.out)
     try:
@@ -201,71 +240,92 @@ def main():
         print("dask-proof: skipped: %s is not importable" % e)
         return 2
     import numpy as np
-    runs, results, failed = {}, {}, []
-    for mode in ("cupy", "cuemm"):
-        try:
-            runs[mode], results[mode] = run_mode(mode, a, out)
-        except Exception as e:
-            import traceback
-            traceback.print_exc()
-            failed.append("%s run failed: %s" % (mode, e))
+    runs, reference, failed = {m["label"]: [] for m in modes}, None, []
+    maxrel = 0.0
+    for launch in range(a.launches):
+        for mode in (modes if launch % 2 == 0 else list(reversed(modes))):
+            try:
+                res, result = run_mode(mode, a, out, launch)
+            except Exception as e:
+                import traceback
+                traceback.print_exc()
+                failed.append("%s launch %d failed: %s" % (mode["label"], launch, e))
+                continue
+            runs[mode["label"]].append(res)
+            print("dask-proof: %s, launch %d: median %.3f s (%s)" % (
+                mode["label"], launch, res["median_s"], ", ".join("%.3f" % t for t in res["times_s"])), flush=True)
+            if reference is None:
+                reference = result
+                continue
+            for k in reference:
+                x, y = reference[k], result[k]
+                # Relative to the result's largest magnitude: elements near zero
+                # (sums of signed terms) would make an element-wise ratio meaningless.
+                den = max(float(np.max(np.abs(x))), 1e-300)
+                maxrel = max(maxrel, float(np.max(np.abs(x - y))) / den)
+    if maxrel > 1e-9:
+        failed.append("results differ (largest relative difference %.3g)" % maxrel)
     lines = ["### Dask: two GPU workers, dask.array on CuPy chunks of mixed sizes (N = %d, %d repeats, "
-             "the first a warm-up)" % (a.n, a.repeats), ""]
-    maxrel = None
-    if len(results) == 2:
-        maxrel = 0.0
-        for k in results["cupy"]:
-            x, y = results["cupy"][k], results["cuemm"][k]
-            # Relative to the result's largest magnitude: elements near zero
-            # (sums of signed terms) would make an element-wise ratio meaningless.
-            den = max(float(np.max(np.abs(x))), 1e-300)
-            maxrel = max(maxrel, float(np.max(np.abs(x - y))) / den)
-        if maxrel > 1e-9:
-            failed.append("results differ (largest relative difference %.3g)" % maxrel)
-    if runs:
-        any_run = next(iter(runs.values()))
+             "the first a warm-up; %d launch%s of each allocator, taking turns)" % (
+                 a.n, a.repeats, a.launches, "" if a.launches == 1 else "es"), ""]
+    done = [m for m in modes if runs[m["label"]]]
+    if done:
+        any_run = runs[done[0]["label"]][0]
         lines.append("cluster: %s; devices: %s" % (any_run["cluster"], ", ".join(sorted(set(
             any_run.get("devices", {}).values())))))
         lines.append("")
-        lines.append("| allocator | median wall time | repeats | peak held, worker 1 | peak held, worker 2 "
-                     "| peak live, worker 1 | peak live, worker 2 |")
-        lines.append("|---|---|---|---|---|---|---|")
-        for mode in ("cupy", "cuemm"):
-            r = runs.get(mode)
-            if not r:
-                lines.append("| %s | failed | | | | | |" % mode)
+        lines.append("| allocator | settings | median wall time | each launch's median | peak held, worker 1 "
+                     "| peak held, worker 2 | peak live, worker 1 | peak live, worker 2 |")
+        lines.append("|---|---|---|---|---|---|---|---|")
+    summary = {}
+    for m in modes:
+        rs = runs[m["label"]]
+        if not rs:
+            lines.append("| %s | | failed | | | | | |" % m["label"])
+            continue
+        med = statistics.median(r["median_s"] for r in rs)
+        pk, lv = worker_figures(rs, "peaks"), worker_figures(rs, "live_peaks")
+        summary[m["label"]] = (med, max(pk.values()), pk, lv)
+        lines.append("| %s | %s | %.3f s | %s | %.2f GiB | %.2f GiB | %.2f GiB | %.2f GiB |" % (
+            "CuPy's pool" if m["kind"] == "cupy" else m["label"],
+            ", ".join("%s=%s" % kv for kv in sorted(m["env"].items())) or "default",
+            med, ", ".join("%.3f" % r["median_s"] for r in rs),
+            pk.get(1, 0) / GiB, pk.get(2, 0) / GiB, lv.get(1, 0) / GiB, lv.get(2, 0) / GiB))
+    lines.append("")
+    if "cupy" in summary:
+        tc, mc = summary["cupy"][0], summary["cupy"][1]
+        for m in modes[1:]:
+            if m["label"] not in summary:
                 continue
-            pk = [r["peaks"][w] for w in sorted(r["peaks"])]
-            lv = [r["live_peaks"][w] or 0 for w in sorted(r["live_peaks"])]
-            lines.append("| %s | %.3f s | %s | %.2f GiB | %.2f GiB | %.2f GiB | %.2f GiB |" % (
-                "CuPy's pool" if mode == "cupy" else "cuemm", r["median_s"],
-                ", ".join("%.3f" % t for t in r["times_s"]), pk[0] / GiB, pk[-1] / GiB, lv[0] / GiB, lv[-1] / GiB))
-        if len(runs) == 2:
-            c, u = runs["cupy"], runs["cuemm"]
-            tc, tu = c["median_s"], u["median_s"]
-            mc = max(c["peaks"].values())
-            mu = max(u["peaks"].values())
-            lines.append("")
-            lines.append("- time cuemm/CuPy pool %.3f; peak held (the larger worker) cuemm/CuPy pool %.3f "
-                         "(target: at most 1): %s" % (tu / tc if tc else float("nan"), mu / mc if mc else float("nan"),
-                                                      "met" if mu <= mc else "NOT met"))
-            # Each worker's peak held over its own peak live: the allocator's
-            # overhead, apart from how much the schedule kept live.
-            for mode, r in (("CuPy's pool", c), ("cuemm", u)):
-                lines.append("- %s, peak held / peak live per worker: %s" % (mode, ", ".join(
-                    "%.3f" % (r["peaks"][w] / r["live_peaks"][w]) if r["live_peaks"].get(w) else "n/a"
-                    for w in sorted(r["peaks"]))))
-            lines.append("- results: largest relative difference %.3g (%s)" % (
-                maxrel, "equal" if maxrel is not None and maxrel <= 1e-9 else "DIFFERENT"))
-            fails = sum(u.get("adapter_failures", {}).values())
-            lines.append("- cuemm adapter failures in the workers: %d; plugin: %s" % (
-                fails, "; ".join("%s %s" % (w, s.get("frameworks")) for w, s in sorted(u["status"].items()))))
+            tu, mu, pk, lv = summary[m["label"]]
+            lines.append("- %s: time / CuPy pool %.3f; peak held (the larger worker) / CuPy pool %.3f "
+                         "(target: at most 1): %s" % (m["label"], tu / tc if tc else float("nan"),
+                                                      mu / mc if mc else float("nan"),
+                                                      "met" if tu <= tc and mu <= mc else "NOT met"))
+        # Each worker's peak held over its own peak live: the allocator's
+        # overhead, apart from how much the schedule kept live.
+        for m in modes:
+            if m["label"] in summary:
+                pk, lv = summary[m["label"]][2], summary[m["label"]][3]
+                lines.append("- %s, peak held / peak live per worker: %s" % (m["label"], ", ".join(
+                    "%.3f" % (pk[w] / lv[w]) if lv.get(w) else "n/a" for w in sorted(pk))))
+    if len(done) > 1:
+        lines.append("- results: largest relative difference %.3g (%s)" % (
+            maxrel, "equal" if maxrel <= 1e-9 else "DIFFERENT"))
+    for m in modes[1:]:
+        for r in runs[m["label"]]:
+            fails = sum(r.get("adapter_failures", {}).values())
             if fails:
-                failed.append("%d cuemm adapter failures" % fails)
+                failed.append("%s launch %d: %d cuemm adapter failures" % (m["label"], r["launch"], fails))
+        if runs[m["label"]]:
+            last = runs[m["label"]][-1]
+            lines.append("- %s: adapter failures counted in the workers: %d; plugin: %s" % (
+                m["label"], sum(sum(r.get("adapter_failures", {}).values()) for r in runs[m["label"]]),
+                "; ".join("%s %s" % (w, s.get("frameworks")) for w, s in sorted(last["status"].items()))))
             lines.append("")
-            lines.append("cuemm.dask.gather_stats:")
+            lines.append("cuemm.dask.gather_stats, %s, the last launch:" % m["label"])
             lines.append("```")
-            lines.append(u["table"])
+            lines.append(last["table"])
             lines.append("```")
     if failed:
         lines.append("FAILED: " + "; ".join(failed))
@@ -276,8 +336,8 @@ def main():
     with open(os.path.join(out, "dask-proof.md"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(out, "dask-proof.json"), "w") as f:
-        json.dump({k: {kk: vv for kk, vv in v.items() if kk != "stats_rows"} for k, v in runs.items()}, f,
-                  indent=1, default=str)
+        json.dump({k: [{kk: vv for kk, vv in r.items() if kk != "stats_rows"} for r in v] for k, v in runs.items()},
+                  f, indent=1, default=str)
     return 1 if failed else 0
 
 

@@ -203,8 +203,12 @@ def main():
         ok(all(r.get("held_bytes", 0) >= LIVE and r.get("pool_mapped", 0) > 0 and r.get("peak_held_bytes", 0) >=
                r.get("held_bytes", 0) and r.get("footprint") is not None and r["footprint"] >= 1 for r in rows),
            "gather_stats: held bytes from the pool, peak held and footprint", rows)
+        # The pool grew for the workload and gave nothing back: what it
+        # holds free stays under the 64 MiB release threshold.
+        ok(all(isinstance(r.get("pool_grows"), int) and r["pool_grows"] >= 1 and r.get("pool_releases") == 0
+               for r in rows), "gather_stats: the pool's growth steps (at least one) and release passes (none)", rows)
         table = cd.format_stats(rows)
-        ok(all(a in table for a in pids) and "total (sum)" in table and "footprint" in table
+        ok(all(a in table for a in pids) and "total (sum)" in table and "footprint" in table and "grows" in table
            and ("%.1f" % (2 * (LIVE + extra_live) / float(MiB))) in table.splitlines()[-1],
            "format_stats: one line per worker and the total of live bytes", table)
         print("# " + table.replace("\n", "\n# "))

@@ -251,9 +251,15 @@ def _worker_stats(devices):
                                           "frees", "alloc_failures") if k in s})
             row["footprint"] = (s["peak_held_bytes"] / s["peak_bytes"]) if s.get("peak_bytes") else None
             try:
-                row["pool_mapped"] = _lib.pool_stats(d).get("mapped_bytes")
+                ps = _lib.pool_stats(d)
+                row["pool_mapped"] = ps.get("mapped_bytes") if ps.get("enabled") else None
+                # How often the pool went to the driver: each growth maps
+                # memory, each release gives some back (the churn a
+                # release threshold set too low causes).
+                row["pool_grows"] = ps.get("grow_steps") if ps.get("enabled") else None
+                row["pool_releases"] = ps.get("releases") if ps.get("enabled") else None
             except Exception:
-                row["pool_mapped"] = None
+                row["pool_mapped"] = row["pool_grows"] = row["pool_releases"] = None
         except Exception as e:
             row["error"] = str(e)
         rows.append(row)
@@ -308,8 +314,9 @@ def gather_stats(client, devices=(0,)):
     """Every worker's cuemm statistics, one row (a dict) per worker and
     device, sorted by worker address: worker, host, pid, device,
     live_bytes, peak_bytes, held_bytes, peak_held_bytes, footprint (peak
-    held / peak live), allocs, frees, alloc_failures, pool_mapped and the
-    adapters' failures.  devices: the ordinals asked in each worker (with
+    held / peak live), allocs, frees, alloc_failures, pool_mapped,
+    pool_grows and pool_releases (the pool's growth steps and release
+    passes; None without a pool) and the adapters' failures.  devices: the ordinals asked in each worker (with
     dask-cuda, each worker's GPU is its device 0).  A worker where cuemm
     cannot answer gets a row with "error"."""
     _distributed()
@@ -325,17 +332,21 @@ def _mib(v):
     return "-" if v is None else "%.1f" % (v / 1048576.0)
 
 
+def _count(v):
+    return "-" if v is None else str(v)
+
+
 def format_stats(rows):
     """The rows of gather_stats as a text table, with a total line."""
     head = ("worker", "pid", "dev", "held MiB", "peak held MiB", "live MiB", "peak live MiB", "footprint",
-            "allocs", "frees", "failed")
+            "allocs", "frees", "failed", "grows", "releases")
     lines = [head]
     tot = {"held_bytes": 0, "peak_held_bytes": 0, "live_bytes": 0, "peak_bytes": 0, "allocs": 0, "frees": 0,
            "alloc_failures": 0}
     for r in rows:
         if "error" in r:
             lines.append((r.get("worker", "?"), str(r.get("pid", "?")), str(r.get("device", "?")),
-                          "error: " + r["error"], "", "", "", "", "", "", ""))
+                          "error: " + r["error"], "", "", "", "", "", "", "", "", ""))
             continue
         for k in tot:
             tot[k] += r.get(k) or 0
@@ -343,10 +354,11 @@ def format_stats(rows):
         lines.append((r["worker"], str(r["pid"]), str(r["device"]), _mib(r.get("held_bytes")),
                       _mib(r.get("peak_held_bytes")), _mib(r.get("live_bytes")), _mib(r.get("peak_bytes")),
                       "-" if fp is None else "%.2f" % fp, str(r.get("allocs", "-")), str(r.get("frees", "-")),
-                      str(r.get("alloc_failures", "-"))))
+                      str(r.get("alloc_failures", "-")), _count(r.get("pool_grows")),
+                      _count(r.get("pool_releases"))))
     lines.append(("total (sum)", "", "", _mib(tot["held_bytes"]), _mib(tot["peak_held_bytes"]),
                   _mib(tot["live_bytes"]), _mib(tot["peak_bytes"]), "", str(tot["allocs"]), str(tot["frees"]),
-                  str(tot["alloc_failures"])))
+                  str(tot["alloc_failures"]), "", ""))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     out = []
     for n, line in enumerate(lines):
