@@ -101,7 +101,9 @@ fi
 # 2. Dask.
 echo "== 2. Dask (scripts/dask-proof.py)"
 mkdir -p "$out/dask"
-timeout 300 "$py" "$src/scripts/dask-proof.py" "$out/dask" > "$out/dask/dask-proof.log" 2>&1
+launches=${DASK_LAUNCHES:-2}
+timeout $((launches * 150 + 60)) "$py" "$src/scripts/dask-proof.py" "$out/dask" --repeats 4 --launches "$launches" \
+  > "$out/dask/dask-proof.log" 2>&1
 rc=$?
 test $rc -eq 0 || { echo "   dask proof exit $rc: tail of $out/dask/dask-proof.log"; tail -n 25 "$out/dask/dask-proof.log"; status=1; }
 if test -f "$out/dask/dask-proof.md"; then
