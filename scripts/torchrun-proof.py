@@ -203,6 +203,12 @@ def train(a):
         st = ct.stats(local)
         extra = {"adapter": adapter, "peak_live": st["peak_bytes"],
                  "stream_event_waits": st["stream_event_waits"], "stream_steals": st["stream_steals"]}
+        try:
+            from cuemm import _lib
+            ps = _lib.pool_stats(local)
+            extra["pool_grows"], extra["pool_releases"] = ps.get("grow_steps"), ps.get("releases")
+        except Exception:
+            pass
         flush_log(local)
         rows, streams = log_streams(log)
         extra["log_allocations"] = rows
@@ -210,7 +216,10 @@ def train(a):
     else:
         peak = torch.cuda.max_memory_reserved(dev)
         extra = {"peak_live": torch.cuda.max_memory_allocated(dev)}
-    mine = {"rank": rank, "peak_held": peak, "median_step_s": statistics.median(times) if times else None}
+    # Every timed step, so that a slow launch can be told apart: slow in
+    # every step (the machine, the placement) or in a few (a growth, a stall).
+    mine = {"rank": rank, "peak_held": peak, "median_step_s": statistics.median(times) if times else None,
+            "step_times_s": times}
     mine.update(extra)
     ranks = [None] * world
     dist.all_gather_object(ranks, mine)
