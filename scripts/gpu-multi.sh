@@ -19,13 +19,14 @@
 #      each (TORCHRUN_REPEATS): scripts/torchrun-proof.py, one table per
 #      mode (OUTDIR/torchrun/torchrun.md), logs in OUTDIR/torchrun/;
 #   2. Dask: scripts/dask-proof.py on two GPU workers, CuPy's pool and cuemm
-#      (OUTDIR/dask/dask-proof.md);
+#      taking turns, two fresh clusters of each (DASK_LAUNCHES), four
+#      repeats each (OUTDIR/dask/dask-proof.md);
 #   3. bench/bench-multi: one process, a thread per GPU (OUTDIR/bench-multi.txt);
 #   4. the suite's multi-device tests on the system driver (a pool block of
 #      GPU 0 opened by a process on GPU 1; the out-of-memory message naming
 #      the device): make check CUEMM_TEST_DRIVER=system TESTS=...
 #      (OUTDIR/check-multi.log).
-# Then one summary (stdout and OUTDIR/summary.md).  About 5 minutes on two
+# Then one summary (stdout and OUTDIR/summary.md).  About 8 minutes on two
 # H100s; each step has a time limit.  Exit status 0 when every step passed.
 #
 # NVLink multicast stays off in everything started here: NCCL_NVLS_ENABLE=0,
