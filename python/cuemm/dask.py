@@ -316,8 +316,9 @@ def gather_stats(client, devices=(0,)):
     live_bytes, peak_bytes, held_bytes, peak_held_bytes, footprint (peak
     held / peak live), allocs, frees, alloc_failures, pool_mapped,
     pool_grows and pool_releases (the pool's growth steps and release
-    passes; None without a pool) and the adapters' failures.  devices: the ordinals asked in each worker (with
-    dask-cuda, each worker's GPU is its device 0).  A worker where cuemm
+    passes; None without a pool) and the adapters' failures.  devices:
+    the ordinals asked in each worker (with dask-cuda, each worker's GPU
+    is its device 0).  A worker where cuemm
     cannot answer gets a row with "error"."""
     _distributed()
     got = client.run(_worker_stats, list(devices))
