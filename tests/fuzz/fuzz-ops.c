@@ -287,6 +287,11 @@ static void op_alloc(int async)
   } else {
     FUZZ_ASSERT(cuMemsetD8(p, tag, size) == CUDA_SUCCESS, "cuMemsetD8");
     b->tag = tag;
+    /* cuMemsetD8 of device memory returns before it is done: it is work on
+     * the legacy default stream, which the non-blocking streams do not wait
+     * for, so a write on one of them must wait for it first (on a GPU the
+     * memset could otherwise land after that write). */
+    b->writer = 0;
   }
 }
 
