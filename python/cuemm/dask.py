@@ -250,16 +250,17 @@ def _worker_stats(devices):
             row.update({k: s[k] for k in ("live_bytes", "peak_bytes", "held_bytes", "peak_held_bytes", "allocs",
                                           "frees", "alloc_failures") if k in s})
             row["footprint"] = (s["peak_held_bytes"] / s["peak_bytes"]) if s.get("peak_bytes") else None
+            # How often the pool went to the driver: each growth maps
+            # memory, each release gives some back (the churn a release
+            # threshold set too low causes).  None without a pool.
+            row["pool_mapped"] = row["pool_grows"] = row["pool_releases"] = None
             try:
                 ps = _lib.pool_stats(d)
-                row["pool_mapped"] = ps.get("mapped_bytes") if ps.get("enabled") else None
-                # How often the pool went to the driver: each growth maps
-                # memory, each release gives some back (the churn a
-                # release threshold set too low causes).
-                row["pool_grows"] = ps.get("grow_steps") if ps.get("enabled") else None
-                row["pool_releases"] = ps.get("releases") if ps.get("enabled") else None
+                if ps.get("enabled"):
+                    row["pool_mapped"], row["pool_grows"], row["pool_releases"] = (
+                        ps.get("mapped_bytes"), ps.get("grow_steps"), ps.get("releases"))
             except Exception:
-                row["pool_mapped"] = row["pool_grows"] = row["pool_releases"] = None
+                pass
         except Exception as e:
             row["error"] = str(e)
         rows.append(row)
