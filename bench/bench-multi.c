@@ -15,12 +15,19 @@
  *   - the same with the driver's stream-ordered pool (cuMemAllocAsync +
  *     cuMemFreeAsync on each device's default pool, release threshold at the
  *     maximum), where the driver has it.
- * Medians of the rounds; the devices' managers' held bytes at the end.
+ * Each device's thread runs on a CPU of its own, the same alone and beside
+ * the other (see pick_cpus).  Medians of the rounds; the devices' managers'
+ * held bytes at the end.
  * With one device it says so and stops (exit status 0).
  *
  * Usage: bench-multi [--quick]
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_setaffinity_np, CPU_SET */
+#endif
+#include <ctype.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +51,7 @@ typedef struct device_side {
   cuemm_manager *m;
   CUstream s[STREAMS];
   int driver_pool; /* cuMemAllocAsync usable here */
+  int cpu;         /* the CPU its thread runs on; -1: wherever it is put */
 } device_side;
 
 static device_side sides[NDEV];
@@ -72,9 +80,112 @@ static void free_on(const worker *w, CUdeviceptr p, CUstream s)
     CHECK(cuemm_free_async(w->d->m, p, s));
 }
 
+/* Adds the CPUs of a list such as "0-31,64-95" in file `path` to `set`;
+ * returns 0 when the file cannot be read or parsed. */
+static int read_cpulist(const char *path, cpu_set_t *set)
+{
+  char buf[1024];
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  int any = 0;
+  for (char *p = buf; *p && !isspace((unsigned char)*p);) {
+    char *e;
+    long a = strtol(p, &e, 10), b = a;
+    if (e == p || a < 0)
+      return 0;
+    if (*e == '-') {
+      p = e + 1;
+      b = strtol(p, &e, 10);
+      if (e == p || b < a)
+        return 0;
+    }
+    for (long c = a; c <= b && c < CPU_SETSIZE; c++) {
+      CPU_SET((int)c, set);
+      any = 1;
+    }
+    p = *e == ',' ? e + 1 : e;
+  }
+  return any;
+}
+
+/* Whether CPU c shares a core with a CPU of `taken`. */
+static int sibling_taken(int c, const cpu_set_t *taken)
+{
+  char path[128];
+  cpu_set_t sib;
+  CPU_ZERO(&sib);
+  snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", c);
+  if (!read_cpulist(path, &sib))
+    return 0;
+  for (int k = 0; k < CPU_SETSIZE; k++)
+    if (k != c && CPU_ISSET(k, &sib) && CPU_ISSET(k, taken))
+      return 1;
+  return 0;
+}
+
+/* A CPU for each device's thread, kept alone and beside the other device:
+ * unpinned, the rounds' ratios of one run spread from 1.04x to 3.09x on a
+ * 32-core host, where a thread moved between cores or shared one with the
+ * other thread's sibling, so the ratio measured the scheduler.  Each device
+ * gets an allowed CPU among its local ones (the PCI device's local_cpulist)
+ * when it has any, no two on one core, and not the first allowed CPU where
+ * there are enough others (the host's interrupts go there).  With fewer
+ * usable CPUs than devices, nothing is pinned. */
+static void pick_cpus(const char bus[NDEV][32])
+{
+  cpu_set_t allowed, taken;
+  CPU_ZERO(&taken);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < NDEV) {
+    for (int d = 0; d < NDEV; d++)
+      sides[d].cpu = -1;
+    return;
+  }
+  int first = 0;
+  while (!CPU_ISSET(first, &allowed))
+    first++;
+  int skip_first = CPU_COUNT(&allowed) > NDEV + 1;
+  for (int d = 0; d < NDEV; d++) {
+    char path[128], lower[32];
+    size_t k = 0;
+    for (; bus[d][k] && k < sizeof lower - 1; k++)
+      lower[k] = (char)tolower((unsigned char)bus[d][k]);
+    lower[k] = 0;
+    cpu_set_t local;
+    CPU_ZERO(&local);
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/local_cpulist", lower);
+    int have_local = read_cpulist(path, &local);
+    int pick = -1;
+    /* Passes: local CPUs on a free core, any CPU on a free core, any free CPU. */
+    for (int pass = have_local ? 0 : 1; pass < 3 && pick < 0; pass++)
+      for (int c = 0; c < CPU_SETSIZE && pick < 0; c++)
+        if (CPU_ISSET(c, &allowed) && !CPU_ISSET(c, &taken) && !(skip_first && c == first) &&
+            (pass > 0 || CPU_ISSET(c, &local)) && (pass > 1 || !sibling_taken(c, &taken)))
+          pick = c;
+    if (pick < 0) /* every CPU but the first is taken */
+      for (int c = 0; c < CPU_SETSIZE && pick < 0; c++)
+        if (CPU_ISSET(c, &allowed) && !CPU_ISSET(c, &taken))
+          pick = c;
+    sides[d].cpu = pick;
+    CPU_SET(pick, &taken);
+  }
+}
+
 static void *work(void *arg)
 {
   worker *w = arg;
+  if (w->d->cpu >= 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(w->d->cpu, &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) {
+      fprintf(stderr, BENCH_NAME ": device %d: the thread could not be moved to CPU %d\n", w->d->ordinal, w->d->cpu);
+      exit(1);
+    }
+  }
   CHECK(cuCtxSetCurrent(w->d->ctx));
   CUdeviceptr live[STREAMS][LIVE];
   unsigned k = (unsigned)w->d->ordinal * 5; /* the devices start at other points of the mix */
@@ -160,13 +271,13 @@ int main(int argc, char **argv)
     return 0;
   }
   int driver_pool = 1;
+  char name[NDEV][128], bus[NDEV][32];
   for (int d = 0; d < NDEV; d++) {
     device_side *x = &sides[d];
-    char name[128], bus[32];
     x->ordinal = d;
     CHECK(cuDeviceGet(&x->dev, d));
-    CHECK(cuDeviceGetName(name, sizeof name, x->dev));
-    CHECK(cuDeviceGetPCIBusId(bus, sizeof bus, x->dev));
+    CHECK(cuDeviceGetName(name[d], sizeof name[d], x->dev));
+    CHECK(cuDeviceGetPCIBusId(bus[d], sizeof bus[d], x->dev));
     CHECK(cuDevicePrimaryCtxRetain(&x->ctx, x->dev));
     CHECK(cuCtxSetCurrent(x->ctx));
     cuemm_config c;
@@ -178,12 +289,18 @@ int main(int argc, char **argv)
       CHECK(cuStreamCreate(&x->s[s], CU_STREAM_NON_BLOCKING));
     x->driver_pool = bench_async_setup(x->dev);
     driver_pool &= x->driver_pool;
-    printf("# device %d: %s, PCI %s\n", d, name, bus);
+  }
+  pick_cpus((const char (*)[32])bus);
+  for (int d = 0; d < NDEV; d++) {
+    if (sides[d].cpu >= 0)
+      printf("# device %d: %s, PCI %s, its thread on CPU %d\n", d, name[d], bus[d], sides[d].cpu);
+    else
+      printf("# device %d: %s, PCI %s, its thread not pinned (fewer CPUs than devices)\n", d, name[d], bus[d]);
   }
   CHECK(cuCtxSetCurrent(NULL));
 
   double ms = quick ? 50 : 300;
-  int rounds = quick ? 1 : 7;
+  int rounds = quick ? 1 : 11;
   printf("\n## alloc+free pairs, a thread per device, %d streams each, %d live blocks per stream, sizes 256 B .. "
          "1 MiB: Mpairs/s (median of %d rounds of %.0f ms)\n", STREAMS, LIVE, rounds, ms);
   static const struct { const char *name; unsigned which; } configs[] = {
@@ -193,7 +310,7 @@ int main(int argc, char **argv)
    * alone and device 1 alone, measured one after the other in blocks of
    * rounds, once differed by 1.36x), so a ratio of medians taken minutes
    * apart measures the host as much as the process. */
-  double v[2][3][16], ratio_r[2][16];
+  double v[2][3][16], ratio_r[2][16]; /* rounds <= 16 */
   for (int r = 0; r < rounds; r++)
     for (int drv = 0; drv < 2; drv++) {
       for (int k = 0; k < 3; k++)
