@@ -11,13 +11,6 @@
 #include "span.h"
 #include "stream-event.h"
 
-/* A request's size as the pool's blocks have it (the sub-allocator's
- * alignment). */
-static inline size_t round_block(size_t size)
-{
-  return (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1);
-}
-
 /* The pool's stream table's place for a stream it has not met; NIL when
  * host memory ran out.  m's lock held. */
 uint32_t cuemm__exchange_stream_add(cuemm_manager *m, CUstream stream);

@@ -166,6 +166,13 @@ static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk)
  * manager see it.  Nothing but pool.c and suballoc.c reaches into `sa`:
  * these read and change it, so that its layout stays the pool's own. */
 
+/* A request's size as the pool's blocks have it (the sub-allocator's
+ * alignment). */
+static inline size_t round_block(size_t size)
+{
+  return (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1);
+}
+
 /* Free bytes, and those of them freed on streams whose work may still use
  * them (tagged), in all and of one tag. */
 static inline size_t cuemm__pool_free_bytes(const cuemm__pool *p) { return p->sa.free_bytes; }
