@@ -10,10 +10,7 @@
 #include "manager.h"
 #include "span.h"
 #include "stream-event.h"
-
-/* The pool's stream table's place for a stream it has not met; NIL when
- * host memory ran out.  m's lock held. */
-uint32_t cuemm__exchange_stream_add(cuemm_manager *m, CUstream stream);
+#include "stream-tags.h"
 
 /* A span's block given back as freed on `stream` (pool_give_on): into
  * the span when freed on the span's stream or `idle`, an empty span back
@@ -61,8 +58,6 @@ static inline __attribute__((always_inline)) void pool_return_on(cuemm_manager *
  * a stream: inline a compare against the mark, the work (an event on each
  * of their streams, a release) in cuemm__exchange_trim_tagged_now.  m's
  * lock held. */
-void cuemm__exchange_trim_tagged_now(cuemm_manager *m);
-
 static inline void pool_trim_tagged(cuemm_manager *m)
 {
   if (__builtin_expect(m->pstreams && cuemm__pool_tagged_bytes(m->pool) >= m->pstreams->trim_mark, 0))
@@ -154,10 +149,6 @@ static inline int heap_takes_large(const cuemm_manager *m, const cuemm__heap *h,
       return 1;
   return 0;
 }
-
-/* The settle hook (manager.h): makes idle what the pool holds of streams
- * whose work is done.  m's lock held, context current. */
-void cuemm__exchange_settle(cuemm_manager *m, int synced);
 
 /* A block of size rs, freed by another stream of h, that stream hs may use
  * now: known complete, with no driver call (*others: whether another

@@ -62,7 +62,7 @@ struct cuemm_manager {
   uint64_t fallback_allocs;   /* requests too large for the pool */
   uint64_t serial;            /* unique for the process's life: thread slots tell managers apart by it */
   cuemm__heap **heaps;        /* the threads' heaps of the stream-ordered path (thread-heap.c) */
-  cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (exchange.c;
+  cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (stream-tags.c;
                                * guarded by `lock`, holds no blocks) */
   uint32_t nheaps, capheaps;
   /* Each thread's share of cfg.stream_keep_large: the large blocks a heap

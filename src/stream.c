@@ -5,8 +5,10 @@
  * threads' heaps and how a thread finds and enters one (thread-heap.c, the
  * heap itself heap.c), the events that tell which frees are done
  * (stream-event.c), and the exchange of blocks between the heaps and the
- * pool: what a heap keeps, stealing, giving back (exchange.c).  Calls go
- * that way only: stream.c -> exchange.c -> stream-event.c, thread-heap.c.
+ * pool: what a heap keeps, stealing, giving back (exchange.c), and the
+ * pool's tags for the blocks freed on a stream (stream-tags.c).  Calls go
+ * that way only: stream.c -> exchange.c -> stream-tags.c -> stream-event.c,
+ * thread-heap.c.
  *
  * The rule is the driver's own (cuMemAllocAsync / cuMemFreeAsync): a block
  * freed on stream S is reusable at once by later work on S, since stream
@@ -50,6 +52,7 @@
 #include "stream-event.h"
 #include "span.h"
 #include "stream-free.h"
+#include "stream-tags.h"
 #include "stream.h"
 #include "thread-heap.h"
 

@@ -26,7 +26,7 @@
  *
  * Tags: a block freed on a stream whose work may still use it is FREE with
  * that stream's tag, in bins of its tag (see suballoc.h); idle free blocks
- * have tag 0.  The caller (exchange.c) decides which tags a request may
+ * have tag 0.  The caller (stream-tags.c) decides which tags a request may
  * take from and when a tag's blocks become idle (cuemm__sa_untag).
  *
  * Small blocks are different: a freed one goes, whole and unmerged, to a
