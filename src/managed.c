@@ -37,6 +37,7 @@
 #include "error.h"
 #include "managed.h"
 #include "manager.h"
+#include "suballoc-hole.h"
 
 #define SYSTEM_ALIGN ((size_t)256)
 

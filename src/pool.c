@@ -58,6 +58,7 @@
 #include "piece.h"
 #include "log.h"
 #include "pool.h"
+#include "suballoc-hole.h"
 
 static size_t round_up(size_t v, size_t a)
 {

@@ -163,9 +163,9 @@ static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk)
 }
 
 /* ---- the sub-allocator, as the stream-ordered path (exchange.c,
- * stream-tags.c) and the manager see it.  Nothing but pool.c and
- * suballoc.c reaches into `sa`: these read and change it, so that its
- * layout stays the pool's own. */
+ * stream-tags.c) and the manager see it.  Nothing but pool.c and the
+ * sub-allocator's files (suballoc*.c) reaches into `sa`: these read and
+ * change it, so that its layout stays the pool's own. */
 
 /* A request's size as the pool's blocks have it (the sub-allocator's
  * alignment). */

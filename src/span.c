@@ -11,6 +11,7 @@
 #include "owned.h"
 #include "pool.h"
 #include "span.h"
+#include "suballoc-hole.h"
 
 static inline uint32_t make_blk(uint32_t id, uint32_t d)
 {

@@ -6,6 +6,10 @@
  * space back into holes when it releases memory; the sub-allocator never
  * calls the driver and never learns the base address.  Not thread-safe: the
  * manager's lock guards it.
+ *
+ * Its files are listed in suballoc-internal.h.  Growth and release are
+ * declared in suballoc-hole.h and the invariant check in suballoc-check.h:
+ * they call this header's functions, which call none of theirs.
  */
 #ifndef CUEMM_SUBALLOC_H
 #define CUEMM_SUBALLOC_H
@@ -325,28 +329,6 @@ void cuemm__sa_each_free(const cuemm__sa *s, size_t min, void (*fn)(void *arg, c
  * neighbours.  O(cached blocks). */
 void cuemm__sa_coalesce(cuemm__sa *s);
 
-/* Turns [off, off + size), which must lie inside one HOLE block, into free
- * space (merged with free neighbours).  Needs 2 spare descriptors
- * (cuemm__sa_reserve). */
-void cuemm__sa_fill(cuemm__sa *s, size_t off, size_t size);
-
-/* cuemm__sa_fill for a growth beside free space of tag `tag` (not 0, its
- * bins made): the new space takes the tag and merges with that space (and
- * with idle space), so that the tag's stream, which stream order lets use
- * its own freed blocks at once, finds them and the new memory in one
- * block. */
-void cuemm__sa_fill_tagged(cuemm__sa *s, size_t off, size_t size, uint32_t tag);
-
-/* Turns [off, off + size), which must lie inside one FREE block (coalesce
- * the caches first: a cached block is not merged with its neighbours), into a hole
- * (merged with neighbouring holes).  Needs 2 spare descriptors. */
-void cuemm__sa_drain(cuemm__sa *s, size_t off, size_t size);
-
-/* Turns [off, off + size), inside one HOLE block, into a USED block that
- * is never handed out: memory the pool could map but not set up, nor
- * unmap again.  Needs 2 spare descriptors. */
-void cuemm__sa_quarantine(cuemm__sa *s, size_t off, size_t size);
-
 /* The block containing offset `off` (a walk in address order: slow path). */
 uint32_t cuemm__sa_find(const cuemm__sa *s, size_t off);
 
@@ -358,8 +340,8 @@ size_t cuemm__sa_largest_free(const cuemm__sa *s);
  * and the streams' work done.  A walk in address order: O(blocks). */
 size_t cuemm__sa_largest_extent(const cuemm__sa *s);
 
-/* Checks every invariant (tiling, links, counters, no two adjacent FREE
- * blocks or holes; CACHED blocks may have free neighbours).  Returns NULL, or a description of the first violation. */
-const char *cuemm__sa_check(const cuemm__sa *s);
+/* For the sub-allocator's own files, not its users: block i cut in two
+ * (suballoc.c), which growth and release use as well. */
+uint32_t cuemm__sa_split(cuemm__sa *s, uint32_t i, size_t at);
 
 #endif

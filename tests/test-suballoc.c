@@ -1,11 +1,13 @@
 /* test-suballoc.c: the pool's sub-allocator on its own, against a shadow
  * model: tens of thousands of random allocations, frees, fills (mapping) and
  * drains (release), with every invariant checked after each step.  Built
- * from src/suballoc.c directly: no driver involved.
+ * from src/suballoc*.c directly: no driver involved.
  */
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "suballoc-check.h"
+#include "suballoc-hole.h"
 #include "suballoc.h"
 #include "tap.h"
 
