@@ -7,11 +7,12 @@
  * owned.c the table of live allocations, pool.c (on suballoc.c, with piece.c
  * choosing how large growths are cut) the VMM pool, and nvtx.c tells a tool
  * attached through NVTX (compute-sanitizer) which of its memory is handed
- * out (its chunks as heaps, its blocks as regions; pool.c, manager.c and
- * stream.c call it where memory changes hands); managed.c the pool of
- * managed segments and system memory; manager.c owns the lifecycle and the
- * alloc/free/flush policy over them, and host.c adds pinned host memory on
- * the same paths.  Above the manager, and never called by it by name:
+ * out (its chunks as heaps, its blocks as regions; pool.c, pool-suspend.c,
+ * manager.c and stream.c call it where memory changes hands); managed.c
+ * the pool of managed segments and system memory; manager.c owns the
+ * lifecycle and the alloc/free/flush policy over them, and host.c adds
+ * pinned host memory on the same paths.  Above the manager, and never
+ * called by it by name:
  * registry.c maps contexts to managers and holds the drop-ins (cuemm_get,
  * cuemm_mem_alloc, cuemm_mem_free); ipc.c (the handle, legacy device IPC,
  * the table of opened mappings) and ipc-fd.c (pool memory passed as file

@@ -9,9 +9,10 @@
  * and each hook below costs one predicted branch on it.
  *
  * The hooks are called where the pool's memory changes hands: chunks
- * mapped, released and the pool destroyed (pool.c), a block handed to the
- * program and given up by it (manager.c for cuemm_alloc and the flush,
- * stream.c for the stream-ordered path).  Giving up a block that is not
+ * mapped, released and the pool destroyed (pool.c, and pool-suspend.c
+ * around a suspension), a block handed to the program and given up by it
+ * (manager.c for cuemm_alloc and the flush, stream.c for the
+ * stream-ordered path).  Giving up a block that is not
  * registered (a cached block of the stream-ordered path that a flush
  * returns, or one given up twice) is a no-op, so every place where a block
  * stops being the program's may call it.  They may be called concurrently

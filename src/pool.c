@@ -1,7 +1,9 @@
 /* pool.c: owns the growable pool on CUDA virtual memory: the address
  * reservation, the physical chunks mapped into it (their growth, rollback,
  * release and peer access), and the statistics; sub-allocation inside the
- * mapped space is suballoc.c's.
+ * mapped space is suballoc.c's, and what a suspension does to the chunks
+ * (their release and remapping, the ranges sent to other processes) is
+ * pool-suspend.c's.
  *
  * The pool reserves one range of virtual addresses at creation and maps
  * physical memory into it only when a request does not fit.  Its unit is
@@ -65,7 +67,7 @@ static size_t round_up(size_t v, size_t a)
   return (v + a - 1) / a * a;
 }
 
-static CUmemAllocationProp chunk_prop(CUdevice dev, int ipc)
+CUmemAllocationProp cuemm__pool_chunk_prop(CUdevice dev, int ipc)
 {
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
@@ -131,7 +133,7 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
                           "descriptors (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0), so "
                           "pool blocks cannot be shared; unset CUEMM_POOL_IPC (cuemm_config.pool_ipc = 0)", (int)dev);
   }
-  CUmemAllocationProp prop = chunk_prop(dev, cfg->pool_ipc);
+  CUmemAllocationProp prop = cuemm__pool_chunk_prop(dev, cfg->pool_ipc);
   size_t gran = 0;
   r = d->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (r != CUDA_SUCCESS)
@@ -206,23 +208,13 @@ static CUdeviceptr unit_addr(const cuemm__pool *p, size_t u)
   return p->base + (CUdeviceptr)(u * p->unit);
 }
 
-/* Tells the annotations (nvtx.c) that the chunks whose heads lie in units
- * [head, head + n) are mapped and accessible. */
-static void nvtx_mapped(cuemm__pool *p, size_t head, size_t n)
+void cuemm__pool_nvtx_mapped(cuemm__pool *p, size_t head, size_t n)
 {
   if (__builtin_expect(p->nvtx == NULL, 1))
     return;
   for (size_t u = head; u < head + n; u += p->units[u].units ? p->units[u].units : 1)
     if (p->units[u].head == u && p->units[u].units)
       cuemm__nvtx_chunk_mapped(p->nvtx, unit_addr(p, u), (size_t)p->units[u].units * p->unit);
-}
-
-static void chunk_mark(cuemm__pool *p, size_t head, size_t n, uint8_t state)
-{
-  for (size_t u = head; u < head + n; u++)
-    p->units[u].head = (uint32_t)head;
-  p->units[head].units = (uint32_t)n;
-  p->units[head].state = state;
 }
 
 static int keep_orphan(cuemm__pool *p, CUmemGenericAllocationHandle handle)
@@ -284,13 +276,6 @@ static void rollback(cuemm__pool *p, size_t head, size_t n)
   h->units = 0;
 }
 
-static double now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 /* Creates and maps one piece, a chunk of n units at unit `head` (a hole);
  * *ns is what its cuMemCreate and cuMemMap took together.  A failure is
  * undone before returning. */
@@ -299,33 +284,33 @@ static CUresult map_piece(cuemm__pool *p, size_t head, size_t n, double *ns)
   const cuemm__driver_table *d = p->drv;
   size_t bytes = n * p->unit;
   if (p->slab) { /* the slab's memory is there already: bookkeeping only */
-    chunk_mark(p, head, n, CUEMM__CHUNK_MAPPED);
+    cuemm__pool_chunk_mark(p, head, n, CUEMM__CHUNK_MAPPED);
     p->units[head].has_handle = 0;
     p->units[head].serial = ++p->next_serial;
     *ns = 0;
     return CUDA_SUCCESS;
   }
   CUdeviceptr at = unit_addr(p, head);
-  CUmemAllocationProp prop = chunk_prop(p->dev, p->ipc);
+  CUmemAllocationProp prop = cuemm__pool_chunk_prop(p->dev, p->ipc);
   cuemm__pool_unit *h = &p->units[head];
   CUmemGenericAllocationHandle handle;
-  double t0 = now_ns();
+  double t0 = cuemm__pool_now_ns();
   CUresult r = d->MemCreate(&handle, bytes, &prop, 0);
-  double created = now_ns() - t0;
+  double created = cuemm__pool_now_ns() - t0;
   if (r != CUDA_SUCCESS)
     return cuemm__driver_error(r, "cuMemCreate(%zu bytes on device %d) growing the pool", bytes, (int)p->dev);
-  chunk_mark(p, head, n, CUEMM__CHUNK_CREATED);
+  cuemm__pool_chunk_mark(p, head, n, CUEMM__CHUNK_CREATED);
   h->handle = handle;
   h->has_handle = 1;
   h->serial = ++p->next_serial;
-  t0 = now_ns();
+  t0 = cuemm__pool_now_ns();
   r = d->MemMap(at, bytes, 0, handle, 0);
   if (r != CUDA_SUCCESS) {
     cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) growing the pool", (unsigned long long)at, bytes);
     rollback(p, head, n);
     return r;
   }
-  *ns = created + (now_ns() - t0);
+  *ns = created + (cuemm__pool_now_ns() - t0);
   h->state = CUEMM__CHUNK_MAPPED;
   return CUDA_SUCCESS;
 }
@@ -357,23 +342,27 @@ static int tagged_free(const cuemm__sa *sa, uint32_t i, uint32_t tag)
   return tag && i != CUEMM__SA_NIL && sa->b[i].state == CUEMM__SA_FREE && sa->b[i].tag == tag;
 }
 
+size_t cuemm__pool_piece_size(const cuemm__pool *p, size_t bytes)
+{
+  /* With IPC a block's handle lists at most CUEMM_IPC_POOL_MAX_PIECES
+   * chunks: at most four pieces per growth leave room for the chunk of the
+   * free space below and one more. */
+  size_t min_piece = p->ipc ? round_up((bytes + 3) / 4, p->unit) : 0;
+  size_t piece = p->slab ? bytes : p->piece ? p->piece : cuemm__piece_pick((int)p->dev, p->unit, bytes, min_piece);
+  return piece == 0 || piece > bytes ? bytes : piece;
+}
+
 /* Creates, maps and opens n units at unit `head` (a hole), in pieces of the
  * size piece.c chooses; *pieces says how many chunks that made. */
 static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
 {
   const cuemm__driver_table *d = p->drv;
   size_t bytes = n * p->unit;
-  /* With IPC a block's handle lists at most CUEMM_IPC_POOL_MAX_PIECES
-   * chunks: at most four pieces per growth leave room for the chunk of the
-   * free space below and one more. */
-  size_t min_piece = p->ipc ? round_up((bytes + 3) / 4, p->unit) : 0;
-  size_t piece = p->slab ? bytes : p->piece ? p->piece : cuemm__piece_pick((int)p->dev, p->unit, bytes, min_piece);
-  if (piece == 0 || piece > bytes)
-    piece = bytes;
+  size_t piece = cuemm__pool_piece_size(p, bytes);
   size_t pu = piece / p->unit, count = (n + pu - 1) / pu;
   if (count > (UINT32_MAX - 2) / 2 || cuemm__sa_reserve(&p->sa, (uint32_t)(2 * count + 2)) != 0)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for the pool's bookkeeping");
-  int fresh = cuemm__piece_fresh((int)p->dev, now_ns()); /* else its pieces are made, not timed */
+  int fresh = cuemm__piece_fresh((int)p->dev, cuemm__pool_now_ns()); /* else its pieces are made, not timed */
   /* The growth's median piece (of the first PIECE_TIMES whole pieces). */
   enum { PIECE_TIMES = 32 };
   double times[PIECE_TIMES];
@@ -510,7 +499,7 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size, uint32_t tag)
     p->grow_failures++;
     return r;
   }
-  nvtx_mapped(p, head, n);
+  cuemm__pool_nvtx_mapped(p, head, n);
   if (best_joins)
     cuemm__sa_fill_tagged(&p->sa, best_off, best_bytes, tag);
   else
@@ -544,12 +533,12 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
       return cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) releasing pool memory",
                                  (unsigned long long)at, bytes);
     h->has_handle = 0;
-    cuemm__piece_released((int)p->dev, now_ns());
+    cuemm__piece_released((int)p->dev, cuemm__pool_now_ns());
   }
   cuemm__nvtx_chunk_unmapping(p->nvtx, at);
   CUresult r = p->slab ? CUDA_SUCCESS : d->MemUnmap(at, bytes);
   if (r != CUDA_SUCCESS) {
-    nvtx_mapped(p, head, h->units);
+    cuemm__pool_nvtx_mapped(p, head, h->units);
     return cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) releasing pool memory; the chunk stays mapped "
                                "and in use by the pool", (unsigned long long)at, bytes);
   }
@@ -598,6 +587,19 @@ static void scan_free_block(void *arg, const cuemm__sa_block *b)
   }
 }
 
+int cuemm__pool_free_chunks(cuemm__pool *p, uint32_t **cand, size_t *n)
+{
+  /* A cached block keeps its chunk from looking wholly free: merge them
+   * all first.  The free blocks of a unit or more are found through the
+   * bins, not a walk of every block. */
+  cuemm__sa_coalesce(&p->sa);
+  release_scan rs = { p, NULL, 0, 0, 0 };
+  cuemm__sa_each_free(&p->sa, p->unit, scan_free_block, &rs);
+  *cand = rs.cand;
+  *n = rs.n;
+  return rs.oom ? -1 : 0;
+}
+
 static int by_unit_descending(const void *a, const void *b)
 {
   uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -606,22 +608,16 @@ static int by_unit_descending(const void *a, const void *b)
 
 CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
 {
-  /* A cached block keeps its chunk from looking wholly free: merge them
-   * all first.  Then collect the wholly free chunks, from the free blocks
-   * of a unit or more (through the bins, not a walk of every block), and
-   * release from the top.  Releasing one never merges it with another
-   * candidate's block in a way that matters: candidates are found by
-   * unit, not by block. */
+  /* The wholly free chunks, released from the top.  Releasing one never
+   * merges it with another candidate's block in a way that matters:
+   * candidates are found by unit, not by block. */
   CUresult kept = p->norphans ? release_orphans(p) : CUDA_SUCCESS;
-  cuemm__sa_coalesce(&p->sa);
-  release_scan rs = { p, NULL, 0, 0, 0 };
-  cuemm__sa_each_free(&p->sa, p->unit, scan_free_block, &rs);
-  if (rs.oom) {
-    free(rs.cand);
+  uint32_t *cand;
+  size_t n;
+  if (cuemm__pool_free_chunks(p, &cand, &n) != 0) {
+    free(cand);
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory to release pool memory");
   }
-  uint32_t *cand = rs.cand;
-  size_t n = rs.n;
   if (n > 1) /* qsort takes no NULL, even for nothing */
     qsort(cand, n, sizeof *cand, by_unit_descending);
   CUresult r = CUDA_SUCCESS;
@@ -793,142 +789,10 @@ void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s)
   s->fragmentation = s->free_bytes ? 1.0 - (double)cuemm__sa_largest_extent(&p->sa) / (double)s->free_bytes : 0.0;
 }
 
-CUresult cuemm__pool_refuse(const cuemm__pool *p, size_t size)
-{
-  char what[160];
-  cuemm__pool_describe(p, what, sizeof what);
-  return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: %zu bytes requested, more than the pool's hard limit "
-                      "(CUEMM_POOL_LIMIT, %zu bytes, with CUEMM_POOL_LIMIT_HARD=1: nothing goes to cuMemAlloc); %s",
-                      size, p->limit, what);
-}
-
-void cuemm__pool_describe(const cuemm__pool *p, char *buf, size_t n)
-{
-  snprintf(buf, n, "%zu bytes mapped, %zu used, largest free block %zu bytes", p->mapped, p->sa.used_bytes,
-           cuemm__sa_largest_free(&p->sa));
-}
-
-/* ---- suspension ------------------------------------------------------------- */
-
-void cuemm__pool_each_live_in(const cuemm__pool *p, size_t off, size_t size,
-                              void (*fn)(void *arg, size_t off, size_t size), void *arg)
-{
-  const cuemm__sa *sa = &p->sa;
-  size_t end = off + size, run = 0, run_end = 0;
-  int open = 0;
-  uint32_t i = off ? cuemm__sa_find(sa, off) : 0;
-  for (; i != CUEMM__SA_NIL && sa->b[i].off < end; i = sa->b[i].next) {
-    const cuemm__sa_block *b = &sa->b[i];
-    if (b->state != CUEMM__SA_USED) {
-      if (open)
-        fn(arg, run, run_end - run);
-      open = 0;
-      continue;
-    }
-    size_t s = b->off > off ? b->off : off, e = b->off + b->size < end ? b->off + b->size : end;
-    if (open && s == run_end)
-      run_end = e;
-    else {
-      if (open)
-        fn(arg, run, run_end - run);
-      run = s, run_end = e, open = 1;
-    }
-  }
-  if (open)
-    fn(arg, run, run_end - run);
-}
-
-void cuemm__pool_each_live_run(const cuemm__pool *p, void (*fn)(void *arg, size_t off, size_t size), void *arg)
-{
-  cuemm__pool_each_live_in(p, 0, p->reserved, fn, arg);
-}
-
-/* The head units of chunks, walked in address order. */
-static size_t next_head(const cuemm__pool *p, size_t u)
-{
-  const cuemm__pool_unit *h = &p->units[u];
-  return h->head == u && h->units ? u + h->units : u + 1;
-}
-
-static int holds_memory(const cuemm__pool_unit *h)
-{
-  return h->state == CUEMM__CHUNK_CREATED || h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE;
-}
-
-CUresult cuemm__pool_unmap_all(cuemm__pool *p)
-{
-  const cuemm__driver_table *d = p->drv;
-  CUresult first = CUDA_SUCCESS;
-  char msg[512] = "";
-  size_t held = 0, held_chunks = 0;
-  for (size_t u = 0; u < p->nunits; u = next_head(p, u)) {
-    cuemm__pool_unit *h = &p->units[u];
-    if (h->head != u || !h->units || !holds_memory(h))
-      continue;
-    size_t bytes = (size_t)h->units * p->unit;
-    CUdeviceptr at = unit_addr(p, u);
-    CUresult r = CUDA_SUCCESS;
-    if (h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE) {
-      cuemm__nvtx_chunk_unmapping(p->nvtx, at);
-      r = d->MemUnmap(at, bytes);
-      if (r != CUDA_SUCCESS) {
-        if (h->state == CUEMM__CHUNK_ACCESSIBLE)
-          nvtx_mapped(p, u, h->units);
-        cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) suspending the pool", (unsigned long long)at, bytes);
-      } else
-        h->state = CUEMM__CHUNK_CREATED;
-    }
-    if (r == CUDA_SUCCESS && h->has_handle) {
-      r = d->MemRelease(h->handle);
-      if (r != CUDA_SUCCESS)
-        cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) suspending the pool",
-                            (unsigned long long)at, bytes);
-      else {
-        h->has_handle = 0;
-        cuemm__piece_released((int)p->dev, now_ns());
-      }
-    }
-    if (r != CUDA_SUCCESS) {
-      held += bytes;
-      held_chunks++;
-      if (first == CUDA_SUCCESS) {
-        first = r;
-        snprintf(msg, sizeof msg, "%s", cuemm_last_error());
-      }
-      continue;
-    }
-    h->state = CUEMM__CHUNK_SUSPENDED;
-    __atomic_sub_fetch(&p->mapped, bytes, __ATOMIC_RELAXED);
-    p->chunks--;
-    p->chunks_released++;
-    cuemm__log_note(p->log, "suspend-release", bytes);
-  }
-  if (first != CUDA_SUCCESS)
-    cuemm__error(first, "%s; %zu chunks (%zu bytes) still hold memory: cuemm_pool_suspend tries them again, "
-                 "cuemm_pool_resume maps them back", msg, held_chunks, held);
-  return first;
-}
-
-void cuemm__pool_forget_free(cuemm__pool *p)
-{
-  cuemm__sa_coalesce(&p->sa);
-  release_scan rs = { p, NULL, 0, 0, 0 };
-  cuemm__sa_each_free(&p->sa, p->unit, scan_free_block, &rs);
-  for (size_t k = 0; k < rs.n; k++) {
-    cuemm__pool_unit *h = &p->units[rs.cand[k]];
-    if (h->state != CUEMM__CHUNK_SUSPENDED || cuemm__sa_reserve(&p->sa, 2) != 0)
-      continue;
-    cuemm__sa_drain(&p->sa, (size_t)rs.cand[k] * p->unit, (size_t)h->units * p->unit);
-    h->state = CUEMM__CHUNK_EMPTY;
-    h->units = 0;
-  }
-  free(rs.cand);
-}
-
 size_t cuemm__pool_suspended_need(const cuemm__pool *p)
 {
   size_t need = 0;
-  for (size_t u = 0; u < p->nunits; u = next_head(p, u)) {
+  for (size_t u = 0; u < p->nunits; u = cuemm__pool_next_head(p, u)) {
     const cuemm__pool_unit *h = &p->units[u];
     if (h->head == u && h->units && h->state != CUEMM__CHUNK_EMPTY && h->state != CUEMM__CHUNK_ACCESSIBLE)
       need += (size_t)h->units * p->unit;
@@ -936,111 +800,13 @@ size_t cuemm__pool_suspended_need(const cuemm__pool *p)
   return need;
 }
 
-/* Creates and maps the pieces of run [head, head + n) of suspended units,
- * now one record. */
-static CUresult remap_run(cuemm__pool *p, size_t head, size_t n)
+CUresult cuemm__pool_refuse(const cuemm__pool *p, size_t size)
 {
-  const cuemm__driver_table *d = p->drv;
-  size_t bytes = n * p->unit;
-  size_t min_piece = p->ipc ? round_up((bytes + 3) / 4, p->unit) : 0;
-  size_t piece = p->piece ? p->piece : cuemm__piece_pick((int)p->dev, p->unit, bytes, min_piece);
-  if (piece == 0 || piece > bytes)
-    piece = bytes;
-  size_t pu = piece / p->unit;
-  if (!pu)
-    pu = n;
-  CUmemAllocationProp prop = chunk_prop(p->dev, p->ipc);
-  for (size_t u = head, end = head + n; u < end;) {
-    size_t k = end - u < pu ? end - u : pu, kb = k * p->unit;
-    CUdeviceptr at = unit_addr(p, u);
-    /* The rest of the run stays one suspended record, so that a failure
-     * leaves every unit in a chunk. */
-    if (u + k < end)
-      chunk_mark(p, u + k, end - u - k, CUEMM__CHUNK_SUSPENDED);
-    chunk_mark(p, u, k, CUEMM__CHUNK_SUSPENDED);
-    cuemm__pool_unit *h = &p->units[u];
-    CUresult r = d->MemCreate(&h->handle, kb, &prop, 0);
-    if (r != CUDA_SUCCESS)
-      return cuemm__driver_error(r, "cuMemCreate(%zu bytes on device %d) resuming the pool", kb, (int)p->dev);
-    h->has_handle = 1;
-    h->state = CUEMM__CHUNK_CREATED;
-    h->serial = ++p->next_serial; /* new memory: what was sent of the old is no longer it */
-    __atomic_add_fetch(&p->mapped, kb, __ATOMIC_RELAXED);
-    p->chunks++;
-    p->chunks_mapped++;
-    r = d->MemMap(at, kb, 0, h->handle, 0);
-    if (r != CUDA_SUCCESS)
-      return cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) resuming the pool", (unsigned long long)at, kb);
-    h->state = CUEMM__CHUNK_MAPPED;
-    u += k;
-  }
-  return CUDA_SUCCESS;
-}
-
-static CUresult remap_steps(cuemm__pool *p)
-{
-  const cuemm__driver_table *d = p->drv;
-  /* Runs of suspended chunks become one record each, cut again into pieces
-   * of the size growth would choose now; chunks whose handle survived a
-   * failed release are mapped as they are. */
-  for (size_t u = 0; u < p->nunits;) {
-    cuemm__pool_unit *h = &p->units[u];
-    if (h->head == u && h->units && h->state == CUEMM__CHUNK_CREATED) {
-      CUresult r = d->MemMap(unit_addr(p, u), (size_t)h->units * p->unit, 0, h->handle, 0);
-      if (r != CUDA_SUCCESS)
-        return cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) resuming the pool",
-                                   (unsigned long long)unit_addr(p, u), (size_t)h->units * p->unit);
-      h->state = CUEMM__CHUNK_MAPPED;
-    }
-    if (h->head != u || !h->units || h->state != CUEMM__CHUNK_SUSPENDED) {
-      u = next_head(p, u);
-      continue;
-    }
-    size_t end = u;
-    while (end < p->nunits && p->units[end].head == end && p->units[end].units &&
-           p->units[end].state == CUEMM__CHUNK_SUSPENDED)
-      end += p->units[end].units;
-    chunk_mark(p, u, end - u, CUEMM__CHUNK_SUSPENDED);
-    CUresult r = remap_run(p, u, end - u);
-    if (r != CUDA_SUCCESS)
-      return r;
-    u = end;
-  }
-  /* Access once per run of adjacent mapped chunks. */
-  for (size_t u = 0; u < p->nunits;) {
-    if (p->units[u].head != u || !p->units[u].units || p->units[u].state != CUEMM__CHUNK_MAPPED) {
-      u = next_head(p, u);
-      continue;
-    }
-    size_t end = u;
-    while (end < p->nunits && p->units[end].head == end && p->units[end].units &&
-           p->units[end].state == CUEMM__CHUNK_MAPPED)
-      end += p->units[end].units;
-    size_t bytes = (end - u) * p->unit;
-    CUresult r = d->MemSetAccess(unit_addr(p, u), bytes, p->access, p->naccess);
-    if (r != CUDA_SUCCESS)
-      return cuemm__driver_error(r, "cuMemSetAccess(0x%llx, %zu bytes, %u devices) resuming the pool",
-                                 (unsigned long long)unit_addr(p, u), bytes, p->naccess);
-    for (size_t k = u; k < end; k = next_head(p, k)) {
-      p->units[k].state = CUEMM__CHUNK_ACCESSIBLE;
-      nvtx_mapped(p, k, p->units[k].units);
-    }
-    u = end;
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult cuemm__pool_remap_all(cuemm__pool *p)
-{
-  CUresult r = remap_steps(p);
-  if (r == CUDA_SUCCESS)
-    return CUDA_SUCCESS;
-  char msg[512];
-  snprintf(msg, sizeof msg, "%s", cuemm_last_error());
-  CUresult undo = cuemm__pool_unmap_all(p);
-  if (undo != CUDA_SUCCESS)
-    return cuemm__error(r, "%s; undoing the resumption: %s", msg, cuemm_last_error());
-  return cuemm__error(r, "%s; what the resumption mapped is released again", msg);
+  char what[160];
+  cuemm__pool_describe(p, what, sizeof what);
+  return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: %zu bytes requested, more than the pool's hard limit "
+                      "(CUEMM_POOL_LIMIT, %zu bytes, with CUEMM_POOL_LIMIT_HARD=1: nothing goes to cuMemAlloc); %s",
+                      size, p->limit, what);
 }
 
 CUresult cuemm__pool_refuse_suspended(const cuemm__pool *p, const char *fn)
@@ -1051,40 +817,10 @@ CUresult cuemm__pool_refuse_suspended(const cuemm__pool *p, const char *fn)
                       "no memory until cuemm_pool_resume (cuemm_pool_get_stats says how much that needs)", fn);
 }
 
-int cuemm__pool_note_sent(cuemm__pool *p, CUdeviceptr addr, size_t size, uint64_t serial)
+void cuemm__pool_describe(const cuemm__pool *p, char *buf, size_t n)
 {
-  for (size_t i = 0; i < p->nsent; i++)
-    if (p->sent[i].addr == addr && p->sent[i].size == size && p->sent[i].serial == serial)
-      return 0;
-  if (p->nsent == p->capsent) {
-    size_t c = p->capsent ? p->capsent * 2 : 8;
-    cuemm__pool_sent *g = realloc(p->sent, c * sizeof *g);
-    if (!g)
-      return -1;
-    p->sent = g;
-    p->capsent = c;
-  }
-  p->sent[p->nsent++] = (cuemm__pool_sent){ addr, size, serial };
-  return 0;
-}
-
-size_t cuemm__pool_sent_live(cuemm__pool *p, cuemm__pool_sent *out, size_t max)
-{
-  size_t n = 0;
-  for (size_t i = 0; i < p->nsent;) {
-    cuemm__pool_sent *e = &p->sent[i];
-    uint32_t b = cuemm__sa_find(&p->sa, (size_t)(e->addr - p->base));
-    long head = cuemm__pool_find_serial(p, e->serial);
-    if (head < 0 || b == CUEMM__SA_NIL || p->sa.b[b].state != CUEMM__SA_USED) {
-      *e = p->sent[--p->nsent];
-      continue;
-    }
-    if (n < max)
-      out[n] = *e;
-    n++;
-    i++;
-  }
-  return n;
+  snprintf(buf, n, "%zu bytes mapped, %zu used, largest free block %zu bytes", p->mapped, p->sa.used_bytes,
+           cuemm__sa_largest_free(&p->sa));
 }
 
 /* ---- destruction ------------------------------------------------------------- */
@@ -1126,7 +862,7 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
       cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) destroying the pool",
                           (unsigned long long)unit_addr(p, u), bytes);
     else if (h->has_handle)
-      cuemm__piece_released((int)p->dev, now_ns());
+      cuemm__piece_released((int)p->dev, cuemm__pool_now_ns());
     if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
       first = r;
       snprintf(msg, sizeof msg, "%s", cuemm_last_error());

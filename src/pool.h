@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "cuemm.h"
 #include "driver.h"
@@ -84,14 +85,14 @@ typedef struct cuemm__pool {
   uint64_t next_serial;
   uint64_t chunks_mapped, chunks_released, grow_steps, grow_failures, releases;
   struct cuemm__nvtx_pool *nvtx;  /* the annotations for a tool (nvtx.c), NULL without one */
-  /* Suspension (suspend.c decides, the functions below move the chunks).
+  /* Suspension (suspend.c decides, pool-suspend.c moves the chunks).
    * `suspended` is written under the manager's lock and read atomically
    * by the slow paths that refuse to hand out blocks while it is set. */
   int suspended;
   size_t kept_bytes;      /* block contents held in host memory (CUEMM_SUSPEND_KEEP) */
   uint64_t suspends, resumes;
   /* Ranges whose chunks were sent to other processes (ipc-fd.c), which a
-   * suspension refuses to release while they are live. */
+   * suspension refuses to release while they are live (pool-suspend.h). */
   struct cuemm__pool_sent *sent;
   size_t nsent, capsent;
   /* Where descriptors with CUEMM__POOL_SPAN_BIT go back (span.h's blocks,
@@ -163,9 +164,9 @@ static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk)
 }
 
 /* ---- the sub-allocator, as the stream-ordered path (exchange.c,
- * stream-tags.c) and the manager see it.  Nothing but pool.c and the
- * sub-allocator's files (suballoc*.c) reaches into `sa`: these read and
- * change it, so that its layout stays the pool's own. */
+ * stream-tags.c) and the manager see it.  Nothing but pool.c,
+ * pool-suspend.c and the sub-allocator's files (suballoc*.c) reaches into
+ * `sa`: these read and change it, so that its layout stays the pool's own. */
 
 /* A request's size as the pool's blocks have it (the sub-allocator's
  * alignment). */
@@ -351,8 +352,52 @@ static inline CUdeviceptr cuemm__pool_unit_addr(const cuemm__pool *p, size_t u)
 
 void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s);
 
-/* ---- suspension (suspend.c calls these with the manager's lock held and
- * its context current) ---- */
+/* ---- the chunk table, as pool.c and pool-suspend.c share it: a
+ * suspension releases and remaps the chunks a growth made, the same way. */
+
+/* What every chunk is created with, at growth and at resumption. */
+CUmemAllocationProp cuemm__pool_chunk_prop(CUdevice dev, int ipc);
+
+/* Makes units [head, head + n) one chunk, in `state`. */
+static inline void cuemm__pool_chunk_mark(cuemm__pool *p, size_t head, size_t n, uint8_t state)
+{
+  for (size_t u = head; u < head + n; u++)
+    p->units[u].head = (uint32_t)head;
+  p->units[head].units = (uint32_t)n;
+  p->units[head].state = state;
+}
+
+/* The head units of chunks, walked in address order. */
+static inline size_t cuemm__pool_next_head(const cuemm__pool *p, size_t u)
+{
+  const cuemm__pool_unit *h = &p->units[u];
+  return h->head == u && h->units ? u + h->units : u + 1;
+}
+
+/* Tells the annotations (nvtx.c) that the chunks whose heads lie in units
+ * [head, head + n) are mapped and accessible. */
+void cuemm__pool_nvtx_mapped(cuemm__pool *p, size_t head, size_t n);
+
+/* The size of the pieces a growth of `bytes` is made of now (piece.c's
+ * choice, or CUEMM_POOL_PIECE); a resumption cuts its runs the same way. */
+size_t cuemm__pool_piece_size(const cuemm__pool *p, size_t bytes);
+
+/* Merges the cached blocks, then lists the head units of the wholly free
+ * chunks in *cand (the caller frees it), *n of them.  Returns 0, or -1
+ * when host memory ran out, the list then holding those found before. */
+int cuemm__pool_free_chunks(cuemm__pool *p, uint32_t **cand, size_t *n);
+
+/* CLOCK_MONOTONIC now, in ns: what piece.c's times are measured on. */
+static inline double cuemm__pool_now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* ---- the suspended state, which every path that hands out pool memory
+ * reads (suspend.c sets it with the manager's lock held); what a
+ * suspension does to the chunks is pool-suspend.h's ---- */
 
 static inline int cuemm__pool_is_suspended(const cuemm__pool *p)
 {
@@ -378,53 +423,9 @@ static inline void cuemm__pool_count(cuemm__pool *p, int resumed)
  * suspended: CUDA_ERROR_ILLEGAL_STATE, the message naming `fn`. */
 CUresult cuemm__pool_refuse_suspended(const cuemm__pool *p, const char *fn);
 
-/* Calls fn(arg, off, size) for every run of adjacent blocks handed out
- * (live, or pending a free), in address order; offsets from the base. */
-void cuemm__pool_each_live_run(const cuemm__pool *p, void (*fn)(void *arg, size_t off, size_t size), void *arg);
-
-/* Calls fn for every run of blocks handed out inside [off, off + size),
- * clipped to it: the parts of a kept run still live at resumption. */
-void cuemm__pool_each_live_in(const cuemm__pool *p, size_t off, size_t size,
-                              void (*fn)(void *arg, size_t off, size_t size), void *arg);
-
-/* Unmaps and releases every chunk that still holds physical memory
- * (unmap first: a chunk whose cuMemUnmap fails keeps everything and stays
- * usable; one whose cuMemRelease fails keeps its handle, which a
- * resumption maps again), marking each CUEMM__CHUNK_SUSPENDED.  Goes on
- * past a failure, returns the first, and the message names how many
- * chunks and bytes are still held. */
-CUresult cuemm__pool_unmap_all(cuemm__pool *p);
-
-/* Forgets the suspended chunks that hold no block handed out: they become
- * unmapped space, which a resumption does not map. */
-void cuemm__pool_forget_free(cuemm__pool *p);
-
 /* Bytes a resumption maps: the chunks without physical memory, and those
  * (after failures) with memory but no mapping or no access. */
 size_t cuemm__pool_suspended_need(const cuemm__pool *p);
-
-/* Maps physical memory again for every chunk a suspension released:
- * adjacent ones as one run, created in pieces of the size growth would
- * choose, mapped, then one cuMemSetAccess per run for every device with
- * access.  A failure lowers every chunk again (cuemm__pool_unmap_all),
- * so the pool stays wholly suspended; its message names the call. */
-CUresult cuemm__pool_remap_all(cuemm__pool *p);
-
-/* A range sent to another process (cuemm_ipc_send): its first chunk's
- * serial tells whether the memory is still the one sent. */
-typedef struct cuemm__pool_sent {
-  CUdeviceptr addr;
-  size_t size;
-  uint64_t serial;
-} cuemm__pool_sent;
-
-/* Remembers a range sent.  Returns 0, or -1 when host memory ran out. */
-int cuemm__pool_note_sent(cuemm__pool *p, CUdeviceptr addr, size_t size, uint64_t serial);
-
-/* Drops the ranges whose chunk is gone or whose block was freed, and
- * returns the ranges still sent and live (at most `max` in out[], the
- * count in any case). */
-size_t cuemm__pool_sent_live(cuemm__pool *p, cuemm__pool_sent *out, size_t max);
 
 /* With a hard limit, the refusal of a request larger than the limit:
  * CUDA_ERROR_OUT_OF_MEMORY with the figures in the message. */

@@ -4,8 +4,8 @@
  * buffer, kept from one suspension to the next, and the runs copied into
  * it), and what is undone when a step fails.  The chunks themselves (their
  * unmapping, release and remapping, and the walk of the live blocks) are
- * pool.c's, reached through its functions; the thread caches are held off
- * their fast paths by exchange.c (cuemm__stream_hold).
+ * pool-suspend.c's, reached through its functions; the thread caches are
+ * held off their fast paths by exchange.c (cuemm__stream_hold).
  *
  * Why it is safe against threads working on the manager meanwhile: both
  * calls hold the manager's lock throughout, so no slow path runs; the
@@ -32,6 +32,7 @@
 
 #include "error.h"
 #include "exchange.h"
+#include "pool-suspend.h"
 #include "span.h"
 #include "suspend.h"
 
