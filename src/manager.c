@@ -1,6 +1,7 @@
-/* manager.c: owns the per-context manager: its creation and destruction, the
- * allocation path with its out-of-memory retry, the deferred free path and
- * the flush that releases queued frees, defer scopes, reset and statistics.
+/* manager.c: owns the per-context manager's allocation path with its
+ * out-of-memory retry, the deferred free path and the flush that releases
+ * queued frees, defer scopes, reset and statistics; its creation and
+ * destruction are lifecycle.c's.
  *
  * The policy is Numba's: allocate at once; queue every free; when, after an
  * append, more than max_pending_count frees or more than
@@ -23,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
 #include "error.h"
 #include "managed.h"
 #include "manager.h"
@@ -33,12 +33,6 @@ CUEMM_EXTERN const char *cuemm_version_string(void)
 {
   return PACKAGE_VERSION;
 }
-
-#define CHECK_MANAGER(m, fn)                                                   \
-  do {                                                                         \
-    if (!(m))                                                                  \
-      return cuemm__error(CUDA_ERROR_INVALID_VALUE, fn ": manager is NULL");   \
-  } while (0)
 
 /* ---- per-kind driver calls ----------------------------------------------- */
 
@@ -74,9 +68,7 @@ static CUresult kind_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsi
   return r;
 }
 
-/* Releases one allocation to the driver; the caller holds the lock and has
- * entered the context. */
-static CUresult kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t size)
+CUresult cuemm__kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t size)
 {
   CUresult r;
   switch (kind) {
@@ -164,7 +156,7 @@ static CUresult flush_locked(cuemm_manager *m, int force)
       continue;
     }
     int driver_free = kind_is_driver(e->kind);
-    r = kind_release(m, e->kind, e->ptr, e->size);
+    r = cuemm__kind_release(m, e->kind, e->ptr, e->size);
     if (r != CUDA_SUCCESS) {
       m->st.free_failures++;
       break;
@@ -202,7 +194,7 @@ CUresult cuemm__flush_all_locked(cuemm_manager *m)
 
 CUEMM_EXTERN CUresult cuemm_flush(cuemm_manager *m)
 {
-  CHECK_MANAGER(m, "cuemm_flush");
+  CUEMM__CHECK_MANAGER(m, "cuemm_flush");
   cuemm__lock_acquire(&m->lock);
   CUresult r = flush_locked(m, 0);
   cuemm__lock_release(&m->lock);
@@ -449,7 +441,7 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
     r = kind_alloc(m, kind, size, flags, &p);
   }
   if (r == CUDA_SUCCESS && cuemm__owned_add(&m->owned, p, size, kind, 0) != 0) {
-    kind_release(m, kind, p, size);
+    cuemm__kind_release(m, kind, p, size);
     r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: no host memory left to record the allocation", fn);
     cuemm__ctx_leave(m, &g, r);
     goto failed;
@@ -656,7 +648,7 @@ static __attribute__((noinline)) CUresult free_logged(cuemm_manager *m, CUdevice
 
 CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
 {
-  CHECK_MANAGER(m, "cuemm_alloc");
+  CUEMM__CHECK_MANAGER(m, "cuemm_alloc");
   if (__builtin_expect(m->log != NULL, 0))
     return alloc_logged(m, p, size);
   return cuemm__alloc_device(m, p, size);
@@ -664,7 +656,7 @@ CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
 
 CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p)
 {
-  CHECK_MANAGER(m, "cuemm_free");
+  CUEMM__CHECK_MANAGER(m, "cuemm_free");
   if (__builtin_expect(m->log != NULL, 0))
     return free_logged(m, p);
   return cuemm__free_device(m, p, NULL);
@@ -674,7 +666,7 @@ CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p)
 
 CUEMM_EXTERN CUresult cuemm_log_flush(cuemm_manager *m)
 {
-  CHECK_MANAGER(m, "cuemm_log_flush");
+  CUEMM__CHECK_MANAGER(m, "cuemm_log_flush");
   cuemm__log_flush(m->log);
   return CUDA_SUCCESS;
 }
@@ -683,7 +675,7 @@ CUEMM_EXTERN CUresult cuemm_log_flush(cuemm_manager *m)
 
 CUEMM_EXTERN CUresult cuemm_defer_cleanup_begin(cuemm_manager *m)
 {
-  CHECK_MANAGER(m, "cuemm_defer_cleanup_begin");
+  CUEMM__CHECK_MANAGER(m, "cuemm_defer_cleanup_begin");
   CUresult r = CUDA_SUCCESS;
   cuemm__lock_acquire(&m->lock);
   if (m->pending.defer_depth == UINT32_MAX)
@@ -697,7 +689,7 @@ CUEMM_EXTERN CUresult cuemm_defer_cleanup_begin(cuemm_manager *m)
 
 CUEMM_EXTERN CUresult cuemm_defer_cleanup_end(cuemm_manager *m)
 {
-  CHECK_MANAGER(m, "cuemm_defer_cleanup_end");
+  CUEMM__CHECK_MANAGER(m, "cuemm_defer_cleanup_end");
   CUresult r = CUDA_SUCCESS;
   cuemm__lock_acquire(&m->lock);
   if (m->pending.defer_depth == 0)
@@ -713,7 +705,7 @@ CUEMM_EXTERN CUresult cuemm_defer_cleanup_end(cuemm_manager *m)
 
 CUEMM_EXTERN CUresult cuemm_get_memory_info(cuemm_manager *m, size_t *free_bytes, size_t *total_bytes)
 {
-  CHECK_MANAGER(m, "cuemm_get_memory_info");
+  CUEMM__CHECK_MANAGER(m, "cuemm_get_memory_info");
   size_t f = 0, t = 0;
   cuemm__ctx_guard g;
   CUresult r = cuemm__ctx_enter(m, &g);
@@ -734,7 +726,7 @@ CUEMM_EXTERN CUresult cuemm_get_memory_info(cuemm_manager *m, size_t *free_bytes
 
 CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s)
 {
-  CHECK_MANAGER(m, "cuemm_get_stats");
+  CUEMM__CHECK_MANAGER(m, "cuemm_get_stats");
   if (!s)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_get_stats: s is NULL");
   cuemm__lock_acquire(&m->lock);
@@ -745,7 +737,7 @@ CUEMM_EXTERN CUresult cuemm_get_stats(cuemm_manager *m, cuemm_stats *s)
 
 CUEMM_EXTERN CUresult cuemm_get_held(const cuemm_manager *m, size_t *held)
 {
-  CHECK_MANAGER(m, "cuemm_get_held");
+  CUEMM__CHECK_MANAGER(m, "cuemm_get_held");
   if (!held)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_get_held: held is NULL");
   *held = cuemm__held_bytes(m);
@@ -780,7 +772,7 @@ CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m)
 
 #define CHECK_POOL(m, fn)                                                      \
   do {                                                                         \
-    CHECK_MANAGER(m, fn);                                                      \
+    CUEMM__CHECK_MANAGER(m, fn);                                               \
     if (!(m)->pool)                                                            \
       return cuemm__error(CUDA_ERROR_INVALID_VALUE, fn ": this manager has no pool (create it with " \
                           "CUEMM_POOL=vmm or cuemm_config.pool = CUEMM_POOL_VMM)");             \
@@ -797,7 +789,7 @@ void cuemm__pool_stats_locked(cuemm_manager *m, cuemm_pool_stats *s)
 
 CUEMM_EXTERN CUresult cuemm_pool_get_stats(cuemm_manager *m, cuemm_pool_stats *s)
 {
-  CHECK_MANAGER(m, "cuemm_pool_get_stats");
+  CUEMM__CHECK_MANAGER(m, "cuemm_pool_get_stats");
   if (!s)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_pool_get_stats: s is NULL");
   cuemm__lock_acquire(&m->lock);
@@ -889,7 +881,7 @@ static void reset_one(cuemm__owned_entry *e, void *arg)
   if (w->r != CUDA_SUCCESS || e->pending)
     return;
   if (e->kind == CUEMM__KIND_PINNED) {
-    CUresult r = kind_release(w->m, CUEMM__KIND_PINNED, e->key, e->size);
+    CUresult r = cuemm__kind_release(w->m, CUEMM__KIND_PINNED, e->key, e->size);
     if (r != CUDA_SUCCESS) {
       w->r = r;
       return;
@@ -903,7 +895,7 @@ static void reset_one(cuemm__owned_entry *e, void *arg)
 
 CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m)
 {
-  CHECK_MANAGER(m, "cuemm_reset");
+  CUEMM__CHECK_MANAGER(m, "cuemm_reset");
   cuemm__lock_acquire(&m->lock);
   cuemm__ctx_guard g;
   CUresult r = cuemm__ctx_enter(m, &g);
@@ -918,243 +910,4 @@ CUEMM_EXTERN CUresult cuemm_reset(cuemm_manager *m)
   cuemm__lock_release(&m->lock);
   cuemm__log_settle(m->log);
   return r;
-}
-
-/* ---- lifecycle -------------------------------------------------------------- */
-
-static CUresult read_context(cuemm_manager *m, CUcontext ctx)
-{
-  const cuemm__driver_table *d = m->drv;
-  CUresult r;
-  if (!ctx) {
-    r = d->CtxGetCurrent(&ctx);
-    if (r != CUDA_SUCCESS)
-      return cuemm__driver_error(r, "cuCtxGetCurrent");
-    if (!ctx)
-      return cuemm__error(CUDA_ERROR_INVALID_CONTEXT,
-                          "cuemm_create: no context given and none is current on this thread");
-  }
-  m->ctx = ctx;
-  r = d->CtxGetId(ctx, &m->ctx_id);
-  if (r != CUDA_SUCCESS)
-    return cuemm__driver_error(r, "cuCtxGetId(%p)", (void *)ctx);
-  cuemm__ctx_guard g;
-  r = cuemm__ctx_enter(m, &g);
-  if (r != CUDA_SUCCESS)
-    return r;
-  size_t free_bytes = 0;
-  r = d->CtxGetDevice(&m->dev);
-  if (r != CUDA_SUCCESS)
-    cuemm__driver_error(r, "cuCtxGetDevice");
-  else if ((r = d->MemGetInfo(&free_bytes, &m->st.total_bytes)) != CUDA_SUCCESS)
-    cuemm__driver_error(r, "cuMemGetInfo");
-  return cuemm__ctx_leave(m, &g, r);
-}
-
-CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cuemm_config *cfg)
-{
-  if (!out)
-    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_create: m is NULL");
-  *out = NULL;
-  cuemm_config envcfg;
-  CUresult r;
-  if (!cfg) {
-    r = cuemm_config_init(&envcfg);
-    if (r != CUDA_SUCCESS)
-      return r;
-    cfg = &envcfg;
-  }
-  if ((r = cuemm__config_validate(cfg)) != CUDA_SUCCESS)
-    return r;
-  const cuemm__driver_table *d = cuemm__driver(&r);
-  if (!d)
-    return r;
-
-  cuemm__log *log = NULL;
-  if (cfg->log_file && cfg->log_file[0] && (r = cuemm__log_open(cfg->log_file, &log)) != CUDA_SUCCESS)
-    return r;
-
-  cuemm_manager *m = calloc(1, sizeof *m);
-  if (!m)
-    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the manager");
-  m->log = log;
-  static _Atomic uint64_t serials = 1;
-  m->drv = d;
-  m->cfg = *cfg;
-  m->cfg.log_file = log ? cuemm__log_path(log) : NULL; /* the program's string may not outlive the call */
-  m->serial = atomic_fetch_add(&serials, 1);
-  if ((r = read_context(m, ctx)) != CUDA_SUCCESS) {
-    free(m);
-    return r;
-  }
-  m->st.max_pending_count = cfg->max_pending_count;
-  m->st.max_pending_bytes = (size_t)(cfg->max_pending_ratio * (double)m->st.total_bytes);
-  if (cfg->memory != CUEMM_MEMORY_DEVICE && (r = cuemm__managed_create(m, cuemm__flush_locked)) != CUDA_SUCCESS) {
-    free(m);
-    return r;
-  }
-  if (cfg->pool == CUEMM_POOL_VMM) {
-    cuemm__ctx_guard g;
-    if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
-      r = cuemm__pool_create(&m->pool, d, m->dev, cfg, m->st.total_bytes);
-      if (m->pool)
-        m->pool->log = log;
-      r = cuemm__ctx_leave(m, &g, r);
-    }
-    if (r != CUDA_SUCCESS) {
-      if (m->pool) /* created, but the caller's context could not be restored */
-        cuemm__pool_destroy(m->pool, 1);
-      free(m);
-      return r;
-    }
-  }
-  cuemm__lock_init(&m->lock);
-  cuemm__owned_init(&m->owned);
-  cuemm__pending_init(&m->pending, m->st.max_pending_count, m->st.max_pending_bytes);
-  if ((r = cuemm__extensions_attach(m)) != CUDA_SUCCESS) {
-    if (m->pool) {
-      char msg[512];
-      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
-      cuemm__ctx_guard g;
-      int entered = cuemm__ctx_enter(m, &g) == CUDA_SUCCESS;
-      cuemm__pool_destroy(m->pool, entered);
-      if (entered)
-        cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
-      cuemm__error(r, "%s", msg);
-    }
-    cuemm__managed_destroy(m, 0); /* holds no segment yet */
-    free(m);
-    return r;
-  }
-  cuemm__config_warn_ignored(&m->cfg, stderr);
-  *out = m;
-  return CUDA_SUCCESS;
-}
-
-typedef struct destroy_walk {
-  cuemm_manager *m;
-  size_t outstanding, outstanding_bytes, failed;
-  CUresult first_error;
-  char first_message[256];
-} destroy_walk;
-
-static void note_failure(destroy_walk *w, CUresult r)
-{
-  if (w->failed++ == 0) {
-    w->first_error = r;
-    snprintf(w->first_message, sizeof w->first_message, "%s", cuemm_last_error());
-  }
-}
-
-static void destroy_one(cuemm__owned_entry *e, void *arg)
-{
-  destroy_walk *w = arg;
-  if (e->pending || e->kind == CUEMM__KIND_STREAM)
-    return; /* still queued (the forced flush failed on it), or a heap's: counted and dropped with the heaps */
-  w->outstanding++;
-  w->outstanding_bytes += e->size;
-  if (e->kind == CUEMM__KIND_POOL)
-    return; /* goes with the pool */
-  CUresult r = kind_release(w->m, (cuemm__kind)e->kind, e->key, e->size);
-  if (r != CUDA_SUCCESS)
-    note_failure(w, r);
-}
-
-static void free_manager(cuemm_manager *m)
-{
-  if (m->pool) /* destroy gave it back already; abandon drops it without driver calls */
-    cuemm__pool_destroy(m->pool, 0);
-  cuemm__managed_destroy(m, 0); /* likewise */
-  cuemm__owned_fini(&m->owned);
-  cuemm__pending_fini(&m->pending);
-  cuemm__lock_release(&m->lock);
-  
-  free(m);
-}
-
-CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
-{
-  CHECK_MANAGER(m, "cuemm_destroy");
-  cuemm__lock_acquire(&m->lock);
-  cuemm__ctx_guard g;
-  CUresult r = cuemm__ctx_enter(m, &g);
-  if (r != CUDA_SUCCESS) {
-    /* Nothing can be freed without the context: keep the manager whole so
-     * the program can retry, rather than leak its memory silently. */
-    cuemm__lock_release(&m->lock);
-    cuemm__error_append("; cuemm_destroy changed nothing (the manager and its memory are intact): retry it, or "
-                        "use cuemm_abandon if the context was destroyed");
-    return r;
-  }
-  char note[256];
-  size_t live_bytes = 0, live = cuemm__extensions_live(m, &live_bytes);
-  cuemm__extensions_destroy(m, note, sizeof note);
-
-  /* Force: the manager is going away, scopes or not.  On a failing free,
-   * skip it and go on: nothing may stay owned by a manager that no longer
-   * exists. */
-  destroy_walk w = { .m = m, .first_error = CUDA_SUCCESS };
-  CUresult fr;
-  while ((fr = flush_locked(m, 1)) != CUDA_SUCCESS) {
-    note_failure(&w, fr);
-    const cuemm__pending_entry *e = cuemm__pending_front(&m->pending);
-    if (!e)
-      break;
-    cuemm__owned_entry *o = cuemm__owned_find(&m->owned, e->ptr);
-    if (o)
-      cuemm__owned_remove(&m->owned, o);
-    if (e->kind == CUEMM__KIND_POOL)
-      m->pool_pending--;
-    cuemm__pending_pop(&m->pending);
-  }
-  w.outstanding = live;
-  w.outstanding_bytes = live_bytes;
-  cuemm__owned_each(&m->owned, destroy_one, &w);
-  if (m->pool) {
-    /* Live blocks may still be in use by queued work: finish it before
-     * unmapping. */
-    CUresult sr = m->drv->CtxSynchronize();
-    if (sr != CUDA_SUCCESS)
-      note_failure(&w, cuemm__driver_error(sr, "cuCtxSynchronize before unmapping the pool"));
-    sr = cuemm__pool_destroy(m->pool, 1);
-    if (sr != CUDA_SUCCESS)
-      note_failure(&w, sr);
-    m->pool = NULL;
-  }
-  if (m->managed && (fr = cuemm__managed_destroy(m, 1)) != CUDA_SUCCESS)
-    note_failure(&w, fr);
-  r = cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
-  cuemm__log *log = m->log;
-  free_manager(m);
-  cuemm__log_flush(log);
-
-  if (w.failed)
-    return cuemm__error(w.first_error,
-                        "cuemm_destroy: %zu driver frees failed and that memory is leaked in the driver; the first: %s",
-                        w.failed, w.first_message);
-  if (r != CUDA_SUCCESS)
-    return r;
-  if (w.outstanding)
-    cuemm__error(CUDA_SUCCESS, "cuemm_destroy: freed %zu outstanding allocations (%zu bytes) the program had not freed",
-                 w.outstanding, w.outstanding_bytes);
-  if (note[0] && w.outstanding)
-    cuemm__error_append("; %s", note);
-  else if (note[0])
-    cuemm__error(CUDA_SUCCESS, "cuemm_destroy: %s", note);
-  return CUDA_SUCCESS;
-}
-
-CUEMM_EXTERN CUresult cuemm_abandon(cuemm_manager *m)
-{
-  CHECK_MANAGER(m, "cuemm_abandon");
-  cuemm__lock_acquire(&m->lock);
-  size_t live = m->st.live_count + m->st.host_live_count + m->st.pinned_count + cuemm__extensions_live(m, NULL);
-  cuemm__extensions_abandon(m);
-  size_t pending = m->pending.count;
-  cuemm__log *log = m->log;
-  free_manager(m);
-  cuemm__log_flush(log);
-  cuemm__error(CUDA_SUCCESS, "cuemm_abandon: dropped %zu live allocations and %zu pending frees without a driver call",
-               live, pending);
-  return CUDA_SUCCESS;
 }

@@ -10,9 +10,9 @@
  * out (its chunks as heaps, its blocks as regions; pool.c, pool-suspend.c,
  * manager.c and stream.c call it where memory changes hands); managed.c
  * the pool of managed segments and system memory; manager.c owns the
- * lifecycle and the alloc/free/flush policy over them, and host.c adds
- * pinned host memory on the same paths.  Above the manager, and never
- * called by it by name:
+ * alloc/free/flush policy over them (lifecycle.c creating and destroying a
+ * manager), and host.c adds pinned host memory on the same paths.  Above
+ * the manager, and never called by it by name:
  * registry.c maps contexts to managers and holds the drop-ins (cuemm_get,
  * cuemm_mem_alloc, cuemm_mem_free); ipc.c (the handle, legacy device IPC,
  * the table of opened mappings) and ipc-fd.c (pool memory passed as file
@@ -40,6 +40,7 @@
 #include "ctx.h"
 #include "cuemm.h"
 #include "driver.h"
+#include "error.h"
 #include "lock.h"
 #include "heap.h"
 #include "log.h"
@@ -91,6 +92,13 @@ struct cuemm_manager {
   struct cuemm__suspend *suspend;  /* suspend.c: the host copy of a suspension, NULL until the first */
 };
 
+/* The public calls' refusal of a NULL manager; `fn` is a string literal. */
+#define CUEMM__CHECK_MANAGER(m, fn)                                            \
+  do {                                                                         \
+    if (!(m))                                                                  \
+      return cuemm__error(CUDA_ERROR_INVALID_VALUE, fn ": manager is NULL");   \
+  } while (0)
+
 /* Allocates with the out-of-memory flush-and-retry policy and records the
  * allocation.  `flags` go to cuMemHostAlloc for CUEMM__KIND_HOST. */
 CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out);
@@ -99,8 +107,13 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
  * the lock held). */
 CUresult cuemm__flush_locked(cuemm_manager *m);
 /* Releases every pending free, defer scopes or not: the caller (a
- * suspension) has entered the context and synchronized it.  Lock held. */
+ * suspension, which has synchronized the context, or cuemm_destroy) has
+ * entered the context.  Lock held. */
 CUresult cuemm__flush_all_locked(cuemm_manager *m);
+
+/* Releases one allocation to the driver (pool blocks go back with the
+ * flush or the whole pool).  Lock held, context entered. */
+CUresult cuemm__kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t size);
 
 /* cuemm_get_stats and cuemm_pool_get_stats with the lock held. */
 void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s);
