@@ -11,8 +11,8 @@
  * manager.c and stream.c call it where memory changes hands); managed.c
  * the pool of managed segments and system memory; manager.c owns the
  * alloc/free/flush policy over them (lifecycle.c creating and destroying a
- * manager), and host.c adds pinned host memory on the same paths.  Above
- * the manager, and never called by it by name:
+ * manager, stats.c what it reports), and host.c adds pinned host memory on
+ * the same paths.  Above the manager, and never called by it by name:
  * registry.c maps contexts to managers and holds the drop-ins (cuemm_get,
  * cuemm_mem_alloc, cuemm_mem_free); ipc.c (the handle, legacy device IPC,
  * the table of opened mappings) and ipc-fd.c (pool memory passed as file
@@ -114,10 +114,6 @@ CUresult cuemm__flush_all_locked(cuemm_manager *m);
 /* Releases one allocation to the driver (pool blocks go back with the
  * flush or the whole pool).  Lock held, context entered. */
 CUresult cuemm__kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t size);
-
-/* cuemm_get_stats and cuemm_pool_get_stats with the lock held. */
-void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s);
-void cuemm__pool_stats_locked(cuemm_manager *m, cuemm_pool_stats *s);
 
 /* cuemm_alloc and cuemm_free without their row in the event log: for the
  * stream-ordered calls that fall back to them (their callers log).

@@ -18,6 +18,7 @@
 
 #include "error.h"
 #include "report.h"
+#include "stats.h"
 #include "stream.h"
 
 /* "1.50 MiB": binary units, two decimals; bytes below 1 KiB as they are. */

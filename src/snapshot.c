@@ -15,6 +15,7 @@
 #include "error.h"
 #include "manager.h"
 #include "span.h"
+#include "stats.h"
 #include "stream.h"
 
 typedef struct blocks {
