@@ -6,6 +6,7 @@ Two uses:
 
   torchrun --standalone --nproc-per-node 2 scripts/torchrun-proof.py \\
       --mode ddp|fsdp --alloc native|cuemm --out DIR --launch N [--steps S]
+      [--no-log] [--no-bind]
       One launch: every rank trains the same small decoder-only transformer
       (8 blocks, d 768, 12 heads, vocab 16384, no dropout) with AdamW at
       variable sequence lengths (batch 8 per rank, lengths 64..1024 chosen
@@ -17,7 +18,7 @@ Two uses:
       streams).  Each local rank is bound to its share of the CPUs
       (--no-bind leaves it unbound).  With --alloc cuemm,
       `cuemm.torch.use()` runs in each rank before its first CUDA tensor,
-      and each rank writes cuemm's event log
+      and each rank writes cuemm's event log (not with --no-log)
       (CUEMM_LOG) to DIR.  TORCH_NCCL_AVOID_RECORD_STREAMS=0: c10d calls
       record_stream on the tensors its collectives use; every step also
       all-reduces its loss asynchronously on a side stream, the buffer
@@ -157,7 +158,7 @@ def train(a):
     local = int(os.environ.get("LOCAL_RANK", rank))
     cpus = bind_cpus(local, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))) if a.bind else None
     log = None
-    if a.alloc == "cuemm":
+    if a.alloc == "cuemm" and a.log:
         log = os.path.join(os.path.abspath(a.out), "cuemm-%s-%d-rank%d.csv" % (a.mode, a.run, rank))
         os.environ["CUEMM_LOG"] = log
     import torch
@@ -230,10 +231,11 @@ def train(a):
             extra["pool_grows"], extra["pool_releases"] = ps.get("grow_steps"), ps.get("releases")
         except Exception:
             pass
-        flush_log(local)
-        rows, streams = log_streams(log)
-        extra["log_allocations"] = rows
-        extra["log_streams"] = len(streams)
+        if log:
+            flush_log(local)
+            rows, streams = log_streams(log)
+            extra["log_allocations"] = rows
+            extra["log_streams"] = len(streams)
     else:
         peak = torch.cuda.max_memory_reserved(dev)
         extra = {"peak_live": torch.cuda.max_memory_allocated(dev)}
@@ -353,6 +355,8 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warm", type=int, default=8)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--no-log", dest="log", action="store_false",
+                   help="cuemm's launches write no event log (CUEMM_LOG)")
     p.add_argument("--no-bind", dest="bind", action="store_false",
                    help="leave the ranks where the scheduler puts them (by default each local rank is "
                         "bound to its share of the CPUs)")
