@@ -30,6 +30,7 @@
 
 #include "error.h"
 #include "ipc.h"
+#include "pool-share.h"
 #include "pool-suspend.h"
 
 pthread_mutex_t cuemm__ipc_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -29,6 +29,7 @@
 #include "managed.h"
 #include "manager.h"
 #include "nvtx.h"
+#include "pool-share.h"
 
 CUEMM_EXTERN const char *cuemm_version_string(void)
 {

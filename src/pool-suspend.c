@@ -22,6 +22,7 @@
 #include "log.h"
 #include "nvtx.h"
 #include "piece.h"
+#include "pool-share.h"
 #include "pool-suspend.h"
 #include "suballoc-hole.h"
 

@@ -79,7 +79,7 @@ typedef struct cuemm__pool {
   size_t norphans;
   cuemm__sa sa;
   CUmemAccessDesc access[CUEMM__POOL_MAX_DEVICES];
-  unsigned naccess;       /* [0] is the owning device */
+  unsigned naccess;       /* [0] is the owning device; peers are added by pool-share.c */
   int ipc;                /* chunks are exportable as POSIX file descriptors */
   int slab;               /* CUEMM_POOL_SLAB: base is one cuMemAlloc of `reserved` bytes; chunks are bookkeeping */
   uint64_t next_serial;
@@ -322,27 +322,6 @@ size_t cuemm__pool_keep(cuemm__pool *p);
  * since the last attempt (otherwise no chunk can have become wholly free
  * that was not already, and the walk is skipped). */
 int cuemm__pool_release_due(cuemm__pool *p);
-
-/* Gives `peer` read-write access to every chunk mapped now and to come. */
-CUresult cuemm__pool_grant(cuemm__pool *p, CUdevice peer);
-
-/* One physical allocation (chunk) of the pool, as IPC describes it. */
-typedef struct cuemm__pool_piece {
-  CUdeviceptr addr;
-  size_t bytes;
-  uint64_t serial;
-  CUmemGenericAllocationHandle handle;
-} cuemm__pool_piece;
-
-/* Fills out[0..*n) with the chunks that [a, a + size) overlaps, in address
- * order, at most `max`.  Returns 0; -1 when part of the range is not mapped;
- * -2 when it overlaps more than `max` chunks (*n then says how many). */
-int cuemm__pool_pieces(const cuemm__pool *p, CUdeviceptr a, size_t size, cuemm__pool_piece *out, size_t max,
-                       size_t *n);
-
-/* The head unit of the chunk numbered `serial`, or -1 when the pool has no
- * such chunk (never made, or released since). */
-long cuemm__pool_find_serial(const cuemm__pool *p, uint64_t serial);
 
 /* The address of a unit. */
 static inline CUdeviceptr cuemm__pool_unit_addr(const cuemm__pool *p, size_t u)
