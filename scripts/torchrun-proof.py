@@ -36,7 +36,10 @@ Two uses:
       largest difference of the losses between native runs (the run-to-run
       spread) and between each cuemm run and the first native run; whether
       cuemm stayed within the spread (a floor of 1e-5 of the loss where the
-      native runs agree exactly); adapter failures.  Writes DIR/torchrun.md;
+      native runs agree exactly); adapter failures; each allocator's median
+      over the steps of the shortest and of the longest third of the
+      sequence lengths (the host sets the pace of the first, the GPU of
+      the second).  Writes DIR/torchrun.md;
       exit status 1 when a check failed or a run is missing.
 
 NVLink multicast stays off: NCCL_NVLS_ENABLE=0 and
@@ -258,6 +261,32 @@ def train(a):
     dist.destroy_process_group()
 
 
+def split_steps(runs):
+    """(lo, hi, cuemm, native, lo2, hi2, cuemm2, native2): the shortest and
+    the longest thirds of the timed steps' sequence lengths, and each
+    allocator's median step time (ms) over those steps of all its launches
+    (rank 0's times); None where the runs lack step times."""
+    r0 = runs[0]
+    lengths = r0["lengths"][r0["warm"]:]
+    if not lengths or any("step_times_s" not in r["ranks"][0] for r in runs):
+        return None
+    order = sorted(lengths)
+    third = max(1, len(order) // 3)
+    short_max, long_min = order[third - 1], order[-third]
+    got = {}
+    for r in runs:
+        rk = min(r["ranks"], key=lambda x: x["rank"])
+        for n, t in zip(r["lengths"][r["warm"]:], rk["step_times_s"]):
+            key = "short" if n <= short_max else "long" if n >= long_min else None
+            if key:
+                got.setdefault((r["alloc"], key), []).append(1e3 * t)
+    if any((a, k) not in got for a in ("cuemm", "native") for k in ("short", "long")):
+        return None
+    med = {k: statistics.median(v) for k, v in got.items()}
+    return (order[0], short_max, med[("cuemm", "short")], med[("native", "short")],
+            long_min, order[-1], med[("cuemm", "long")], med[("native", "long")])
+
+
 def report(out):
     runs = {}
     for p in sorted(glob.glob(os.path.join(out, "*.json"))):
@@ -324,6 +353,14 @@ def report(out):
                      "peak held per rank cuemm/native %.3f (%.2f / %.2f GiB, the larger rank)"
                      % (med["cuemm"] / med["native"], 1e3 * med["cuemm"], 1e3 * med["native"],
                         mem["cuemm"] / mem["native"], mem["cuemm"] / GiB, mem["native"] / GiB))
+        # The steps of the shortest and the longest thirds of the sequence
+        # lengths, apart: the long ones wait on the GPU, the short ones on
+        # the host, where launches differ most (docs/clusters.md).
+        parts = split_steps(nat + cu)
+        if parts:
+            lines.append("- by sequence length, medians over every launch's steps: shortest third (%d..%d "
+                         "tokens) cuemm %.1f / native %.1f ms; longest third (%d..%d) cuemm %.1f / native %.1f ms"
+                         % parts)
         bound = sorted(set(x.get("cpus") or "none" for r in nat + cu for x in r["ranks"]))
         lines.append("- %s, torch %s, NCCL %s, %d steps (median over the last %d), sequence lengths %d..%d; "
                      "the ranks' CPUs: %s"
