@@ -1,9 +1,9 @@
 /* account.c: owns the manager's memory accounting that its allocators share:
  * the count of a new allocation in the statistics, the bytes held from the
  * driver and their peak, and what an out-of-memory message says of the
- * device.  manager.c, managed.c, stream.c and suspend.c call it; it calls
- * none of them, only reads the manager's figures (the pool's and the managed
- * pool's held bytes among them).
+ * device.  manager.c, managed.c and exchange.c call it; it calls none of
+ * them, only reads the manager's figures (the pool's and the managed pool's
+ * held bytes among them).
  */
 #include "account.h"
 #include "error.h"
