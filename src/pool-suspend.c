@@ -175,6 +175,16 @@ static CUresult remap_run(cuemm__pool *p, size_t head, size_t n)
   return CUDA_SUCCESS;
 }
 
+/* The end of the run of adjacent chunks from head unit u that are all in
+ * `state`: one driver call covers such a run. */
+static size_t chunk_run_end(const cuemm__pool *p, size_t u, uint8_t state)
+{
+  size_t end = u;
+  while (end < p->nunits && p->units[end].head == end && p->units[end].units && p->units[end].state == state)
+    end += p->units[end].units;
+  return end;
+}
+
 static CUresult remap_steps(cuemm__pool *p)
 {
   const cuemm__driver_table *d = p->drv;
@@ -194,10 +204,7 @@ static CUresult remap_steps(cuemm__pool *p)
       u = cuemm__pool_next_head(p, u);
       continue;
     }
-    size_t end = u;
-    while (end < p->nunits && p->units[end].head == end && p->units[end].units &&
-           p->units[end].state == CUEMM__CHUNK_SUSPENDED)
-      end += p->units[end].units;
+    size_t end = chunk_run_end(p, u, CUEMM__CHUNK_SUSPENDED);
     cuemm__pool_chunk_mark(p, u, end - u, CUEMM__CHUNK_SUSPENDED);
     CUresult r = remap_run(p, u, end - u);
     if (r != CUDA_SUCCESS)
@@ -210,10 +217,7 @@ static CUresult remap_steps(cuemm__pool *p)
       u = cuemm__pool_next_head(p, u);
       continue;
     }
-    size_t end = u;
-    while (end < p->nunits && p->units[end].head == end && p->units[end].units &&
-           p->units[end].state == CUEMM__CHUNK_MAPPED)
-      end += p->units[end].units;
+    size_t end = chunk_run_end(p, u, CUEMM__CHUNK_MAPPED);
     size_t bytes = (end - u) * p->unit;
     CUresult r = d->MemSetAccess(cuemm__pool_unit_addr(p, u), bytes, p->access, p->naccess);
     if (r != CUDA_SUCCESS)

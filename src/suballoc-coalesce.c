@@ -28,18 +28,25 @@
 #include "suballoc-internal.h"
 #include "suballoc-merge.h"
 
+/* Every cached block of the list at *head becomes idle FREE space, merged
+ * with its neighbours. */
+static void uncache_all(cuemm__sa *s, const uint32_t *head)
+{
+  uint32_t i;
+  while ((i = *head) != NIL) {
+    list_del(s, i);
+    s->b[i].state = CUEMM__SA_FREE;
+    s->b[i].tag = 0;
+    cuemm__sa_merge_link(s, i, 1);
+  }
+}
+
 void cuemm__sa_coalesce_large(cuemm__sa *s)
 {
   for (unsigned k = 0; k < CUEMM__SA_LSLOTS && s->lkeys; k++) {
     if (s->lkey[k] == 0)
       continue;
-    uint32_t i;
-    while ((i = s->lhead[k]) != NIL) {
-      list_del(s, i);
-      s->b[i].state = CUEMM__SA_FREE;
-      s->b[i].tag = 0;
-      cuemm__sa_merge_link(s, i, 1);
-    }
+    uncache_all(s, &s->lhead[k]);
     s->lkey[k] = 0;
     s->lkeys--;
   }
@@ -49,12 +56,6 @@ void cuemm__sa_coalesce(cuemm__sa *s)
 {
   cuemm__sa_coalesce_large(s);
   for (unsigned k = 1; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN && s->cached_bytes; k++) {
-    uint32_t i;
-    while ((i = s->cache[k]) != NIL) {
-      list_del(s, i);
-      s->b[i].state = CUEMM__SA_FREE;
-      s->b[i].tag = 0;
-      cuemm__sa_merge_link(s, i, 1);
-    }
+    uncache_all(s, &s->cache[k]);
   }
 }
