@@ -6,7 +6,7 @@ Two uses:
 
   torchrun --standalone --nproc-per-node 2 scripts/torchrun-proof.py \\
       --mode ddp|fsdp --alloc native|cuemm --out DIR --launch N [--steps S]
-      [--no-log] [--no-bind]
+      [--no-log] [--no-bind] [--profile STEP]
       One launch: every rank trains the same small decoder-only transformer
       (8 blocks, d 768, 12 heads, vocab 16384, no dropout) with AdamW at
       variable sequence lengths (batch 8 per rank, lengths 64..1024 chosen
@@ -28,7 +28,11 @@ Two uses:
       memory held from the driver (native: torch.cuda.max_memory_reserved;
       cuemm: cuemm.torch.max_memory_reserved, its peak_held_bytes), and for
       cuemm the adapters' failures (cuemm.torch.adapter_stats()) and the
-      streams the rank's allocations were made on (from its log).
+      streams the rank's allocations were made on (from its log), and each
+      rank's step times and host times (until the host has queued the whole
+      step).  --profile STEP: rank 0 profiles that step with torch.profiler
+      (left out of the times) into DIR/profile-MODE-ALLOC-N-rank0.txt (its
+      operators by host and by GPU time) and .json (its trace).
 
   scripts/torchrun-proof.py --report DIR
       Reads every DIR/*.json and prints one table per mode: for each
@@ -192,8 +196,13 @@ def train(a):
     side = torch.cuda.Stream(device=dev)
     lengths = [random.Random(a.seed * 7919 + s).randint(LO, HI) for s in range(a.steps)]
     gen = torch.Generator().manual_seed(a.seed * 1000003 + rank)
-    losses, times, pending = [], [], []
+    losses, times, hosts, timed, pending = [], [], [], [], []
+    prof = None
     for step in range(a.steps):
+        if a.profile is not None and step == a.profile and rank == 0:
+            from torch.profiler import profile, ProfilerActivity
+            prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            prof.__enter__()
         n = lengths[step]
         idx = torch.randint(VOCAB, (BATCH, n + 1), generator=gen).to(dev, non_blocking=False)
         torch.cuda.synchronize(dev)
@@ -215,9 +224,16 @@ def train(a):
             out = buf.clone()
         pending.append(out)
         del buf, work
+        t1 = time.perf_counter()  # the host has queued the whole step
         torch.cuda.synchronize(dev)
-        if step >= a.warm:
+        if step >= a.warm and step != a.profile:
             times.append(time.perf_counter() - t0)
+            hosts.append(t1 - t0)
+            timed.append(step)
+        if prof is not None and step == a.profile:
+            prof.__exit__(None, None, None)
+            write_profile(prof, a, rank, n)
+            prof = None
     torch.cuda.synchronize(dev)
     losses = [float(out.item()) / world for out in pending]
     if a.alloc == "cuemm":
@@ -245,7 +261,7 @@ def train(a):
     # Every timed step, so that a slow launch can be told apart: slow in
     # every step (the machine, the placement) or in a few (a growth, a stall).
     mine = {"rank": rank, "peak_held": peak, "median_step_s": statistics.median(times) if times else None,
-            "step_times_s": times, "cpus": "%d-%d" % (cpus[0], cpus[-1]) if cpus else None}
+            "step_times_s": times, "host_times_s": hosts, "timed_steps": timed, "cpus": "%d-%d" % (cpus[0], cpus[-1]) if cpus else None}
     mine.update(extra)
     ranks = [None] * world
     dist.all_gather_object(ranks, mine)
@@ -261,14 +277,28 @@ def train(a):
     dist.destroy_process_group()
 
 
-def split_steps(runs):
+def write_profile(prof, a, rank, n):
+    """--profile: the profiled step's operators by their own host time and
+    by their GPU time, and its trace (chrome://tracing, Perfetto)."""
+    base = os.path.join(a.out, "profile-%s-%s-%d-rank%d" % (a.mode, a.alloc, a.run, rank))
+    ka = prof.key_averages()
+    with open(base + ".txt", "w") as f:
+        f.write("step %d, %d tokens a sequence\n\n" % (a.profile, n))
+        f.write(ka.table(sort_by="self_cpu_time_total", row_limit=45))
+        f.write("\n")
+        f.write(ka.table(sort_by="self_cuda_time_total", row_limit=25))
+    prof.export_chrome_trace(base + ".json")
+
+
+def split_steps(runs, field="step_times_s"):
     """(lo, hi, cuemm, native, lo2, hi2, cuemm2, native2): the shortest and
     the longest thirds of the timed steps' sequence lengths, and each
-    allocator's median step time (ms) over those steps of all its launches
-    (rank 0's times); None where the runs lack step times."""
+    allocator's median step time (ms; field "host_times_s": the time the
+    host took to queue the step) over those steps of all its launches
+    (rank 0's times); None where the runs lack those times."""
     r0 = runs[0]
     lengths = r0["lengths"][r0["warm"]:]
-    if not lengths or any("step_times_s" not in r["ranks"][0] for r in runs):
+    if not lengths or any(field not in r["ranks"][0] for r in runs):
         return None
     order = sorted(lengths)
     third = max(1, len(order) // 3)
@@ -276,7 +306,8 @@ def split_steps(runs):
     got = {}
     for r in runs:
         rk = min(r["ranks"], key=lambda x: x["rank"])
-        for n, t in zip(r["lengths"][r["warm"]:], rk["step_times_s"]):
+        steps = rk.get("timed_steps") or range(r["warm"], r["steps"])
+        for n, t in zip((r["lengths"][i] for i in steps), rk[field]):
             key = "short" if n <= short_max else "long" if n >= long_min else None
             if key:
                 got.setdefault((r["alloc"], key), []).append(1e3 * t)
@@ -361,6 +392,10 @@ def report(out):
             lines.append("- by sequence length, medians over every launch's steps: shortest third (%d..%d "
                          "tokens) cuemm %.1f / native %.1f ms; longest third (%d..%d) cuemm %.1f / native %.1f ms"
                          % parts)
+        parts = split_steps(nat + cu, "host_times_s")
+        if parts:
+            lines.append("- the host's time to queue a step, the same medians: shortest third (%d..%d tokens) "
+                         "cuemm %.1f / native %.1f ms; longest third (%d..%d) cuemm %.1f / native %.1f ms" % parts)
         bound = sorted(set(x.get("cpus") or "none" for r in nat + cu for x in r["ranks"]))
         lines.append("- %s, torch %s, NCCL %s, %d steps (median over the last %d), sequence lengths %d..%d; "
                      "the ranks' CPUs: %s"
@@ -394,6 +429,8 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--no-log", dest="log", action="store_false",
                    help="cuemm's launches write no event log (CUEMM_LOG)")
+    p.add_argument("--profile", type=int, metavar="STEP",
+                   help="rank 0 profiles step STEP (torch.profiler) into DIR/profile-*")
     p.add_argument("--no-bind", dest="bind", action="store_false",
                    help="leave the ranks where the scheduler puts them (by default each local rank is "
                         "bound to its share of the CPUs)")
