@@ -144,13 +144,16 @@ static inline __attribute__((always_inline)) uint32_t heap_hit(cuemm__heap *h, u
   return cuemm__heap_pop(h, bin, hs, size);
 }
 
-/* A block of stream hs's bin for `size` (its size class) large enough, LIVE
- * now, or NIL: past the fast path's hit.  Heap entered or locked. */
+/* A block of stream hs's bin for `size` (its size class; for a large size,
+ * or the next class's within an eighth) large enough, LIVE now, or NIL:
+ * past the fast path's hit.  Heap entered or locked. */
 static uint32_t heap_hit_class(cuemm__heap *h, uint32_t hs, size_t size)
 {
   size_t rs = round_block(size);
   uint32_t bin = cuemm__heap_bin(h, hs, rs);
-  if (bin == CUEMM__HEAP_NIL || h->bins[bin].head == CUEMM__HEAP_NIL)
+  if (bin != CUEMM__HEAP_NIL && h->bins[bin].head == CUEMM__HEAP_NIL)
+    bin = CUEMM__HEAP_NIL;
+  if (bin == CUEMM__HEAP_NIL && rs < CUEMM__HEAP_LARGE)
     return CUEMM__HEAP_NIL;
   return cuemm__heap_pop_fit(h, bin, hs, rs, size);
 }

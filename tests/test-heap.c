@@ -186,5 +186,31 @@ int main(void)
      "the blocks taken are live with their requests, the counts follow (%zu live, %zu cached)", h.live_count,
      h.cached_count);
   cuemm__heap_fini(&h);
+
+  /* From CUEMM__HEAP_LARGE up, a request near the top of its class may
+   * take a block of the next class within an eighth of its size (the
+   * waste its own class allows), even where its own class has no bin;
+   * none further up, and none below CUEMM__HEAP_LARGE. */
+  cuemm__heap_init(&h, NULL, 0);
+  s0 = cuemm__heap_add_stream(&h, (CUstream)0x10);
+  const size_t K = 1024;
+  size_t top = M + 128 * K - 256, next = M + 192 * K;
+  ok(cuemm__heap_class(next) == cuemm__heap_class(top) + 1 && cuemm__heap_class_top(top) == M + 128 * K - 1 &&
+     cuemm__heap_class_top(M) == M + 128 * K - 1 && cuemm__heap_class(cuemm__heap_class_top(M) + 1) ==
+     cuemm__heap_class(M) + 1, "the last byte of a class, and the next class");
+  uint32_t a = cuemm__heap_insert(&h, 0x900000, next, 1, s0, 1);
+  cuemm__heap_cache(&h, a, s0);
+  is(cuemm__heap_bin(&h, s0, top), CUEMM__HEAP_NIL, "the request's own class has no bin");
+  is(cuemm__heap_pop_fit(&h, CUEMM__HEAP_NIL, s0, M + 256, 2), CUEMM__HEAP_NIL,
+     "a block of the next class more than an eighth larger is not taken");
+  is(cuemm__heap_pop_fit(&h, CUEMM__HEAP_NIL, s0, top, 3), a, "one within an eighth is");
+  ok(h.b[a].state == CUEMM__HB_LIVE && h.b[a].req == 3 && h.cached_count == 0 && cuemm__heap_check(&h) == NULL,
+     "it is live with the request's size, and the heap is sound");
+  size_t small = 72 * K - 256;
+  uint32_t c = cuemm__heap_insert(&h, 0xa00000, 72 * K + 256, 2, s0, 1);
+  cuemm__heap_cache(&h, c, s0);
+  is(cuemm__heap_pop_fit(&h, cuemm__heap_bin(&h, s0, small), s0, small, 4), CUEMM__HEAP_NIL,
+     "below CUEMM__HEAP_LARGE a request keeps to its class");
+  cuemm__heap_fini(&h);
   return tap_done();
 }
