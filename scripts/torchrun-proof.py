@@ -143,19 +143,54 @@ def log_streams(path):
     return rows, streams
 
 
+def cores_of(cpus):
+    """The CPUs grouped by physical core (hyperthread siblings together),
+    in the order of their first CPU; one group a CPU where the topology
+    is not readable."""
+    groups, seen = [], set()
+    for c in cpus:
+        if c in seen:
+            continue
+        try:
+            with open("/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list" % c) as f:
+                sib = set()
+                for part in f.read().strip().split(","):
+                    lo, _, hi = part.partition("-")
+                    sib.update(range(int(lo), int(hi or lo) + 1))
+        except (OSError, ValueError):
+            sib = {c}
+        g = sorted(x for x in sib if x in cpus) or [c]
+        seen.update(g)
+        groups.append(g)
+    return groups
+
+
+def cpu_list(cpus):
+    """[0, 1, 2, 16, 17] as "0-2,16-17"."""
+    runs = []
+    for c in cpus:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join("%d-%d" % (a, b) if b > a else "%d" % a for a, b in runs)
+
+
 def bind_cpus(local, nlocal):
     """Pins this rank's process, and the threads it starts later, to its
     own share of the CPUs the launch may use (rank 0 the first share), as
-    a cluster operator binds ranks.  Unbound, the same allocator's FSDP
-    launches differed by up to 25% in every step at once (66 to 84 ms on
-    two H100s), from where the scheduler put the ranks' busy threads, which
-    hid a difference between allocators of a few percent.  Returns the
-    CPUs, or None where there are fewer than one per rank."""
-    cpus = sorted(os.sched_getaffinity(0))
-    share = len(cpus) // nlocal
+    a cluster operator binds ranks: whole physical cores, so that no busy
+    thread of one rank (NCCL's proxy spins) shares a core with the other
+    rank's main thread.  Unbound, the same allocator's FSDP launches
+    differed by up to 25% in every step at once (66 to 84 ms on two H100s),
+    from where the scheduler put the ranks' busy threads, which hid a
+    difference between allocators of a few percent.  Returns the CPUs, or
+    None where there are fewer than one core per rank."""
+    cores = cores_of(sorted(os.sched_getaffinity(0)))
+    share = len(cores) // nlocal
     if share < 1:
         return None
-    mine = cpus[local * share:(local + 1) * share]
+    mine = sorted(c for g in cores[local * share:(local + 1) * share] for c in g)
     os.sched_setaffinity(0, mine)
     return mine
 
@@ -261,7 +296,7 @@ def train(a):
     # Every timed step, so that a slow launch can be told apart: slow in
     # every step (the machine, the placement) or in a few (a growth, a stall).
     mine = {"rank": rank, "peak_held": peak, "median_step_s": statistics.median(times) if times else None,
-            "step_times_s": times, "host_times_s": hosts, "timed_steps": timed, "cpus": "%d-%d" % (cpus[0], cpus[-1]) if cpus else None}
+            "step_times_s": times, "host_times_s": hosts, "timed_steps": timed, "cpus": cpu_list(cpus) if cpus else None}
     mine.update(extra)
     ranks = [None] * world
     dist.all_gather_object(ranks, mine)
@@ -401,7 +436,7 @@ def report(out):
                      "the ranks' CPUs: %s"
                      % (nat[0]["device"], nat[0]["torch"], nat[0]["nccl"], nat[0]["steps"],
                         nat[0]["steps"] - nat[0]["warm"], min(nat[0]["lengths"]), max(nat[0]["lengths"]),
-                        ", ".join("unbound" if c == "none" else c for c in bound)))
+                        "; ".join("unbound" if c == "none" else c for c in bound)))
         if not ok_loss:
             bad.append("%s: cuemm's losses outside the native spread" % mode)
         lines.append("")
