@@ -15,9 +15,13 @@
 #   1. torchrun: DDP and FSDP (fully_shard) training of a small transformer
 #      at variable sequence lengths, two ranks over NCCL, PyTorch's
 #      allocator and cuemm taking turns, each a fresh
-#      `torchrun --standalone --nproc-per-node 2` launch, two launches of
-#      each (TORCHRUN_REPEATS): scripts/torchrun-proof.py, one table per
-#      mode (OUTDIR/torchrun/torchrun.md), logs in OUTDIR/torchrun/;
+#      `torchrun --standalone --nproc-per-node 2` launch, four launches of
+#      each (TORCHRUN_REPEATS; a launch's pace differs from the next by up
+#      to 25% under either allocator, docs/clusters.md): scripts/
+#      torchrun-proof.py, one table per mode (OUTDIR/torchrun/torchrun.md),
+#      logs in OUTDIR/torchrun/; cuemm without its event log, then one
+#      launch of it with the log in each mode for the streams its
+#      allocations were made on (OUTDIR/torchrun/logged/torchrun.md);
 #   2. Dask: scripts/dask-proof.py on two GPU workers, CuPy's pool and cuemm
 #      taking turns, two fresh clusters of each (DASK_LAUNCHES), four
 #      repeats each (OUTDIR/dask/dask-proof.md);
@@ -26,7 +30,7 @@
 #      GPU 0 opened by a process on GPU 1; the out-of-memory message naming
 #      the device): make check CUEMM_TEST_DRIVER=system TESTS=...
 #      (OUTDIR/check-multi.log).
-# Then one summary (stdout and OUTDIR/summary.md).  About 8 minutes on two
+# Then one summary (stdout and OUTDIR/summary.md).  About 12 minutes on two
 # H100s; each step has a time limit.  Exit status 0 when every step passed.
 #
 # NVLink multicast stays off in everything started here: NCCL_NVLS_ENABLE=0,
@@ -79,22 +83,39 @@ echo "== 1. torchrun (scripts/torchrun-proof.py)"
 if has torch; then
   t=$out/torchrun
   mkdir -p "$t"
-  repeats=${TORCHRUN_REPEATS:-2}
+  repeats=${TORCHRUN_REPEATS:-4}
+  launch() { # dir mode alloc run [args]
+    d=$1; mo=$2; al=$3; n=$4; shift 4
+    echo "-- $mo $al run $n $*"
+    timeout 180 "$py" -m torch.distributed.run --standalone --nproc-per-node 2 \
+      "$src/scripts/torchrun-proof.py" --mode $mo --alloc $al --launch $n --out "$d" "$@" \
+      > "$d/$mo-$al-$n.log" 2>&1 ||
+      { echo "   failed (exit $?): tail of $d/$mo-$al-$n.log"; tail -n 15 "$d/$mo-$al-$n.log"; status=1; }
+  }
+  # The timed launches: cuemm as a program gets it (no event log), the
+  # allocators taking turns, each first in every other round.
   for mode in ddp fsdp; do
     run=1
     while test $run -le "$repeats"; do
-      for alloc in native cuemm; do
-        echo "-- $mode $alloc run $run"
-        timeout 180 "$py" -m torch.distributed.run --standalone --nproc-per-node 2 \
-          "$src/scripts/torchrun-proof.py" --mode $mode --alloc $alloc --launch $run --out "$t" \
-          > "$t/$mode-$alloc-$run.log" 2>&1 ||
-          { echo "   failed (exit $?): tail of $t/$mode-$alloc-$run.log"; tail -n 15 "$t/$mode-$alloc-$run.log"; status=1; }
+      if test $((run % 2)) -eq 1; then order="native cuemm"; else order="cuemm native"; fi
+      for alloc in $order; do
+        if test $alloc = cuemm; then launch "$t" $mode cuemm $run --no-log; else launch "$t" $mode native $run; fi
       done
       run=$((run + 1))
     done
   done
   "$py" "$src/scripts/torchrun-proof.py" --report "$t" > /dev/null 2>&1 || status=1
   test -f "$t/torchrun.md" && { echo "## torchrun"; cat "$t/torchrun.md"; echo; } >> "$summary"
+  # One launch of cuemm with its event log in each mode, reported beside
+  # the native launches: the streams its allocations were made on (NCCL's).
+  mkdir -p "$t/logged"
+  for mode in ddp fsdp; do
+    launch "$t/logged" $mode cuemm 1
+    cp "$t"/$mode-native-*.json "$t/logged/" 2>/dev/null
+  done
+  "$py" "$src/scripts/torchrun-proof.py" --report "$t/logged" > /dev/null 2>&1 || status=1
+  test -f "$t/logged/torchrun.md" &&
+    { echo "## torchrun, cuemm with its event log (one launch a mode)"; cat "$t/logged/torchrun.md"; echo; } >> "$summary"
 else
   note "gpu-multi: torch is not importable by $py: the torchrun runs are skipped"; status=1
 fi
