@@ -151,10 +151,8 @@ static uint32_t heap_hit_class(cuemm__heap *h, uint32_t hs, size_t size)
 {
   size_t rs = round_block(size);
   uint32_t bin = cuemm__heap_bin(h, hs, rs);
-  if (bin != CUEMM__HEAP_NIL && h->bins[bin].head == CUEMM__HEAP_NIL)
-    bin = CUEMM__HEAP_NIL;
-  if (bin == CUEMM__HEAP_NIL && rs < CUEMM__HEAP_LARGE)
-    return CUEMM__HEAP_NIL;
+  if (rs < CUEMM__HEAP_LARGE && (bin == CUEMM__HEAP_NIL || h->bins[bin].head == CUEMM__HEAP_NIL))
+    return CUEMM__HEAP_NIL; /* a large request may still find the next class's */
   return cuemm__heap_pop_fit(h, bin, hs, rs, size);
 }
 
