@@ -161,7 +161,7 @@ err "--manager 0" 2 "cuemm-replay: --manager takes a manager's number (1, 2, ...
 err "--manager x" 2 "cuemm-replay: --manager takes a manager's number (1, 2, ...), not 'x'" "$replay" --manager x "$fx"
 err "--progress-interval -1" 2 "cuemm-replay: --progress-interval takes seconds, 0 to 86400, not '-1'" \
   "$replay" --progress-interval -1 "$fx"
-err "--backends with no name" 2 "cuemm-replay: --backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, cuemm (both cuemm-*), all" \
+err "--backends with no name" 2 "cuemm-replay: --backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, cuemm (both cuemm-*), all (those four), model-first-fit, model-best-fit, model-pages, models (those three)" \
   "$replay" --backends= "$fx"
 err "--snapshot with no file name" 2 "cuemm-replay: --snapshot needs a file name" "$replay" --snapshot= "$fx"
 # A log's bytes reach the terminal only escaped: a header holding ESC [2J
@@ -309,7 +309,7 @@ check "CUEMM_LOG is not applied to the replay's managers, and that is said" \
   test ! -e "$tmp/replay-log.csv" -a -n "$(has "CUEMM_LOG ($tmp/replay-log.csv) is not applied: the replay's managers write no log" && echo y)"
 out=$("$replay" --backends cuemm-async,cuMemFoo "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
 check "an unknown backend is a usage error naming it and the backends (exit $rc)" \
-  test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: no backend 'cuMemFoo' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred; cuemm for both cuemm-*, all for every one)"
+  test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: no backend 'cuMemFoo' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred; cuemm for both cuemm-*, all for those four; the models model-first-fit, model-best-fit, model-pages; models for those three)"
 out=$("$replay" --backends cuemm,cuemm-deferred "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
 check "a backend named twice is a usage error (exit $rc)" \
   test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: cuemm-deferred is named twice"
@@ -495,4 +495,47 @@ for v in 0 4097 x 4k; do
   check "--lag $v is a usage error (exit $rc)" \
     test $rc -eq 2 -a "$(printf '%s\n' "$out" | sed -n 1p)" = "cuemm-replay: --lag takes 1 to 4096 allocations, not '$v'"
 done
+# The models place a log on paper.  split.csv: 4, 6, 2 and 4 MiB side by
+# side (16 MiB live), the 6 and the last 4 freed, then 4 and 6 MiB asked
+# for.  First fit puts the 4 MiB in the 6 MiB hole and must grow past the
+# end for the 6 (18 MiB held, 1.125); best fit puts the 4 in the 4 MiB hole
+# at the end and the 6 in the 6 (16 MiB, 1.00).  middle.csv: 2, 4 and 2
+# MiB, the 4 freed, then 6 asked for: both fits grow to 14 MiB (peak live
+# 10, 1.40), while live blocks touch 5 pages of 2 MiB at most (1.00).
+mib=1048576
+printf '%s\n' "Thread,Time,Action,Pointer,Size,Stream" "1,0,allocate,0x1000000,$((4 * mib)),0x0" \
+  "1,0,allocate,0x2000000,$((6 * mib)),0x0" "1,0,allocate,0x3000000,$((2 * mib)),0x0" \
+  "1,0,allocate,0x4000000,$((4 * mib)),0x0" "1,0,free,0x2000000,$((6 * mib)),0x0" "1,0,free,0x4000000,$((4 * mib)),0x0" \
+  "1,0,allocate,0x5000000,$((4 * mib)),0x0" "1,0,allocate,0x6000000,$((6 * mib)),0x0" > "$tmp/split.csv"
+printf '%s\n' "Thread,Time,Action,Pointer,Size,Stream" "1,0,allocate,0x1000000,$((2 * mib)),0x0" \
+  "1,0,allocate,0x2000000,$((4 * mib)),0x0" "1,0,allocate,0x3000000,$((2 * mib)),0x0" \
+  "1,0,free,0x2000000,$((4 * mib)),0x0" "1,0,allocate,0x4000000,$((6 * mib)),0x0" > "$tmp/middle.csv"
+out=$("$replay" --quick --backends models "$tmp/split.csv" "$tmp/middle.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "--backends models runs the three models and no allocator (exit $rc)" \
+  test $rc -eq 0 -a -n "$(row split.csv model-pages)" -a -z "$(row split.csv cuemm-async)" \
+    -a -n "$(has "^model-first-fit  8 events, placed on paper (no GPU, no time)" && echo y)"
+check "split.csv: first fit holds 18 MiB (1.12), best fit 16 MiB (1.00)" \
+  test "$(col split.csv model-first-fit 5)" = $((18 * mib)) -a "$(col split.csv model-first-fit 6)" = 1.12 \
+    -a "$(col split.csv model-best-fit 5)" = $((16 * mib)) -a "$(col split.csv model-best-fit 6)" = 1.00
+check "middle.csv: both fits hold 14 MiB (1.40), the pages 10 MiB (1.00)" \
+  test "$(col middle.csv model-first-fit 5)" = $((14 * mib)) -a "$(col middle.csv model-best-fit 5)" = $((14 * mib)) \
+    -a "$(col middle.csv model-best-fit 6)" = 1.40 -a "$(col middle.csv model-pages 5)" = $((10 * mib)) \
+    -a "$(col middle.csv model-pages 6)" = 1.00
+check "a model's row has no time and no out of memory" \
+  test "$(col middle.csv model-pages 3)" = - -a "$(col middle.csv model-pages 7)" = 0
+out=$("$replay" --quick --backends model-best-fit,cuemm-async "$tmp/split.csv" 2>&1); rc=$?
+check "a model and an allocator side by side, in the order named (exit $rc)" \
+  test $rc -eq 0 -a "$(col split.csv model-best-fit 5)" = $((16 * mib)) -a "$(col split.csv cuemm-async 7)" = 0 \
+    -a "$(printf '%s\n' "$out" | grep -n -e '^model-best-fit ' -e '^cuemm-async ' | cut -d: -f2 | cut -c1-5 | tr '\n' ' ')" \
+      = "model cuemm "
+out=$("$replay" --quick "$tmp/split.csv" 2>&1); rc=$?
+check "the default (all) runs the four allocators, no model (exit $rc)" \
+  test $rc -eq 0 -a -n "$(row split.csv cuMemAlloc)" -a -z "$(row split.csv model-first-fit)"
+out=$("$replay" --quick --backends models,model-pages "$tmp/split.csv" 2>&1); rc=$?
+check "a model named twice is a usage error (exit $rc)" \
+  test $rc -eq 2 -a "$(printf '%s\n' "$out" | sed -n 1p)" = "cuemm-replay: --backends: model-pages is named twice"
+out=$("$replay" --quick --backends model-worst-fit "$tmp/split.csv" 2>&1); rc=$?
+check "an unknown backend's message lists the models (exit $rc)" \
+  test $rc -eq 2 -a -n "$(has "no backend 'model-worst-fit' .*model-first-fit, model-best-fit, model-pages" && echo y)"
 echo "1..$n"

@@ -19,7 +19,20 @@
  *                      default memory pool, release threshold at UINT64_MAX
  *     cuemm-async      cuemm_alloc_async / cuemm_free_async
  *     cuemm-deferred   cuemm_alloc / cuemm_free
- *   ("cuemm" names both cuemm backends, "all" every one.)  Each stream of
+ *   ("cuemm" names both cuemm backends, "all" those four.)  Three models
+ *   place the log on paper, with no GPU and no time, as a yardstick for
+ *   the allocators' footprints (only when named; "models" names the three):
+ *     model-first-fit  the lowest-addressed free block that fits
+ *     model-best-fit   the smallest free block that fits
+ *     model-pages      first fit's placement, holding only the 2 MiB pages
+ *                      live blocks touch (as an allocator that mapped and
+ *                      unmapped every page at once would)
+ *   They ignore streams and threads, merge every free at once, cache
+ *   nothing, round sizes to 256 bytes and grow one address space exactly as
+ *   far as the highest block reaches (held: that end, rounded up to 2 MiB).
+ *   A log whose first-fit footprint is high fragments any allocator that
+ *   keeps blocks where it put them; the pages model shows what moving
+ *   physical memory under them could save.  Each stream of
  *   the log gets a stream of its own, created for the replay (non-blocking,
  *   as PyTorch's side streams are); streams 0 and 0x1 (cudaStreamLegacy)
  *   are the legacy default stream, 0x2 the per-thread one.  Pointers are
@@ -170,6 +183,7 @@
 #include <cuda.h>
 #include <cuemm.h>
 
+#include "replay-model.h"
 #include "replay-parse.h"
 
 #define PROG "cuemm-replay"
@@ -333,7 +347,9 @@ static double median(double *v, int n)
 }
 
 #define MiB ((size_t)1 << 20)
-#define MAX_BACKENDS 4
+/* The allocators, then the models (replay-model.h). */
+#define ALLOCATORS 4
+#define MAX_BACKENDS 7
 
 /* ---- the progress line ---------------------------------------------------- */
 
@@ -716,6 +732,7 @@ static void cuemm_teardown(void)
 typedef struct backend {
   const char *name;
   int is_cuemm;
+  int model;                          /* a replay_model placing the log on paper; -1: an allocator */
   const char *(*setup)(void); /* NULL: ready; else why the backend is skipped */
   CUresult (*alloc)(CUdeviceptr *p, size_t size, CUstream s);
   CUresult (*free)(CUdeviceptr p, size_t size, CUstream s);
@@ -727,12 +744,16 @@ typedef struct backend {
 } backend;
 
 static const backend backends[MAX_BACKENDS] = {
-  { "cuMemAlloc", 0, NULL, raw_alloc, raw_free, ctx_sync, raw_held_begin, raw_held_sample, NULL, NULL },
-  { "cuMemAllocAsync", 0, drv_setup, drv_alloc, drv_free, ctx_sync, drv_held_begin, NULL, drv_held_peak, drv_teardown },
-  { "cuemm-async", 1, cuemm_async_setup, cuemm_async_alloc, cuemm_async_free, ctx_sync, NULL, cuemm_held_sample, NULL,
-    cuemm_teardown },
-  { "cuemm-deferred", 1, cuemm_setup, cuemm_deferred_alloc, cuemm_deferred_free, cuemm_deferred_finish, NULL,
+  { "cuMemAlloc", 0, -1, NULL, raw_alloc, raw_free, ctx_sync, raw_held_begin, raw_held_sample, NULL, NULL },
+  { "cuMemAllocAsync", 0, -1, drv_setup, drv_alloc, drv_free, ctx_sync, drv_held_begin, NULL, drv_held_peak,
+    drv_teardown },
+  { "cuemm-async", 1, -1, cuemm_async_setup, cuemm_async_alloc, cuemm_async_free, ctx_sync, NULL, cuemm_held_sample,
+    NULL, cuemm_teardown },
+  { "cuemm-deferred", 1, -1, cuemm_setup, cuemm_deferred_alloc, cuemm_deferred_free, cuemm_deferred_finish, NULL,
     cuemm_held_sample, NULL, cuemm_teardown },
+  { "model-first-fit", 0, REPLAY_MODEL_FIRST_FIT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
+  { "model-best-fit", 0, REPLAY_MODEL_BEST_FIT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
+  { "model-pages", 0, REPLAY_MODEL_PAGES, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
 };
 
 /* ---- the snapshot at the peak (--snapshot FILE) --------------------------- */
@@ -1017,10 +1038,30 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
   return ns;
 }
 
+/* A model backend: the log placed on paper, no pass on the GPU, no time. */
+static result replay_model_result(const trace *t, const backend *b)
+{
+  result res = { .t = t, .b = b, .ns_per_event = -1, .held_known = 1 };
+  if (replay_model_run(t, (replay_model)b->model, &res.held) != 0) {
+    fprintf(stderr, PROG ": out of host memory placing %s with %s\n", t->shown, b->name);
+    exit(1);
+  }
+  printf("%-16s %zu events, placed on paper (no GPU, no time); peak live %zu bytes, peak held %zu, footprint ",
+         b->name, t->n, t->peak_live, res.held);
+  if (t->peak_live)
+    printf("%.2f\n", (double)res.held / (double)t->peak_live);
+  else
+    printf("n/a\n");
+  fflush(stdout);
+  return res;
+}
+
 static result replay(const trace *t, const backend *b, int backend_no, int nbackends, int reps, int snapshot)
 {
   result res = { .t = t, .b = b };
   position pos = { .backend = b->name, .backend_no = backend_no, .backends = nbackends };
+  if (b->model >= 0)
+    return replay_model_result(t, b);
   if (b->setup && (res.skipped = b->setup()) != NULL) {
     progress_clear();
     printf("%-16s skipped: %s\n", b->name, res.skipped);
@@ -1133,7 +1174,8 @@ static int parse_backends(const char *list, int *sel)
   }
   if (!*list)
     bad_usage("--backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, "
-              "cuemm (both cuemm-*), all");
+              "cuemm (both cuemm-*), all (those four), model-first-fit, model-best-fit, model-pages, models (those "
+              "three)");
   for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     int first = -1, last = -1;
     for (int k = 0; k < MAX_BACKENDS; k++)
@@ -1142,10 +1184,13 @@ static int parse_backends(const char *list, int *sel)
     if (strcasecmp(tok, "cuemm") == 0)
       first = 2, last = 3;
     else if (strcasecmp(tok, "all") == 0)
-      first = 0, last = MAX_BACKENDS - 1;
+      first = 0, last = ALLOCATORS - 1;
+    else if (strcasecmp(tok, "models") == 0)
+      first = ALLOCATORS, last = MAX_BACKENDS - 1;
     if (first < 0)
       bad_usage("--backends: no backend '%s' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, "
-                "cuemm-deferred; cuemm for both cuemm-*, all for every one)", shown(tok));
+                "cuemm-deferred; cuemm for both cuemm-*, all for those four; the models model-first-fit, "
+                "model-best-fit, model-pages; models for those three)", shown(tok));
     for (int k = first; k <= last; k++) {
       for (int j = 0; j < n; j++)
         if (sel[j] == k)
@@ -1182,7 +1227,12 @@ static const char help_text[] =
     "                         cuMemAlloc, cuMemAllocAsync, cuemm-async\n"
     "                         (cuemm_alloc_async/cuemm_free_async), cuemm-deferred\n"
     "                         (cuemm_alloc/cuemm_free); cuemm: both cuemm ones;\n"
-    "                         all: every one (the default)\n"
+    "                         all: those four (the default); the models, which\n"
+    "                         place the log on paper (no GPU, no time), ignoring\n"
+    "                         streams: model-first-fit (lowest address),\n"
+    "                         model-best-fit (smallest fit), model-pages (first\n"
+    "                         fit holding only the 2 MiB pages live blocks\n"
+    "                         touch); models: those three\n"
     "  --manager N            replay manager N's rows of a cuemm log (default: the\n"
     "                         first manager in replay order)\n"
     "  --reps R               timed passes per backend, 1 to 64 (default 5): the\n"
@@ -1265,7 +1315,7 @@ int main(int argc, char **argv)
   int quick = 0, reps = -1, nlogs = 0, options_done = 0, quiet = 0;
   double interval = -1;
   uint32_t want_manager = 0;
-  int sel[MAX_BACKENDS] = { 0, 1, 2, 3 }, nsel = MAX_BACKENDS;
+  int sel[MAX_BACKENDS] = { 0, 1, 2, 3 }, nsel = ALLOCATORS;
   char **logs = xcalloc((size_t)argc, sizeof *logs);
   for (int i = 1; i < argc; i++) {
     const char *v;
@@ -1405,8 +1455,11 @@ int main(int argc, char **argv)
       if (r->t->peak_live)
         snprintf(foot, sizeof foot, "%.2f", (double)r->held / (double)r->t->peak_live);
     }
-    printf("%-28s %-16s %10zu %8zu %12.1f %14zu %14s %9s %5zu\n", name, r->b->name, r->t->n, r->t->streams,
-           r->ns_per_event, r->t->peak_live, held, foot, r->oom);
+    char ns[32] = "-";
+    if (r->ns_per_event >= 0)
+      snprintf(ns, sizeof ns, "%.1f", r->ns_per_event);
+    printf("%-28s %-16s %10zu %8zu %12s %14zu %14s %9s %5zu\n", name, r->b->name, r->t->n, r->t->streams, ns,
+           r->t->peak_live, held, foot, r->oom);
   }
   for (int i = 0; i < nlogs; i++)
     replay_trace_free(&traces[i]);
