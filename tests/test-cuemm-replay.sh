@@ -522,6 +522,9 @@ check "middle.csv: both fits hold 14 MiB (1.40), the pages 10 MiB (1.00)" \
   test "$(col middle.csv model-first-fit 5)" = $((14 * mib)) -a "$(col middle.csv model-best-fit 5)" = $((14 * mib)) \
     -a "$(col middle.csv model-best-fit 6)" = 1.40 -a "$(col middle.csv model-pages 5)" = $((10 * mib)) \
     -a "$(col middle.csv model-pages 6)" = 1.00
+# middle.csv's pages come into use 7 times: 1 for the first 2 MiB, 2 for
+# the 4, 1 for the last 2, and 3 for the 6 (the 4's two went out of use).
+check "middle.csv: the pages model says its pages were mapped 7 times" has "^model-pages .*footprint 1.00; pages mapped 7 times$"
 check "a model's row has no time and no out of memory" \
   test "$(col middle.csv model-pages 3)" = - -a "$(col middle.csv model-pages 7)" = 0
 out=$("$replay" --quick --backends model-best-fit,cuemm-async "$tmp/split.csv" 2>&1); rc=$?

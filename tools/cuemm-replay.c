@@ -26,7 +26,9 @@
  *     model-best-fit   the smallest free block that fits
  *     model-pages      first fit's placement, holding only the 2 MiB pages
  *                      live blocks touch (as an allocator that mapped and
- *                      unmapped every page at once would)
+ *                      unmapped every page at once would); its line says
+ *                      how often a page came into use, each a mapping
+ *                      (cuMemMap and cuMemSetAccess) on a GPU
  *   They ignore streams and threads, merge every free at once, cache
  *   nothing, round sizes to 256 bytes and grow one address space exactly as
  *   far as the highest block reaches (held: that end, rounded up to 2 MiB).
@@ -1039,19 +1041,27 @@ static double replay_pass(const trace *t, const backend *b, CUdeviceptr *slot, c
 }
 
 /* A model backend: the log placed on paper, no pass on the GPU, no time. */
-static result replay_model_result(const trace *t, const backend *b)
+static result replay_on_paper(const trace *t, const backend *b)
 {
   result res = { .t = t, .b = b, .ns_per_event = -1, .held_known = 1 };
-  if (replay_model_run(t, (replay_model)b->model, &res.held) != 0) {
+  replay_model_result mr;
+  if (replay_model_run(t, (replay_model)b->model, &mr) != 0) {
     fprintf(stderr, PROG ": out of host memory placing %s with %s\n", t->shown, b->name);
     exit(1);
   }
+  res.held = mr.held;
   printf("%-16s %zu events, placed on paper (no GPU, no time); peak live %zu bytes, peak held %zu, footprint ",
          b->name, t->n, t->peak_live, res.held);
   if (t->peak_live)
-    printf("%.2f\n", (double)res.held / (double)t->peak_live);
+    printf("%.2f", (double)res.held / (double)t->peak_live);
   else
-    printf("n/a\n");
+    printf("n/a");
+  /* What holding only those pages would cost: each page coming into use
+   * is a mapping (cuMemMap and cuMemSetAccess, tens of microseconds on a
+   * GPU), made while the program waits for its block. */
+  if (b->model == REPLAY_MODEL_PAGES)
+    printf("; pages mapped %zu times", mr.page_maps);
+  printf("\n");
   fflush(stdout);
   return res;
 }
@@ -1061,7 +1071,7 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
   result res = { .t = t, .b = b };
   position pos = { .backend = b->name, .backend_no = backend_no, .backends = nbackends };
   if (b->model >= 0)
-    return replay_model_result(t, b);
+    return replay_on_paper(t, b);
   if (b->setup && (res.skipped = b->setup()) != NULL) {
     progress_clear();
     printf("%-16s skipped: %s\n", b->name, res.skipped);

@@ -240,7 +240,7 @@ static int space_give(space *s, uint64_t off, uint64_t size)
 /* Live blocks a page holds, for the pages model. */
 typedef struct pages {
   uint32_t *count;
-  size_t cap, touched, peak;
+  size_t cap, touched, peak, maps;
 } pages;
 
 static int pages_mark(pages *pg, uint64_t off, uint64_t size, int up)
@@ -260,7 +260,7 @@ static int pages_mark(pages *pg, uint64_t off, uint64_t size, int up)
   }
   for (size_t k = first; k <= last; k++) {
     if (up && pg->count[k]++ == 0)
-      pg->touched++;
+      pg->touched++, pg->maps++;
     else if (!up && --pg->count[k] == 0)
       pg->touched--;
   }
@@ -269,7 +269,7 @@ static int pages_mark(pages *pg, uint64_t off, uint64_t size, int up)
   return 0;
 }
 
-int replay_model_run(const replay_trace *t, replay_model which, size_t *held)
+int replay_model_run(const replay_trace *t, replay_model which, replay_model_result *r)
 {
   space s = { .best = which == REPLAY_MODEL_BEST_FIT };
   pages pg = { 0 };
@@ -297,9 +297,10 @@ int replay_model_run(const replay_trace *t, replay_model which, size_t *held)
         goto out;
     }
   }
-  *held = which == REPLAY_MODEL_PAGES
-              ? pg.peak * REPLAY_MODEL_PAGE
-              : (size_t)((peak_top + REPLAY_MODEL_PAGE - 1) / REPLAY_MODEL_PAGE * REPLAY_MODEL_PAGE);
+  r->held = which == REPLAY_MODEL_PAGES
+                ? pg.peak * REPLAY_MODEL_PAGE
+                : (size_t)((peak_top + REPLAY_MODEL_PAGE - 1) / REPLAY_MODEL_PAGE * REPLAY_MODEL_PAGE);
+  r->page_maps = pg.maps;
   rc = 0;
 out:
   free(at);

@@ -37,9 +37,15 @@ typedef enum replay_model {
   REPLAY_MODEL_PAGES,
 } replay_model;
 
-/* Places t's events with model `which`; *held gets the peak of the bytes
- * it holds (the highest block's end, or the pages touched, rounded up to
- * REPLAY_MODEL_PAGE).  Returns 0, or -1 when host memory ran out. */
-int replay_model_run(const replay_trace *t, replay_model which, size_t *held);
+typedef struct replay_model_result {
+  size_t held;      /* the peak of the bytes held: the highest block's end, or
+                     * the pages touched, rounded up to REPLAY_MODEL_PAGE */
+  size_t page_maps; /* pages: how often a page came into use (0 for the fits):
+                     * what an allocator holding only those would map */
+} replay_model_result;
+
+/* Places t's events with model `which` into *r.  Returns 0, or -1 when
+ * host memory ran out. */
+int replay_model_run(const replay_trace *t, replay_model which, replay_model_result *r);
 
 #endif
