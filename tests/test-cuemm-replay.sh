@@ -535,6 +535,14 @@ check "a model and an allocator side by side, in the order named (exit $rc)" \
 out=$("$replay" --quick "$tmp/split.csv" 2>&1); rc=$?
 check "the default (all) runs the four allocators, no model (exit $rc)" \
   test $rc -eq 0 -a -n "$(row split.csv cuMemAlloc)" -a -z "$(row split.csv model-first-fit)"
+# A size no GPU holds: the models say they skip it, the replay goes on.
+printf '%s\n' "Thread,Time,Action,Pointer,Size,Stream" "1,0,allocate,0x1000,17592186044417,0x0" \
+  "1,0,allocate,0x2000,4096,0x0" > "$tmp/huge.csv"
+out=$("$replay" --quick --backends models,cuMemAlloc "$tmp/huge.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "a block past 16 TiB: each model is skipped, saying why, and the replay goes on (exit $rc)" \
+  test $rc -eq 0 -a "$(printf '%s\n' "$out" | grep -c '^model-[a-z-]* *skipped: its blocks reach past 16 TiB of address space placed so (sizes no GPU holds)$')" = 3 \
+    -a "$(col huge.csv model-pages 1)" = skipped -a -n "$(row huge.csv cuMemAlloc)"
 out=$("$replay" --quick --backends models,model-pages "$tmp/split.csv" 2>&1); rc=$?
 check "a model named twice is a usage error (exit $rc)" \
   test $rc -eq 2 -a "$(printf '%s\n' "$out" | sed -n 1p)" = "cuemm-replay: --backends: model-pages is named twice"

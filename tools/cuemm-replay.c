@@ -34,7 +34,9 @@
  *   far as the highest block reaches (held: that end, rounded up to 2 MiB).
  *   A log whose first-fit footprint is high fragments any allocator that
  *   keeps blocks where it put them; the pages model shows what moving
- *   physical memory under them could save.  Each stream of
+ *   physical memory under them could save.  A log whose blocks would
+ *   reach past 16 TiB of address space (sizes no GPU holds) is skipped by
+ *   the models, saying so.  Each stream of
  *   the log gets a stream of its own, created for the replay (non-blocking,
  *   as PyTorch's side streams are); streams 0 and 0x1 (cudaStreamLegacy)
  *   are the legacy default stream, 0x2 the per-thread one.  Pointers are
@@ -1045,7 +1047,14 @@ static result replay_on_paper(const trace *t, const backend *b)
 {
   result res = { .t = t, .b = b, .ns_per_event = -1, .held_known = 1 };
   replay_model_result mr;
-  if (replay_model_run(t, (replay_model)b->model, &mr) != 0) {
+  int rc = replay_model_run(t, (replay_model)b->model, &mr);
+  if (rc == REPLAY_MODEL_TOO_LARGE) {
+    progress_clear();
+    res.skipped = "its blocks reach past 16 TiB of address space";
+    printf("%-16s skipped: %s placed so (sizes no GPU holds)\n", b->name, res.skipped);
+    return res;
+  }
+  if (rc != REPLAY_MODEL_OK) {
     fprintf(stderr, PROG ": out of host memory placing %s with %s\n", t->shown, b->name);
     exit(1);
   }

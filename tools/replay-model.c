@@ -187,7 +187,8 @@ static void space_del(space *s, uint64_t off, uint64_t size)
     treap_remove(&s->size, size, off);
 }
 
-/* Places `size` bytes; -1 on no memory. */
+/* Places `size` bytes (at most REPLAY_MODEL_SPAN); REPLAY_MODEL_NO_MEMORY
+ * or REPLAY_MODEL_TOO_LARGE when the space would pass REPLAY_MODEL_SPAN. */
 static int space_take(space *s, uint64_t size, uint64_t *off)
 {
   uint64_t o, fs;
@@ -204,10 +205,14 @@ static int space_take(space *s, uint64_t size, uint64_t *off)
       o = s->addr.n[l].a;
       fs = s->addr.n[l].size;
     } else {
+      if (size > REPLAY_MODEL_SPAN - s->top)
+        return REPLAY_MODEL_TOO_LARGE;
       *off = s->top;
       s->top += size;
       return 0;
     }
+    if (size > REPLAY_MODEL_SPAN - o)
+      return REPLAY_MODEL_TOO_LARGE;
     space_del(s, o, fs);
     *off = o;
     s->top = o + size;
@@ -274,18 +279,25 @@ int replay_model_run(const replay_trace *t, replay_model which, replay_model_res
   space s = { .best = which == REPLAY_MODEL_BEST_FIT };
   pages pg = { 0 };
   uint64_t *at = calloc(t->slots ? t->slots : 1, sizeof *at);
-  int rc = -1;
+  int rc = REPLAY_MODEL_NO_MEMORY;
   if (!at || treap_init(&s.addr) != 0 || (s.best && treap_init(&s.size) != 0))
     goto out;
   uint64_t peak_top = 0;
   for (size_t k = 0; k < t->n; k++) {
     const replay_event *e = &t->ev[k];
+    if (e->size > REPLAY_MODEL_SPAN) {
+      rc = REPLAY_MODEL_TOO_LARGE;
+      goto out;
+    }
     uint64_t size = (e->size + REPLAY_MODEL_ALIGN - 1) / REPLAY_MODEL_ALIGN * REPLAY_MODEL_ALIGN;
     if (size == 0)
       size = REPLAY_MODEL_ALIGN;
     if (!e->is_free) {
-      if (space_take(&s, size, &at[e->slot]) != 0)
+      int took = space_take(&s, size, &at[e->slot]);
+      if (took != 0) {
+        rc = took;
         goto out;
+      }
       if (s.top > peak_top)
         peak_top = s.top;
       if (which == REPLAY_MODEL_PAGES && pages_mark(&pg, at[e->slot], size, 1) != 0)
@@ -301,7 +313,7 @@ int replay_model_run(const replay_trace *t, replay_model which, replay_model_res
                 ? pg.peak * REPLAY_MODEL_PAGE
                 : (size_t)((peak_top + REPLAY_MODEL_PAGE - 1) / REPLAY_MODEL_PAGE * REPLAY_MODEL_PAGE);
   r->page_maps = pg.maps;
-  rc = 0;
+  rc = REPLAY_MODEL_OK;
 out:
   free(at);
   free(s.addr.n);

@@ -23,6 +23,7 @@
 #define CUEMM_REPLAY_MODEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "replay-parse.h"
 
@@ -30,6 +31,10 @@
  * allocation granularity on an H100, the unit of every mapping. */
 #define REPLAY_MODEL_ALIGN ((size_t)256)
 #define REPLAY_MODEL_PAGE ((size_t)2 << 20)
+/* The most address space a model places blocks in: far more than any
+ * GPU's memory, and it bounds the pages model's table (8 Mi pages, 32
+ * MiB) whatever sizes a log claims. */
+#define REPLAY_MODEL_SPAN ((uint64_t)1 << 44)
 
 typedef enum replay_model {
   REPLAY_MODEL_FIRST_FIT = 0,
@@ -44,8 +49,13 @@ typedef struct replay_model_result {
                      * what an allocator holding only those would map */
 } replay_model_result;
 
-/* Places t's events with model `which` into *r.  Returns 0, or -1 when
- * host memory ran out. */
+/* What replay_model_run returns. */
+enum { REPLAY_MODEL_OK = 0, REPLAY_MODEL_NO_MEMORY = -1, REPLAY_MODEL_TOO_LARGE = -2 };
+
+/* Places t's events with model `which` into *r.  Returns REPLAY_MODEL_OK;
+ * REPLAY_MODEL_NO_MEMORY when host memory ran out; REPLAY_MODEL_TOO_LARGE
+ * when the blocks would reach past REPLAY_MODEL_SPAN (a log whose sizes
+ * are not a GPU's). */
 int replay_model_run(const replay_trace *t, replay_model which, replay_model_result *r);
 
 #endif

@@ -12,13 +12,19 @@
  * at the end are what the events say.  With a Manager column, each manager
  * can be chosen and one absent is refused; without, any choice is refused.
  * And replay_escape of the input writes printable ASCII that reads back as
- * the input.
+ * the input.  Every accepted trace is placed by cuemm-replay's models
+ * (tools/replay-model.c): each holds at least the peak of live bytes and
+ * at most what all its allocations sum to; first fit at least what its own
+ * placement's pages hold; the pages model maps each page it holds at its
+ * peak at least once; sizes past the models' span are refused, not
+ * placed.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fuzz.h"
+#include "replay-model.h"
 #include "replay-parse.h"
 
 #define PATH "log\033[2J.csv"
@@ -116,6 +122,39 @@ static replay_status parse_both(replay_trace *t, const uint8_t *data, size_t siz
   return st;
 }
 
+/* The models on an accepted trace. */
+static void check_models(const replay_trace *t)
+{
+  uint64_t total = 0; /* every allocation's bytes as the models round them */
+  int too_large = 0;
+  for (size_t i = 0; i < t->n; i++)
+    if (t->ev[i].size > REPLAY_MODEL_SPAN)
+      too_large = 1;
+    else if (!t->ev[i].is_free)
+      total += (t->ev[i].size + REPLAY_MODEL_ALIGN - 1) / REPLAY_MODEL_ALIGN * REPLAY_MODEL_ALIGN;
+  replay_model_result r[3];
+  int rc[3];
+  for (int k = 0; k < 3; k++) {
+    rc[k] = replay_model_run(t, (replay_model)k, &r[k]);
+    FUZZ_ASSERT(rc[k] == REPLAY_MODEL_OK || rc[k] == REPLAY_MODEL_TOO_LARGE, "model %d returned %d", k, rc[k]);
+    FUZZ_ASSERT(!too_large || rc[k] == REPLAY_MODEL_TOO_LARGE, "model %d placed a size past its span", k);
+    if (rc[k] != REPLAY_MODEL_OK)
+      continue;
+    uint64_t most = (total + REPLAY_MODEL_PAGE - 1) / REPLAY_MODEL_PAGE * REPLAY_MODEL_PAGE;
+    FUZZ_ASSERT(r[k].held >= t->peak_live, "model %d holds %zu, below the peak of %zu live", k, r[k].held,
+                t->peak_live);
+    FUZZ_ASSERT(r[k].held <= most, "model %d holds %zu, more than all %llu allocated", k, r[k].held,
+                (unsigned long long)most);
+    FUZZ_ASSERT(r[k].held % REPLAY_MODEL_PAGE == 0, "model %d holds %zu, not whole pages", k, r[k].held);
+    FUZZ_ASSERT(k == REPLAY_MODEL_PAGES ? r[k].page_maps >= r[k].held / REPLAY_MODEL_PAGE : r[k].page_maps == 0,
+                "model %d: %zu page mappings for %zu held", k, r[k].page_maps, r[k].held);
+  }
+  if (rc[REPLAY_MODEL_FIRST_FIT] == REPLAY_MODEL_OK && rc[REPLAY_MODEL_PAGES] == REPLAY_MODEL_OK)
+    FUZZ_ASSERT(r[REPLAY_MODEL_FIRST_FIT].held >= r[REPLAY_MODEL_PAGES].held,
+                "first fit holds %zu, less than the %zu of its pages", r[REPLAY_MODEL_FIRST_FIT].held,
+                r[REPLAY_MODEL_PAGES].held);
+}
+
 /* replay_escape writes printable ASCII that reads back as its input. */
 static void check_escape(const uint8_t *data, size_t size)
 {
@@ -154,6 +193,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   replay_status st = parse_both(&t, data, size, 0, nlines);
   if (st != REPLAY_OK)
     return 0;
+  check_models(&t);
   if (!t.has_manager) {
     replay_trace u;
     FUZZ_ASSERT(parse_both(&u, data, size, 1, nlines) == REPLAY_BAD_MANAGER, "--manager without a Manager column");

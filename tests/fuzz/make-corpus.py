@@ -197,6 +197,15 @@ def replay_seeds():
         "actions.csv": rmm + b"".join(b"1,0,%s,0x1000,64,0x0\n" % (b"act%d-%s" % (i, b"y" * 40)) for i in range(10)),
         "managers.csv": cuemm + b"1,0,allocate,0x1000,64,0x0,3,2,a,100,\n1,0,allocate,0x1000,64,0x0,1,4294967295,a,,\n"
                         b"2,0,free,0x1000,32,0x0,2,2,f,64,\n2,0,free,0x1000,64,0x0,2,4294967295,f,7,\n",
+        # The models' shapes: holes that first and best fit fill differently,
+        # a free in the middle of the space, and sizes past their span.
+        "models-split.csv": rmm + b"".join(b"1,0,%s,0x%x,%d,0x0\n" % (a, p, n << 20) for a, p, n in [
+            (b"allocate", 0x1000000, 4), (b"allocate", 0x2000000, 6), (b"allocate", 0x3000000, 2),
+            (b"allocate", 0x4000000, 4), (b"free", 0x2000000, 6), (b"free", 0x4000000, 4),
+            (b"allocate", 0x5000000, 4), (b"allocate", 0x6000000, 6), (b"allocate", 0x7000000, 1),
+            (b"free", 0x3000000, 2), (b"allocate", 0x8000000, 3)]),
+        "models-huge.csv": rmm + b"1,0,allocate,0x1000,17592186044416,0x0\n1,0,allocate,0x2000,17592186044417,0x0\n"
+                           b"1,0,free,0x1000,17592186044416,0x0\n1,0,allocate,0x3000,300,0x0\n",
     })
     return seeds
 
