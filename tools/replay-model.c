@@ -242,7 +242,8 @@ static int space_give(space *s, uint64_t off, uint64_t size)
   return space_add(s, off, size);
 }
 
-/* Live blocks a page holds, for the pages model. */
+/* Live blocks a page holds (a block's first and last pages only), for the
+ * pages model. */
 typedef struct pages {
   uint32_t *count;
   size_t cap, touched, peak, maps;
@@ -263,12 +264,22 @@ static int pages_mark(pages *pg, uint64_t off, uint64_t size, int up)
     pg->count = g;
     pg->cap = c;
   }
-  for (size_t k = first; k <= last; k++) {
+  /* Only a block's first and last pages can hold other blocks too: the
+   * pages between are its alone, in use exactly while it is live, so they
+   * are counted without a walk (a block of 16 TiB is one step). */
+  size_t inner = last - first > 1 ? last - first - 1 : 0;
+  size_t ends[2] = { first, last };
+  for (int e = 0; e < (first == last ? 1 : 2); e++) {
+    size_t k = ends[e];
     if (up && pg->count[k]++ == 0)
       pg->touched++, pg->maps++;
     else if (!up && --pg->count[k] == 0)
       pg->touched--;
   }
+  if (up)
+    pg->touched += inner, pg->maps += inner;
+  else
+    pg->touched -= inner;
   if (pg->touched > pg->peak)
     pg->peak = pg->touched;
   return 0;
