@@ -186,6 +186,9 @@ def replay_seeds():
         "bad-short.csv": rmm + b"1,0,allocate,0x1000,64\n",
         "bad-nul.csv": rmm + b"1,0,allocate,0x1000\x00,64,0x0\n",
         "bad-twice.csv": b"Thread,Time,Action,Pointer,Size,Stream,Seq,Seq\n",
+        # The target's first find: a header with Seq and no rows once passed
+        # qsort a NULL array.
+        "seq-header-only.csv": b"Thread,Time,Action,Pointer,Size,Stream,Seq,SeqJ",
         "bad-overflow.csv": rmm + b"1,0,allocate,0x1000,18446744073709551615,0x0\n1,0,allocate,0x2000,1,0x0\n",
         "bad-streams.csv": rmm + b"".join(b"1,0,allocate,0x%x,64,0x%x\n" % (0x1000 * (i + 1), i + 3) for i in range(257)),
         "bad-manager.csv": cuemm + b"1,0,allocate,0x1000,64,0x0,1,,cuemm_alloc,0,\n",
