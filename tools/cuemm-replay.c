@@ -1077,10 +1077,10 @@ static result replay_on_paper(const trace *t, const backend *b)
 
 static result replay(const trace *t, const backend *b, int backend_no, int nbackends, int reps, int snapshot)
 {
-  result res = { .t = t, .b = b };
-  position pos = { .backend = b->name, .backend_no = backend_no, .backends = nbackends };
   if (b->model >= 0)
     return replay_on_paper(t, b);
+  result res = { .t = t, .b = b };
+  position pos = { .backend = b->name, .backend_no = backend_no, .backends = nbackends };
   if (b->setup && (res.skipped = b->setup()) != NULL) {
     progress_clear();
     printf("%-16s skipped: %s\n", b->name, res.skipped);

@@ -191,33 +191,23 @@ static void space_del(space *s, uint64_t off, uint64_t size)
  * or REPLAY_MODEL_TOO_LARGE when the space would pass REPLAY_MODEL_SPAN. */
 static int space_take(space *s, uint64_t size, uint64_t *off)
 {
-  uint64_t o, fs;
   uint32_t i = s->best ? treap_ceil(&s->size, size, 0) : treap_first_fit(&s->addr, size);
-  if (i != NIL) {
-    const node *n = s->best ? &s->size.n[i] : &s->addr.n[i];
-    o = s->best ? n->b : n->a;
-    fs = n->size;
-  } else {
+  if (i == NIL) {
     /* Nothing fits: the space grows, from the free block at its end if
      * there is one. */
     uint32_t l = treap_floor_below(&s->addr, UINT64_MAX, 0);
-    if (l != NIL && s->addr.n[l].a + s->addr.n[l].size == s->top) {
-      o = s->addr.n[l].a;
-      fs = s->addr.n[l].size;
-    } else {
-      if (size > REPLAY_MODEL_SPAN - s->top)
-        return REPLAY_MODEL_TOO_LARGE;
-      *off = s->top;
-      s->top += size;
-      return 0;
-    }
+    int joins = l != NIL && s->addr.n[l].a + s->addr.n[l].size == s->top;
+    uint64_t o = joins ? s->addr.n[l].a : s->top;
     if (size > REPLAY_MODEL_SPAN - o)
       return REPLAY_MODEL_TOO_LARGE;
-    space_del(s, o, fs);
+    if (joins)
+      space_del(s, o, s->addr.n[l].size);
     *off = o;
     s->top = o + size;
     return 0;
   }
+  const node *n = s->best ? &s->size.n[i] : &s->addr.n[i];
+  uint64_t o = s->best ? n->b : n->a, fs = n->size;
   space_del(s, o, fs);
   *off = o;
   return fs > size ? space_add(s, o + size, fs - size) : 0;
@@ -300,9 +290,9 @@ int replay_model_run(const replay_trace *t, replay_model which, replay_model_res
       rc = REPLAY_MODEL_TOO_LARGE;
       goto out;
     }
+    /* The parser replays no allocation of 0 bytes: every size rounds to
+     * one alignment at least. */
     uint64_t size = (e->size + REPLAY_MODEL_ALIGN - 1) / REPLAY_MODEL_ALIGN * REPLAY_MODEL_ALIGN;
-    if (size == 0)
-      size = REPLAY_MODEL_ALIGN;
     if (!e->is_free) {
       int took = space_take(&s, size, &at[e->slot]);
       if (took != 0) {
