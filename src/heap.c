@@ -433,7 +433,7 @@ void cuemm__heap_large_compact(cuemm__heap *h, cuemm__hstream *st)
 
 const char *cuemm__heap_check(const cuemm__heap *h)
 {
-  size_t live = 0, livebytes = 0, cached = 0, cachedbytes = 0, mapped = 0;
+  size_t live = 0, livebytes = 0, cached = 0, cachedbytes = 0, cachedlarge = 0, mapped = 0;
   for (uint32_t r = 1; r < h->nb; r++) {
     const cuemm__hblock *b = &h->b[r];
     if (b->state == CUEMM__HB_UNUSED)
@@ -449,6 +449,7 @@ const char *cuemm__heap_check(const cuemm__heap *h)
     } else {
       cached++;
       cachedbytes += b->size;
+      cachedlarge += b->size >= CUEMM__HEAP_LARGE;
       if (b->bin >= h->bincap || h->bins[b->bin].key != cuemm__heap_binkey(b->hs, b->size))
         return "a cached block is in the wrong bin";
       if (b->seq == 0 || b->seq > h->st[b->hs].freed)
@@ -461,6 +462,8 @@ const char *cuemm__heap_check(const cuemm__heap *h)
     return "the live counters are wrong";
   if (cached != h->cached_count || cachedbytes != h->cached_bytes)
     return "the cached counters are wrong";
+  if (cachedlarge != h->cached_large)
+    return "the count of cached large blocks is wrong";
   size_t inbins = 0;
   for (size_t i = 0; i < h->bincap; i++) {
     const cuemm__hbin *bn = &h->bins[i];

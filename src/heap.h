@@ -181,6 +181,10 @@ typedef struct cuemm__heap {
 
   /* counters; read under the lock by cuemm_get_stats */
   size_t live_bytes, live_count, cached_bytes, cached_count;
+  /* Cached blocks of CUEMM__HEAP_LARGE bytes or more, every stream's: with
+   * none, a large request that missed its bin knows no bin can serve it
+   * and goes to the pool without looking (stream.c's alloc_async_miss). */
+  size_t cached_large;
   size_t trim_mark;     /* cached bytes past which a free gives idle blocks back (cuemm__thread_heap_cap) */
   uint64_t allocs, frees, events_recorded, event_waits, steals;
   unsigned events_made;
@@ -432,6 +436,7 @@ static inline void cuemm__heap_account_cached(cuemm__heap *h, uint32_t r, int si
     /* Whoever caches one past the list's room evicts the oldest first
      * (cuemm__exchange_evict_large).  The per-thread default stream keeps
      * all its blocks: its list holds the first ones, and nothing reads it. */
+    h->cached_large += (size_t)(ptrdiff_t)sign;
     if (sign < 0)
       cuemm__heap_large_drop(st, b);
     else if (st->nlarge < CUEMM__HEAP_LARGE_KEEP_MAX) {
