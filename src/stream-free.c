@@ -163,6 +163,8 @@ static int free_admitted(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstream 
   int entered = 0, admit = 0;
   if (cuemm__span_blk(f->blk))
     return 0; /* a span's block goes back to its span, never into another heap */
+  if (f->size >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream) && !cuemm__keep_large(m))
+    return 0; /* no thread keeps large blocks now (CUEMM__KEEP_QUIET): heap_takes_large's answer, unasked */
   if (f->size <= CUEMM__HEAP_LARGE_MAX || stream_is_own_only(stream)) { /* else no heap keeps it */
     if (f->o != h)
       entered = heap_get(h);
