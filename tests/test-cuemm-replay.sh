@@ -161,7 +161,7 @@ err "--manager 0" 2 "cuemm-replay: --manager takes a manager's number (1, 2, ...
 err "--manager x" 2 "cuemm-replay: --manager takes a manager's number (1, 2, ...), not 'x'" "$replay" --manager x "$fx"
 err "--progress-interval -1" 2 "cuemm-replay: --progress-interval takes seconds, 0 to 86400, not '-1'" \
   "$replay" --progress-interval -1 "$fx"
-err "--backends with no name" 2 "cuemm-replay: --backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, cuemm (both cuemm-*), all (those four), model-first-fit, model-best-fit, model-pages, models (those three)" \
+err "--backends with no name" 2 "cuemm-replay: --backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, cuemm (both cuemm-*), all (those four), model-first-fit, model-best-fit, model-pages, models (those three), none" \
   "$replay" --backends= "$fx"
 err "--snapshot with no file name" 2 "cuemm-replay: --snapshot needs a file name" "$replay" --snapshot= "$fx"
 # A log's bytes reach the terminal only escaped: a header holding ESC [2J
@@ -309,7 +309,7 @@ check "CUEMM_LOG is not applied to the replay's managers, and that is said" \
   test ! -e "$tmp/replay-log.csv" -a -n "$(has "CUEMM_LOG ($tmp/replay-log.csv) is not applied: the replay's managers write no log" && echo y)"
 out=$("$replay" --backends cuemm-async,cuMemFoo "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
 check "an unknown backend is a usage error naming it and the backends (exit $rc)" \
-  test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: no backend 'cuMemFoo' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred; cuemm for both cuemm-*, all for those four; the models model-first-fit, model-best-fit, model-pages; models for those three)"
+  test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: no backend 'cuMemFoo' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred; cuemm for both cuemm-*, all for those four; the models model-first-fit, model-best-fit, model-pages; models for those three; none)"
 out=$("$replay" --backends cuemm,cuemm-deferred "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
 check "a backend named twice is a usage error (exit $rc)" \
   test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: cuemm-deferred is named twice"
@@ -549,4 +549,21 @@ check "a model named twice is a usage error (exit $rc)" \
 out=$("$replay" --quick --backends model-worst-fit "$tmp/split.csv" 2>&1); rc=$?
 check "an unknown backend's message lists the models (exit $rc)" \
   test $rc -eq 2 -a -n "$(has "no backend 'model-worst-fit' .*model-first-fit, model-best-fit, model-pages" && echo y)"
+# none: the replay's own time per event, nothing held, not in "all" or
+# "models"; refused with --lag, whose work needs memory.
+out=$("$replay" --quick --backends none,cuemm-async "$tmp/split.csv" 2>&1); rc=$?
+printf '%s\n' "$out" | sed 's/^/# /'
+check "--backends none: a time per event, nothing held, no out of memory (exit $rc)" \
+  test $rc -eq 0 -a "$(col split.csv none 1)" = 8 -a "$(col split.csv none 5)" = n/a -a "$(col split.csv none 6)" = n/a \
+    -a "$(col split.csv none 7)" = 0 -a -n "$(col split.csv none 3 | grep -E '^[0-9]+\.[0-9]$')" \
+    -a -n "$(has '^none  *8 events, [0-9.]* ns/event; peak live 16777216 bytes, peak held n/a, footprint n/a; out of memory 0$' && echo y)"
+check "none beside an allocator, which runs as usual" test "$(col split.csv cuemm-async 7)" = 0 -a "$(col split.csv cuemm-async 5)" != n/a
+out=$("$replay" --quick --backends models,all "$tmp/split.csv" 2>&1); rc=$?
+check "neither models nor all runs none (exit $rc)" test $rc -eq 0 -a -z "$(row split.csv none)"
+out=$("$replay" --quick --threads --backends none "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
+check "none with --threads (exit $rc)" test $rc -eq 0 -a "$(col two-streams.csv none 1)" = 10
+out=$("$replay" --quick --lag 4 --backends none,cuMemAlloc "$tmp/split.csv" 2>&1); rc=$?
+check "none with --lag is skipped, saying why, and the replay goes on (exit $rc)" \
+  test $rc -eq 0 -a "$(col split.csv none 1)" = skipped -a -n "$(row split.csv cuMemAlloc)" \
+    -a -n "$(has "^none  *skipped: --lag queues work on each block, and none's blocks are not memory$" && echo y)"
 echo "1..$n"

@@ -36,7 +36,11 @@
  *   keeps blocks where it put them; the pages model shows what moving
  *   physical memory under them could save.  A log whose blocks would
  *   reach past 16 TiB of address space (sizes no GPU holds) is skipped by
- *   the models, saying so.  Each stream of
+ *   the models, saying so.  `none` (only when named) allocates nothing:
+ *   it hands out addresses nobody uses and its frees do nothing, so its
+ *   time per event is the replay's own (the loop, and with --threads the
+ *   hand-overs between threads), the floor under every allocator's
+ *   figure.  Each stream of
  *   the log gets a stream of its own, created for the replay (non-blocking,
  *   as PyTorch's side streams are); streams 0 and 0x1 (cudaStreamLegacy)
  *   are the legacy default stream, 0x2 the per-thread one.  Pointers are
@@ -353,7 +357,9 @@ static double median(double *v, int n)
 #define MiB ((size_t)1 << 20)
 /* The allocators, then the models (replay-model.h). */
 #define ALLOCATORS 4
-#define MAX_BACKENDS 7
+#define MODELS 3
+/* Then `none`, the replay's own cost. */
+#define MAX_BACKENDS (ALLOCATORS + MODELS + 1)
 
 /* ---- the progress line ---------------------------------------------------- */
 
@@ -733,6 +739,40 @@ static void cuemm_teardown(void)
   mgr = NULL;
 }
 
+/* `none`: addresses nobody uses (never 0, never repeated within a run),
+ * and frees that do nothing, so that its time per event is the replay's
+ * own: the loop over the events, and with --threads the hand-overs between
+ * the threads, which every allocator's figure includes too.  Calls are
+ * ordered by the turn (--threads), so the counter needs no atomics. */
+static CUdeviceptr none_next;
+
+static const char *none_setup(void)
+{
+  if (opt_lag)
+    return "--lag queues work on each block, and none's blocks are not memory";
+  none_next = (CUdeviceptr)1 << 40;
+  return NULL;
+}
+
+static CUresult none_alloc(CUdeviceptr *p, size_t size, CUstream s)
+{
+  (void)size, (void)s;
+  *p = none_next;
+  none_next += 256;
+  return CUDA_SUCCESS;
+}
+
+static CUresult none_free(CUdeviceptr p, size_t size, CUstream s)
+{
+  (void)p, (void)size, (void)s;
+  return CUDA_SUCCESS;
+}
+
+static CUresult none_finish(void)
+{
+  return CUDA_SUCCESS;
+}
+
 typedef struct backend {
   const char *name;
   int is_cuemm;
@@ -758,6 +798,7 @@ static const backend backends[MAX_BACKENDS] = {
   { "model-first-fit", 0, REPLAY_MODEL_FIRST_FIT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
   { "model-best-fit", 0, REPLAY_MODEL_BEST_FIT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
   { "model-pages", 0, REPLAY_MODEL_PAGES, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
+  { "none", 0, -1, none_setup, none_alloc, none_free, none_finish, NULL, NULL, NULL, NULL },
 };
 
 /* ---- the snapshot at the peak (--snapshot FILE) --------------------------- */
@@ -1194,7 +1235,7 @@ static int parse_backends(const char *list, int *sel)
   if (!*list)
     bad_usage("--backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, "
               "cuemm (both cuemm-*), all (those four), model-first-fit, model-best-fit, model-pages, models (those "
-              "three)");
+              "three), none");
   for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     int first = -1, last = -1;
     for (int k = 0; k < MAX_BACKENDS; k++)
@@ -1205,11 +1246,11 @@ static int parse_backends(const char *list, int *sel)
     else if (strcasecmp(tok, "all") == 0)
       first = 0, last = ALLOCATORS - 1;
     else if (strcasecmp(tok, "models") == 0)
-      first = ALLOCATORS, last = MAX_BACKENDS - 1;
+      first = ALLOCATORS, last = ALLOCATORS + MODELS - 1;
     if (first < 0)
       bad_usage("--backends: no backend '%s' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, "
                 "cuemm-deferred; cuemm for both cuemm-*, all for those four; the models model-first-fit, "
-                "model-best-fit, model-pages; models for those three)", shown(tok));
+                "model-best-fit, model-pages; models for those three; none)", shown(tok));
     for (int k = first; k <= last; k++) {
       for (int j = 0; j < n; j++)
         if (sel[j] == k)
@@ -1251,7 +1292,9 @@ static const char help_text[] =
     "                         streams: model-first-fit (lowest address),\n"
     "                         model-best-fit (smallest fit), model-pages (first\n"
     "                         fit holding only the 2 MiB pages live blocks\n"
-    "                         touch); models: those three\n"
+    "                         touch); models: those three; none: no allocator\n"
+    "                         (addresses nobody uses, frees that do nothing): the\n"
+    "                         replay's own time per event\n"
     "  --manager N            replay manager N's rows of a cuemm log (default: the\n"
     "                         first manager in replay order)\n"
     "  --reps R               timed passes per backend, 1 to 64 (default 5): the\n"
