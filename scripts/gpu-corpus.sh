@@ -2,12 +2,14 @@
 # gpu-corpus.sh: the trace corpus on a GPU.  Generates every log of
 # tests/fixtures/corpus.txt with tools/cuemm-tracegen and replays each
 # through all four backends of tools/cuemm-replay (cuMemAlloc, the driver's
-# pool cuMemAllocAsync, cuemm-async, cuemm-deferred), 3 timed passes, each
-# thread of a log on a thread of its own (--threads), then
-# prints a table per log (ns per event and footprint of each backend) and
-# one over the corpus: the footprints of cuemm-async and cuMemAllocAsync,
-# their ns per event, and the footprint recorded on simcuda
-# (tests/fixtures/corpus-footprint.txt), which the GPU's should equal.
+# pool cuMemAllocAsync, cuemm-async, cuemm-deferred) and `none`, the
+# replay's own time per event (no allocator: the floor under every
+# figure), 3 timed passes, each thread of a log on a thread of its own
+# (--threads), then prints a table per log (ns per event and footprint of
+# each backend) and one over the corpus: the footprints of cuemm-async and
+# cuMemAllocAsync, their ns per event, the footprint recorded on simcuda
+# (tests/fixtures/corpus-footprint.txt), which the GPU's should equal, and
+# none's ns per event.
 #
 #   scripts/gpu-corpus.sh OUTDIR [TREE]
 #
@@ -108,7 +110,8 @@ for name in $names; do
   rm -f "$out/gen-$name.err"
   r="$out/replay-$name.txt"
   # shellcheck disable=SC2086
-  timeout "${LOG_TIMEOUT:-150}" "$b/tools/cuemm-replay" ${REPLAY_ARGS:---reps 3 --threads} "$log" > "$r" 2> "$out/replay-$name.err"
+  timeout "${LOG_TIMEOUT:-150}" "$b/tools/cuemm-replay" --backends all,none ${REPLAY_ARGS:---reps 3 --threads} "$log" \
+    > "$r" 2> "$out/replay-$name.err"
   rc=$?
   if test $rc -ne 0; then
     echo "gpu-corpus: cuemm-replay on $name: exit $rc; $(tail -n 2 "$out/replay-$name.err")" | tee -a "$sum" >&2
@@ -123,21 +126,22 @@ for name in $names; do
     printf '%s: %s events, %s streams, peak live %s bytes (%s GiB)  [cuemm-tracegen%s]\n' "$name" "$events" \
       "$(field "$t" cuemm-async 4 "$r")" "$live" "$(awk -v l="$live" 'BEGIN { printf "%.2f", l / 1073741824 }')" "$args"
     printf '  %-16s %12s %10s %6s\n' backend ns/event footprint oom
-    for k in cuMemAlloc cuMemAllocAsync cuemm-async cuemm-deferred; do
+    for k in cuMemAlloc cuMemAllocAsync cuemm-async cuemm-deferred none; do
       printf '  %-16s %12s %10s %6s\n' "$k" "$(field "$t" "$k" 5 "$r")" "$(field "$t" "$k" 8 "$r")" "$(field "$t" "$k" 9 "$r")"
     done
   } | tee -a "$sum"
   # footprints to 4 places from the bytes (the table shows 2)
   fp() { awk -v h="$(field "$t" "$1" 7 "$r")" -v l="$live" 'BEGIN { if (h ~ /^[0-9]+$/ && l > 0) printf "%.4f", h / l; else print "n/a" }'; }
-  echo "$name $events $(fp cuemm-async) $(fp cuMemAllocAsync) $(field "$t" cuemm-async 5 "$r") $(field "$t" cuMemAllocAsync 5 "$r") ${simrec:-none}" >> "$rows"
+  echo "$name $events $(fp cuemm-async) $(fp cuMemAllocAsync) $(field "$t" cuemm-async 5 "$r") $(field "$t" cuMemAllocAsync 5 "$r") ${simrec:-none} $(field "$t" none 5 "$r")" >> "$rows"
   echo "$name $events $live $(fp cuemm-async) $(fp cuMemAllocAsync)" >> "$out/corpus-footprint.txt"
 done
 
 {
   echo
   echo "## the corpus: footprint (peak held / peak live) and ns per event, ${REPLAY_ARGS:---reps 3 --threads}"
-  printf '%-16s %7s %12s %16s %14s %18s %14s\n' log events cuemm-async cuMemAllocAsync "cuemm ns/ev" "cuMemAllocAsync ns" "simcuda cuemm"
-  awk '{ printf "%-16s %7s %12s %16s %14s %18s %14s\n", $1, $2, $3, $4, $5, $6, $7 }' "$rows"
+  printf '%-16s %7s %12s %16s %14s %18s %14s %12s\n' log events cuemm-async cuMemAllocAsync "cuemm ns/ev" "cuMemAllocAsync ns" \
+    "simcuda cuemm" "none ns/ev"
+  awk '{ printf "%-16s %7s %12s %16s %14s %18s %14s %12s\n", $1, $2, $3, $4, $5, $6, $7, $8 }' "$rows"
   med() { awk -v c="$1" '$c ~ /^[0-9.]+$/ { print $c }' "$rows" | sort -n |
     awk '{ v[NR] = $1 } END { if (NR) printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print "n/a" }'; }
   echo "median footprint: cuemm-async $(med 3), cuMemAllocAsync $(med 4)"

@@ -3,7 +3,7 @@
 # suite runs on, over a corpus of three logs (CORPUS: two small ones and
 # serve-mixed of the corpus) and one pass each (REPLAY_ARGS=--quick), so
 # that the script the GPU run depends on is known to work before it
-# reaches a GPU: a table per log with the four backends, the corpus's
+# reaches a GPU: a table per log with the four backends and none, the corpus's
 # table with a row per log, the figure recorded on simcuda beside the log
 # of the corpus, the medians and counts, the failure of a log that cannot
 # be generated, and the usage error.
@@ -21,7 +21,7 @@ fi
 n=0
 check() { d=$1; shift; n=$((n + 1)); if "$@"; then echo "ok $n - $d"; else echo "not ok $n - $d"; fi; }
 has() { grep -q -e "$2" "$1"; }
-echo "1..14"
+echo "1..16"
 
 cat > "$tmp/corpus.txt" <<'LIST'
 # a small corpus for the test
@@ -34,7 +34,7 @@ sed 's/^/# /' "$tmp/run.txt"
 check "the run exits 0 (exit $rc)" test $rc -eq 0
 check "a table per log, with its events and streams" \
   has "$tmp/run.txt" "^tiny-serve: [0-9]* events, 4 streams, peak live"
-for k in cuMemAlloc cuMemAllocAsync cuemm-async cuemm-deferred; do
+for k in cuMemAlloc cuMemAllocAsync cuemm-async cuemm-deferred none; do
   check "tiny-cupy's table has $k with its ns per event and footprint" \
     has "$tmp/run.txt" "^  $k  *[0-9.]*  *\([0-9.]*\|n/a\)  *0$"
 done
@@ -43,6 +43,8 @@ check "the corpus's table has a row per log, cuemm-async's footprint to 4 places
 recorded=$(awk '$1 == "serve-mixed" { print $4 }' "$src/tests/fixtures/corpus-footprint.txt")
 check "a log of the corpus shows the figure recorded on simcuda ($recorded), the others none" \
   test -n "$recorded" -a "$(awk '$1 ~ /^(tiny-cupy|tiny-serve|serve-mixed)$/ { printf "%s ", $7 }' "$tmp/run.txt")" = "none none $recorded "
+check "the corpus's table ends each row with none's ns per event, the replay's own" \
+  test "$(awk '$1 ~ /^(tiny-cupy|tiny-serve|serve-mixed)$/ && NF == 8 && $8 ~ /^[0-9]+\.[0-9]$/' "$tmp/run.txt" | wc -l)" = 3
 check "the medians, the logs equal to simcuda's figures and those above 1.10" \
   test "$(grep -c -e '^median footprint: cuemm-async [0-9]\.[0-9]*, cuMemAllocAsync' \
     -e '^cuemm-async footprint equal to the one recorded on simcuda: [01] of the 1 logs recorded there$' \
