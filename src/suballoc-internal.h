@@ -29,6 +29,11 @@
 
 #define NIL CUEMM__SA_NIL
 
+/* The `bin` of a FREE block out of every list for a moment: one that
+ * move_tag (suballoc.c) has taken out of its tag's lists and not yet
+ * merged.  A merge that absorbs it has nothing to unlink. */
+#define DETACHED 0xffffu
+
 /* ---- bins ----------------------------------------------------------------- */
 
 static inline unsigned bin_of(size_t size)

@@ -55,6 +55,8 @@ typedef struct stale {
 static inline void merge_unlink(cuemm__sa *s, uint32_t x, stale *st)
 {
   cuemm__sa_block *b = &s->b[x];
+  if (b->state == CUEMM__SA_FREE && b->bin == DETACHED)
+    return; /* out of every list already (move_tag) */
   if (b->state != CUEMM__SA_FREE || b->size < CUEMM__SA_LOW_FIT) {
     list_del(s, x);
     return;

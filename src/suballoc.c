@@ -287,7 +287,10 @@ static size_t move_tag(cuemm__sa *s, uint32_t from, uint64_t done, uint32_t to, 
     return 0;
   cuemm__sa_bins *bs = s->tagged[from - 1];
   /* First out of the tag's bins, then merged: a merge may absorb another
-   * block of the tag, which must not be in the middle of a walk of its bin. */
+   * block of the tag, which must not be in the middle of a walk of its bin.
+   * Between the two they are in no list (DETACHED), so a merge that absorbs
+   * one unlinks nothing; linking them to their new tag's lists and taking
+   * them out again before their merge cost two tree operations a block. */
   if (s->nscratch < bs->count) {
     uint32_t *g = realloc(s->scratch, bs->count * sizeof *g);
     if (!g)
@@ -305,17 +308,17 @@ static size_t move_tag(cuemm__sa *s, uint32_t from, uint64_t done, uint32_t to, 
       list_del(s, i);
       s->b[i].tag = to;
       s->b[i].seq = to ? seq : 0;
-      list_add(s, i);
+      s->b[i].bin = DETACHED;
       s->scratch[n++] = i;
       moved += s->b[i].size;
     }
   for (uint32_t j = 0; j < n; j++) {
     uint32_t i = s->scratch[j];
-    /* Absorbed by an earlier merge: its descriptor is spare now (merging
-     * takes no descriptor, so none is reused meanwhile). */
-    if (s->b[i].state != CUEMM__SA_FREE)
+    /* Absorbed by an earlier merge (its descriptor is spare now: merging
+     * takes no descriptor, so none is reused meanwhile), or the survivor
+     * of one, merged on both sides and linked already. */
+    if (s->b[i].state != CUEMM__SA_FREE || s->b[i].bin != DETACHED)
       continue;
-    list_del(s, i);
     cuemm__sa_merge_link(s, i, 1);
   }
   return moved;
