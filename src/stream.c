@@ -247,16 +247,17 @@ static __attribute__((noinline)) CUresult alloc_async_miss(cuemm_manager *m, cue
     cuemm__heap_drain_remote_list(h);
     r = heap_hit(h, hs, size);
   }
-  /* A large request when no stream of the heap keeps a large block: no
-   * bin can serve it (a training step's tensors while the threads keep
-   * none, CUEMM__KEEP_QUIET, or sizes past CUEMM__HEAP_LARGE_MAX). */
-  int none = r == CUEMM__HEAP_NIL && rs >= CUEMM__HEAP_LARGE && !h->cached_large;
-  if (r == CUEMM__HEAP_NIL && !none)
+  /* The bins, unless the request is large and no stream of the heap keeps
+   * a large block (a training step's tensors while the threads keep none,
+   * CUEMM__KEEP_QUIET, or sizes past CUEMM__HEAP_LARGE_MAX): then none of
+   * them can serve it. */
+  if (r == CUEMM__HEAP_NIL && (rs < CUEMM__HEAP_LARGE || h->cached_large)) {
     r = heap_hit_class(h, hs, size);
-  if (r == CUEMM__HEAP_NIL && !none)
-    r = steal_hint(h, hs, rs, size);
-  if (r == CUEMM__HEAP_NIL && !none)
-    r = cuemm__exchange_steal_idle(h, hs, rs, size, &others);
+    if (r == CUEMM__HEAP_NIL)
+      r = steal_hint(h, hs, rs, size);
+    if (r == CUEMM__HEAP_NIL)
+      r = cuemm__exchange_steal_idle(h, hs, rs, size, &others);
+  }
   /* A thread whose pool visits queue on the manager's lock: its own span,
    * or a new one (span.h; NOT_FOUND where none can be made). */
   int span = r == CUEMM__HEAP_NIL && heap_spans(h, hs, rs, stream);
