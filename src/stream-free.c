@@ -160,27 +160,27 @@ static CUresult free_take_out(cuemm_manager *m, freeing *f, CUstream stream)
  * fast path, or locked when another thread wants it.  m's lock held. */
 static int free_admitted(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstream stream)
 {
-  int entered = 0, admit = 0;
   if (cuemm__span_blk(f->blk))
     return 0; /* a span's block goes back to its span, never into another heap */
-  if (f->size >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream) && !cuemm__keep_large(m))
-    return 0; /* no thread keeps large blocks now (CUEMM__KEEP_QUIET): heap_takes_large's answer, unasked */
-  if (f->size <= CUEMM__HEAP_LARGE_MAX || stream_is_own_only(stream)) { /* else no heap keeps it */
-    if (f->o != h)
-      entered = heap_get(h);
-    admit = heap_admits(h, stream, f->size);
-    if (admit && f->size >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream)) {
-      uint32_t hs = cuemm__heap_stream(h, stream);
-      if (!heap_takes_large(m, h, hs, f->size))
-        admit = 0;
-      else {
-        cuemm__exchange_evict_large(m, h, hs);
-        f->e = cuemm__owned_find(&m->owned, f->p); /* removals may move entries */
-      }
+  /* A large block no heap takes, known without entering one: past what a
+   * heap keeps, or while the threads keep none (CUEMM__KEEP_QUIET).  The
+   * per-thread default stream keeps all its blocks. */
+  int large = f->size >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream);
+  if (large && (f->size > CUEMM__HEAP_LARGE_MAX || !cuemm__keep_large(m)))
+    return 0;
+  int entered = f->o != h ? heap_get(h) : 0;
+  int admit = heap_admits(h, stream, f->size);
+  if (admit && large) {
+    uint32_t hs = cuemm__heap_stream(h, stream);
+    if (!heap_takes_large(m, h, hs, f->size))
+      admit = 0;
+    else {
+      cuemm__exchange_evict_large(m, h, hs);
+      f->e = cuemm__owned_find(&m->owned, f->p); /* removals may move entries */
     }
-    if (f->o != h)
-      heap_exit(h, entered);
   }
+  if (f->o != h)
+    heap_exit(h, entered);
   return admit;
 }
 
