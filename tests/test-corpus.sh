@@ -15,9 +15,11 @@
 #   - checks the ceiling of 1.10: above it the line is `not ok ... # TODO
 #     above 1.10`, so the suite stays green and shows where placement has
 #     work left, with what cuemm-replay's models hold on the log (first
-#     fit, best fit, and the 2 MiB pages live blocks touch): a log that
+#     fit, best fit, the 2 MiB pages live blocks touch, and foresight, a
+#     placement that knows when every block is freed): a log that
 #     fragments first and best fit alike is hard for any allocator that
-#     keeps blocks in place.
+#     keeps blocks in place, and one that foresight holds above 1.10 too
+#     is hard even for one that knew the future.
 # A third line a log replays it with the GPU 16 allocations behind the
 # program (cuemm-replay --lag 16: each allocation queues work on its block
 # and the replay waits for that of 16 allocations before, simcuda's queue
@@ -144,12 +146,13 @@ for name in $names; do
   echo "$name $events $live $foot n/a $lag" >> "$new"
   case $args in " @"*) from="recorded,$args" ;; *) from="cuemm-tracegen$args" ;; esac
   echo "# $name: $events events, peak live $live, held $held, footprint $foot ($from)"
-  # The yardstick: what textbook placements hold on the same log, streams
-  # and caches aside (cuemm-replay's models).
+  # The yardstick: what textbook placements, and one that knows the
+  # future, hold on the same log, streams and caches aside (cuemm-replay's
+  # models).
   models=$("$replay" --backends models --quick --quiet "$log" 2>&1 |
     awk -v t="$name.csv" '$1 == t && $2 ~ /^model-/ { f[$2] = $8 }
-      END { if (f["model-pages"] != "") printf "first fit %s, best fit %s, pages %s", f["model-first-fit"],
-            f["model-best-fit"], f["model-pages"] }')
+      END { if (f["model-foresight"] != "") printf "first fit %s, best fit %s, pages %s, foresight %s",
+            f["model-first-fit"], f["model-best-fit"], f["model-pages"], f["model-foresight"] }')
   echo "# $name: the models hold ${models:-(cuemm-replay --backends models failed)}"
   if test "$record" = 1; then
     ok "$name: footprint $foot recorded"

@@ -161,7 +161,7 @@ err "--manager 0" 2 "cuemm-replay: --manager takes a manager's number (1, 2, ...
 err "--manager x" 2 "cuemm-replay: --manager takes a manager's number (1, 2, ...), not 'x'" "$replay" --manager x "$fx"
 err "--progress-interval -1" 2 "cuemm-replay: --progress-interval takes seconds, 0 to 86400, not '-1'" \
   "$replay" --progress-interval -1 "$fx"
-err "--backends with no name" 2 "cuemm-replay: --backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, cuemm (both cuemm-*), all (those four), model-first-fit, model-best-fit, model-pages, models (those three), none" \
+err "--backends with no name" 2 "cuemm-replay: --backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, cuemm (both cuemm-*), all (those four), model-first-fit, model-best-fit, model-pages, model-foresight, models (those four), none" \
   "$replay" --backends= "$fx"
 err "--snapshot with no file name" 2 "cuemm-replay: --snapshot needs a file name" "$replay" --snapshot= "$fx"
 # A log's bytes reach the terminal only escaped: a header holding ESC [2J
@@ -309,7 +309,7 @@ check "CUEMM_LOG is not applied to the replay's managers, and that is said" \
   test ! -e "$tmp/replay-log.csv" -a -n "$(has "CUEMM_LOG ($tmp/replay-log.csv) is not applied: the replay's managers write no log" && echo y)"
 out=$("$replay" --backends cuemm-async,cuMemFoo "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
 check "an unknown backend is a usage error naming it and the backends (exit $rc)" \
-  test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: no backend 'cuMemFoo' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred; cuemm for both cuemm-*, all for those four; the models model-first-fit, model-best-fit, model-pages; models for those three; none)"
+  test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: no backend 'cuMemFoo' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred; cuemm for both cuemm-*, all for those four; the models model-first-fit, model-best-fit, model-pages, model-foresight; models for those four; none)"
 out=$("$replay" --backends cuemm,cuemm-deferred "$src/bench/traces/two-streams.csv" 2>&1); rc=$?
 check "a backend named twice is a usage error (exit $rc)" \
   test $rc -eq 2 -a "$out" = "cuemm-replay: --backends: cuemm-deferred is named twice"
@@ -502,6 +502,9 @@ done
 # at the end and the 6 in the 6 (16 MiB, 1.00).  middle.csv: 2, 4 and 2
 # MiB, the 4 freed, then 6 asked for: both fits grow to 14 MiB (peak live
 # 10, 1.40), while live blocks touch 5 pages of 2 MiB at most (1.00).
+# Foresight knows the 4 will be gone before the 6 comes: largest first,
+# the 6 and the 4 both at 0, the two 2s above them, 10 MiB (1.00); on
+# split.csv its best plan holds what best fit does, 16 MiB.
 mib=1048576
 printf '%s\n' "Thread,Time,Action,Pointer,Size,Stream" "1,0,allocate,0x1000000,$((4 * mib)),0x0" \
   "1,0,allocate,0x2000000,$((6 * mib)),0x0" "1,0,allocate,0x3000000,$((2 * mib)),0x0" \
@@ -512,7 +515,7 @@ printf '%s\n' "Thread,Time,Action,Pointer,Size,Stream" "1,0,allocate,0x1000000,$
   "1,0,free,0x2000000,$((4 * mib)),0x0" "1,0,allocate,0x4000000,$((6 * mib)),0x0" > "$tmp/middle.csv"
 out=$("$replay" --quick --backends models "$tmp/split.csv" "$tmp/middle.csv" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'
-check "--backends models runs the three models and no allocator (exit $rc)" \
+check "--backends models runs the four models and no allocator (exit $rc)" \
   test $rc -eq 0 -a -n "$(row split.csv model-pages)" -a -z "$(row split.csv cuemm-async)" \
     -a -n "$(has "^model-first-fit  8 events, placed on paper (no GPU, no time)" && echo y)"
 check "split.csv: first fit holds 18 MiB (1.12), best fit 16 MiB (1.00)" \
@@ -525,6 +528,10 @@ check "middle.csv: both fits hold 14 MiB (1.40), the pages 10 MiB (1.00)" \
 # middle.csv's pages come into use 7 times: 1 for the first 2 MiB, 2 for
 # the 4, 1 for the last 2, and 3 for the 6 (the 4's two went out of use).
 check "middle.csv: the pages model says its pages were mapped 7 times" has "^model-pages .*footprint 1.00; pages mapped 7 times$"
+check "foresight: middle.csv in 10 MiB (1.00) where both fits need 14, split.csv in 16 (1.00)" \
+  test "$(col middle.csv model-foresight 5)" = $((10 * mib)) -a "$(col middle.csv model-foresight 6)" = 1.00 \
+    -a "$(col split.csv model-foresight 5)" = $((16 * mib)) -a "$(col split.csv model-foresight 6)" = 1.00 \
+    -a -n "$(has "^model-foresight  5 events, placed on paper (no GPU, no time); peak live $((10 * mib)) bytes, peak held $((10 * mib)), footprint 1.00$" && echo y)"
 check "a model's row has no time and no out of memory" \
   test "$(col middle.csv model-pages 3)" = - -a "$(col middle.csv model-pages 7)" = 0
 out=$("$replay" --quick --backends model-best-fit,cuemm-async "$tmp/split.csv" 2>&1); rc=$?
@@ -541,8 +548,8 @@ printf '%s\n' "Thread,Time,Action,Pointer,Size,Stream" "1,0,allocate,0x1000,1759
 out=$("$replay" --quick --backends models,cuMemAlloc "$tmp/huge.csv" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'
 check "a block past 16 TiB: each model is skipped, saying why, and the replay goes on (exit $rc)" \
-  test $rc -eq 0 -a "$(printf '%s\n' "$out" | grep -c '^model-[a-z-]* *skipped: its blocks reach past 16 TiB of address space placed so (sizes no GPU holds)$')" = 3 \
-    -a "$(col huge.csv model-pages 1)" = skipped -a -n "$(row huge.csv cuMemAlloc)"
+  test $rc -eq 0 -a "$(printf '%s\n' "$out" | grep -c '^model-[a-z-]* *skipped: its blocks reach past 16 TiB of address space placed so (sizes no GPU holds)$')" = 4 \
+    -a "$(col huge.csv model-pages 1)" = skipped -a "$(col huge.csv model-foresight 1)" = skipped -a -n "$(row huge.csv cuMemAlloc)"
 out=$("$replay" --quick --backends models,model-pages "$tmp/split.csv" 2>&1); rc=$?
 check "a model named twice is a usage error (exit $rc)" \
   test $rc -eq 2 -a "$(printf '%s\n' "$out" | sed -n 1p)" = "cuemm-replay: --backends: model-pages is named twice"

@@ -19,9 +19,9 @@
  *                      default memory pool, release threshold at UINT64_MAX
  *     cuemm-async      cuemm_alloc_async / cuemm_free_async
  *     cuemm-deferred   cuemm_alloc / cuemm_free
- *   ("cuemm" names both cuemm backends, "all" those four.)  Three models
+ *   ("cuemm" names both cuemm backends, "all" those four.)  Four models
  *   place the log on paper, with no GPU and no time, as a yardstick for
- *   the allocators' footprints (only when named; "models" names the three):
+ *   the allocators' footprints (only when named; "models" names the four):
  *     model-first-fit  the lowest-addressed free block that fits
  *     model-best-fit   the smallest free block that fits
  *     model-pages      first fit's placement, holding only the 2 MiB pages
@@ -29,12 +29,19 @@
  *                      unmapped every page at once would); its line says
  *                      how often a page came into use, each a mapping
  *                      (cuMemMap and cuMemSetAccess) on a GPU
+ *     model-foresight  a placement that knows from the log when every
+ *                      block is freed: blocks largest first, each at the
+ *                      lowest address free during all its life (as static
+ *                      memory planners place a graph's tensors), or as
+ *                      either fit does where that holds less; not the
+ *                      optimum, a bound on it from above
  *   They ignore streams and threads, merge every free at once, cache
  *   nothing, round sizes to 256 bytes and grow one address space exactly as
  *   far as the highest block reaches (held: that end, rounded up to 2 MiB).
  *   A log whose first-fit footprint is high fragments any allocator that
  *   keeps blocks where it put them; the pages model shows what moving
- *   physical memory under them could save.  A log whose blocks would
+ *   physical memory under them could save, foresight what knowing the
+ *   future could.  A log whose blocks would
  *   reach past 16 TiB of address space (sizes no GPU holds) is skipped by
  *   the models, saying so.  `none` (only when named) allocates nothing:
  *   it hands out addresses nobody uses and its frees do nothing, so its
@@ -357,7 +364,7 @@ static double median(double *v, int n)
 #define MiB ((size_t)1 << 20)
 /* The allocators, then the models (replay-model.h). */
 #define ALLOCATORS 4
-#define MODELS 3
+#define MODELS REPLAY_MODELS
 /* Then `none`, the replay's own cost. */
 #define MAX_BACKENDS (ALLOCATORS + MODELS + 1)
 
@@ -798,6 +805,7 @@ static const backend backends[MAX_BACKENDS] = {
   { "model-first-fit", 0, REPLAY_MODEL_FIRST_FIT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
   { "model-best-fit", 0, REPLAY_MODEL_BEST_FIT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
   { "model-pages", 0, REPLAY_MODEL_PAGES, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
+  { "model-foresight", 0, REPLAY_MODEL_FORESIGHT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
   { "none", 0, -1, none_setup, none_alloc, none_free, none_finish, NULL, NULL, NULL, NULL },
 };
 
@@ -1234,8 +1242,8 @@ static int parse_backends(const char *list, int *sel)
   }
   if (!*list)
     bad_usage("--backends needs a list of names: cuMemAlloc, cuMemAllocAsync, cuemm-async, cuemm-deferred, "
-              "cuemm (both cuemm-*), all (those four), model-first-fit, model-best-fit, model-pages, models (those "
-              "three), none");
+              "cuemm (both cuemm-*), all (those four), model-first-fit, model-best-fit, model-pages, "
+              "model-foresight, models (those four), none");
   for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     int first = -1, last = -1;
     for (int k = 0; k < MAX_BACKENDS; k++)
@@ -1250,7 +1258,7 @@ static int parse_backends(const char *list, int *sel)
     if (first < 0)
       bad_usage("--backends: no backend '%s' (the backends: cuMemAlloc, cuMemAllocAsync, cuemm-async, "
                 "cuemm-deferred; cuemm for both cuemm-*, all for those four; the models model-first-fit, "
-                "model-best-fit, model-pages; models for those three; none)", shown(tok));
+                "model-best-fit, model-pages, model-foresight; models for those four; none)", shown(tok));
     for (int k = first; k <= last; k++) {
       for (int j = 0; j < n; j++)
         if (sel[j] == k)
@@ -1292,7 +1300,9 @@ static const char help_text[] =
     "                         streams: model-first-fit (lowest address),\n"
     "                         model-best-fit (smallest fit), model-pages (first\n"
     "                         fit holding only the 2 MiB pages live blocks\n"
-    "                         touch); models: those three; none: no allocator\n"
+    "                         touch), model-foresight (every block's life known:\n"
+    "                         largest first, each at the lowest address free\n"
+    "                         all its life); models: those four; none: no allocator\n"
     "                         (addresses nobody uses, frees that do nothing): the\n"
     "                         replay's own time per event\n"
     "  --manager N            replay manager N's rows of a cuemm log (default: the\n"

@@ -6,6 +6,11 @@
  * the largest block below it, which finds the lowest-addressed fit in one
  * descent and a freed block's neighbours for merging; for best fit, one
  * more keyed by (size, address).
+ *
+ * Foresight places whole lifetimes, not events, and needs no free space
+ * kept: each block, largest first, looks at the blocks already placed
+ * whose lives overlap its own (a scan of them all: quadratic, about a
+ * second for the corpus's largest log).
  */
 #include "replay-model.h"
 
@@ -275,8 +280,143 @@ static int pages_mark(pages *pg, uint64_t off, uint64_t size, int up)
   return 0;
 }
 
+/* ---- foresight ------------------------------------------------------------- */
+
+/* One allocation of the log as foresight sees it: the events between which
+ * it lives, [from, to), and its rounded size. */
+typedef struct life {
+  uint64_t from, to, size;
+} life;
+
+static int larger_first(const void *x, const void *y)
+{
+  const life *a = *(const life *const *)x, *b = *(const life *const *)y;
+  if (a->size != b->size)
+    return a->size > b->size ? -1 : 1;
+  return a->from < b->from ? -1 : a->from > b->from; /* the same log, the same placement */
+}
+
+/* Size times life: a block that holds much memory for long goes first. */
+static int heavier_first(const void *x, const void *y)
+{
+  const life *a = *(const life *const *)x, *b = *(const life *const *)y;
+  double wa = (double)a->size * (double)(a->to - a->from), wb = (double)b->size * (double)(b->to - b->from);
+  if (wa != wb)
+    return wa > wb ? -1 : 1;
+  return a->from < b->from ? -1 : a->from > b->from;
+}
+
+/* The blocks placed so far, in the order placed, a field to an array so
+ * that the scan for those alive with a new one reads only lives. */
+typedef struct seg {
+  uint64_t off, end;
+} seg;
+
+typedef struct plan {
+  uint64_t *from, *to;
+  seg *at, *near; /* where each placed block lies; those alive with a new one */
+} plan;
+
+static int lower_first(const void *x, const void *y)
+{
+  const seg *a = x, *b = y;
+  return a->off < b->off ? -1 : a->off > b->off;
+}
+
+/* The blocks of `order`, each at the lowest address that no block placed
+ * before it and alive at the same time covers; *top: the highest end.
+ * REPLAY_MODEL_TOO_LARGE where a block would pass REPLAY_MODEL_SPAN. */
+static int plan_place(plan *p, life *const *order, size_t n, uint64_t *top)
+{
+  *top = 0;
+  for (size_t k = 0; k < n; k++) {
+    const life *b = order[k];
+    size_t m = 0;
+    for (size_t j = 0; j < k; j++)
+      if (p->from[j] < b->to && b->from < p->to[j])
+        p->near[m++] = p->at[j];
+    qsort(p->near, m, sizeof *p->near, lower_first);
+    uint64_t off = 0;
+    for (size_t j = 0; j < m && p->near[j].off < off + b->size; j++)
+      if (p->near[j].end > off)
+        off = p->near[j].end;
+    if (b->size > REPLAY_MODEL_SPAN - off)
+      return REPLAY_MODEL_TOO_LARGE;
+    p->from[k] = b->from;
+    p->to[k] = b->to;
+    p->at[k] = (seg){ off, off + b->size };
+    if (off + b->size > *top)
+      *top = off + b->size;
+  }
+  return REPLAY_MODEL_OK;
+}
+
+/* The lowest of the highest ends that the placements knowing the log
+ * reach: largest blocks first, heaviest (size times life) first, and
+ * `fits_top`, the lower of first and best fit's (foresight may always
+ * place as they do).  Static memory planners
+ * place a graph's tensors by the first order; no one order is best on
+ * every log (a log of caches grown by concatenation does better the
+ * second way), and none is the optimum: the figure bounds it from above. */
+static int foresight_place(const replay_trace *t, uint64_t fits_top, uint64_t *top)
+{
+  size_t n = t->slots, c = n ? n : 1;
+  life *l = calloc(c, sizeof *l);
+  life **order = calloc(c, sizeof *order);
+  plan p = { calloc(c, sizeof *p.from), calloc(c, sizeof *p.to), calloc(c, sizeof *p.at), calloc(c, sizeof *p.near) };
+  int rc = REPLAY_MODEL_NO_MEMORY;
+  if (!l || !order || !p.from || !p.to || !p.at || !p.near)
+    goto out;
+  for (size_t k = 0; k < n; k++)
+    l[k].to = t->n; /* a block the log never frees lives to its end */
+  for (size_t k = 0; k < t->n; k++) {
+    const replay_event *e = &t->ev[k];
+    if (e->is_free)
+      l[e->slot].to = k;
+    else {
+      l[e->slot].from = k;
+      l[e->slot].size = (e->size + REPLAY_MODEL_ALIGN - 1) / REPLAY_MODEL_ALIGN * REPLAY_MODEL_ALIGN;
+    }
+  }
+  int (*const orders[])(const void *, const void *) = { larger_first, heavier_first };
+  *top = fits_top;
+  for (size_t o = 0; o < sizeof orders / sizeof *orders; o++) {
+    for (size_t k = 0; k < n; k++)
+      order[k] = &l[k];
+    qsort(order, n, sizeof *order, orders[o]);
+    uint64_t got;
+    /* A plan that would pass the span is one foresight does not take. */
+    if (plan_place(&p, order, n, &got) == REPLAY_MODEL_OK && got < *top)
+      *top = got;
+  }
+  rc = REPLAY_MODEL_OK;
+out:
+  free(l);
+  free(order);
+  free(p.from);
+  free(p.to);
+  free(p.at);
+  free(p.near);
+  return rc;
+}
+
 int replay_model_run(const replay_trace *t, replay_model which, replay_model_result *r)
 {
+  if (which == REPLAY_MODEL_FORESIGHT) {
+    /* The fits' placements first: foresight may choose either. */
+    replay_model_result ff, bf;
+    int rc = replay_model_run(t, REPLAY_MODEL_FIRST_FIT, &ff);
+    if (rc == REPLAY_MODEL_OK)
+      rc = replay_model_run(t, REPLAY_MODEL_BEST_FIT, &bf);
+    uint64_t top = 0;
+    if (rc == REPLAY_MODEL_OK)
+      rc = foresight_place(t, ff.held < bf.held ? ff.held : bf.held, &top);
+    if (rc == REPLAY_MODEL_OK) {
+      r->held = (size_t)((top + REPLAY_MODEL_PAGE - 1) / REPLAY_MODEL_PAGE * REPLAY_MODEL_PAGE);
+      r->page_maps = 0;
+    }
+    return rc;
+  }
   space s = { .best = which == REPLAY_MODEL_BEST_FIT };
   pages pg = { 0 };
   uint64_t *at = calloc(t->slots ? t->slots : 1, sizeof *at);

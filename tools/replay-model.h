@@ -14,7 +14,16 @@
  *   - pages: first fit's placement, holding only the pages that live
  *     blocks touch, as an allocator that mapped and unmapped every page
  *     at once would (no GPU allocator does: a page mapped costs tens of
- *     microseconds).
+ *     microseconds);
+ *   - foresight: a placement that knows the whole log, when every block
+ *     is freed as well as its size: the lowest of four plans, blocks
+ *     placed largest first or heaviest (size times life) first, each at
+ *     the lowest address free during all its life (as static memory
+ *     planners place a graph's tensors, whose lives they know), and the
+ *     two fits' own placements.  Not the optimum, a bound on it from above: a
+ *     log that foresight holds within some figure can be placed within it
+ *     by an allocator that knew the future; one it holds above may or may
+ *     not be.
  *
  * Sizes are rounded to REPLAY_MODEL_ALIGN, held bytes to
  * REPLAY_MODEL_PAGE.  The models never call the driver.
@@ -40,7 +49,9 @@ typedef enum replay_model {
   REPLAY_MODEL_FIRST_FIT = 0,
   REPLAY_MODEL_BEST_FIT,
   REPLAY_MODEL_PAGES,
+  REPLAY_MODEL_FORESIGHT,
 } replay_model;
+#define REPLAY_MODELS 4
 
 typedef struct replay_model_result {
   size_t held;      /* the peak of the bytes held: the highest block's end, or

@@ -15,7 +15,7 @@
  * the input.  Every accepted trace is placed by cuemm-replay's models
  * (tools/replay-model.c): each holds at least the peak of live bytes and
  * at most what all its allocations sum to; first fit at least what its own
- * placement's pages hold; the pages model maps each page it holds at its
+ * placement's pages hold; both fits at least what foresight holds; the pages model maps each page it holds at its
  * peak at least once; sizes past the models' span are refused, not
  * placed.
  */
@@ -132,9 +132,9 @@ static void check_models(const replay_trace *t)
       too_large = 1;
     else if (!t->ev[i].is_free)
       total += (t->ev[i].size + REPLAY_MODEL_ALIGN - 1) / REPLAY_MODEL_ALIGN * REPLAY_MODEL_ALIGN;
-  replay_model_result r[3];
-  int rc[3];
-  for (int k = 0; k < 3; k++) {
+  replay_model_result r[REPLAY_MODELS];
+  int rc[REPLAY_MODELS];
+  for (int k = 0; k < REPLAY_MODELS; k++) {
     rc[k] = replay_model_run(t, (replay_model)k, &r[k]);
     FUZZ_ASSERT(rc[k] == REPLAY_MODEL_OK || rc[k] == REPLAY_MODEL_TOO_LARGE, "model %d returned %d", k, rc[k]);
     FUZZ_ASSERT(!too_large || rc[k] == REPLAY_MODEL_TOO_LARGE, "model %d placed a size past its span", k);
@@ -153,6 +153,14 @@ static void check_models(const replay_trace *t)
     FUZZ_ASSERT(r[REPLAY_MODEL_FIRST_FIT].held >= r[REPLAY_MODEL_PAGES].held,
                 "first fit holds %zu, less than the %zu of its pages", r[REPLAY_MODEL_FIRST_FIT].held,
                 r[REPLAY_MODEL_PAGES].held);
+  /* Foresight may always place as either fit does. */
+  for (int k = REPLAY_MODEL_FIRST_FIT; k <= REPLAY_MODEL_BEST_FIT; k++) {
+    FUZZ_ASSERT((rc[k] == REPLAY_MODEL_OK) == (rc[REPLAY_MODEL_FORESIGHT] == REPLAY_MODEL_OK),
+                "model %d returned %d, foresight %d", k, rc[k], rc[REPLAY_MODEL_FORESIGHT]);
+    if (rc[k] == REPLAY_MODEL_OK && rc[REPLAY_MODEL_FORESIGHT] == REPLAY_MODEL_OK)
+      FUZZ_ASSERT(r[REPLAY_MODEL_FORESIGHT].held <= r[k].held, "foresight holds %zu, more than model %d's %zu",
+                  r[REPLAY_MODEL_FORESIGHT].held, k, r[k].held);
+  }
 }
 
 /* replay_escape writes printable ASCII that reads back as its input. */
