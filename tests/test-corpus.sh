@@ -149,10 +149,11 @@ for name in $names; do
   # The yardstick: what textbook placements, and one that knows the
   # future, hold on the same log, streams and caches aside (cuemm-replay's
   # models).
-  models=$("$replay" --backends models --quick --quiet "$log" 2>&1 |
-    awk -v t="$name.csv" '$1 == t && $2 ~ /^model-/ { f[$2] = $8 }
+  mout=$("$replay" --backends models --quick --quiet "$log" 2>&1)
+  models=$(printf '%s\n' "$mout" | awk -v t="$name.csv" '$1 == t && $2 ~ /^model-/ { f[$2] = $8 }
       END { if (f["model-foresight"] != "") printf "first fit %s, best fit %s, pages %s, foresight %s",
             f["model-first-fit"], f["model-best-fit"], f["model-pages"], f["model-foresight"] }')
+  foresight=$(printf '%s\n' "$mout" | awk -v t="$name.csv" '$1 == t && $2 == "model-foresight" { print $8 }')
   echo "# $name: the models hold ${models:-(cuemm-replay --backends models failed)}"
   if test "$record" = 1; then
     ok "$name: footprint $foot recorded"
@@ -171,7 +172,17 @@ for name in $names; do
     fi
   fi
   if gt "$foot" 1.10; then
-    notok "$name: footprint $foot at most 1.10 # TODO above 1.10; the models: $models"
+    # Whether a placement that knew the future holds the log within 1.10:
+    # then what is left is placement work, else no placement in place
+    # known to the suite does (foresight is a bound, not the optimum).
+    if test -n "$foresight" && gt "$foresight" 1.10; then
+      reach="foresight too holds it above 1.10"
+    elif test -n "$foresight"; then
+      reach="foresight holds it within 1.10"
+    else
+      reach="foresight failed"
+    fi
+    notok "$name: footprint $foot at most 1.10 # TODO above 1.10, $reach; the models: $models"
   else
     ok "$name: footprint $foot at most 1.10"
   fi
