@@ -556,6 +556,24 @@ check "a model named twice is a usage error (exit $rc)" \
 out=$("$replay" --quick --backends model-worst-fit "$tmp/split.csv" 2>&1); rc=$?
 check "an unknown backend's message lists the models (exit $rc)" \
   test $rc -eq 2 -a -n "$(has "no backend 'model-worst-fit' .*model-first-fit, model-best-fit, model-pages" && echo y)"
+# Every pass: the most a cuemm backend held over all the passes, each
+# starting from what the ones before left (--quick: 3 passes; --reps 4:
+# 6), at least the first pass's figure; a backend that cannot say prints
+# no such line.
+out=$("$replay" --quick --backends cuemm,none,cuMemAlloc,model-first-fit "$tmp/split.csv" 2>&1); rc=$?
+every() { printf '%s\n' "$out" | awk -v b="$1" '$1 == b { on = 1; next } on && /^#   every pass/ { print; exit } !/^#/ { on = 0 }'; }
+ea=$(every cuemm-async); ed=$(every cuemm-deferred)
+check "every pass: cuemm-async and cuemm-deferred say what they held over the 3 passes (exit $rc)" \
+  test $rc -eq 0 -a -n "$(printf '%s\n' "$ea" | grep -E '^#   every pass \(3\): peak held [0-9]+, footprint [0-9]+\.[0-9]{2}$')" \
+    -a -n "$(printf '%s\n' "$ed" | grep -E '^#   every pass \(3\): peak held [0-9]+, footprint [0-9]+\.[0-9]{2}$')"
+check "every pass: at least the first pass's peak held" \
+  test "$(printf '%s\n' "$ea" | sed 's/.*peak held \([0-9]*\),.*/\1/')" -ge "$(col split.csv cuemm-async 5)" \
+    -a "$(printf '%s\n' "$ed" | sed 's/.*peak held \([0-9]*\),.*/\1/')" -ge "$(col split.csv cuemm-deferred 5)"
+check "every pass: none, cuMemAlloc and the models print no such line" \
+  test -z "$(every none)" -a -z "$(every cuMemAlloc)" -a -z "$(every model-first-fit)" \
+    -a "$(printf '%s\n' "$out" | grep -c '^#   every pass')" = 2
+out=$("$replay" --reps 4 --backends cuemm-async "$tmp/split.csv" 2>&1); rc=$?
+check "every pass: --reps 4 makes 6 passes (exit $rc)" test $rc -eq 0 -a -n "$(every cuemm-async | grep '^#   every pass (6): ')"
 # none: the replay's own time per event, nothing held, not in "all" or
 # "models"; refused with --lag, whose work needs memory.
 out=$("$replay" --quick --backends none,cuemm-async "$tmp/split.csv" 2>&1); rc=$?

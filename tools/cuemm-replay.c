@@ -147,7 +147,13 @@
  *     cuemm            cuemm_get_held after every event: the pool's
  *                      mapped bytes and the requests it gave to
  *                      cuMemAlloc (freed ones until their flush)
- *   Footprint is held / the log's peak of live bytes.
+ *   Footprint is held / the log's peak of live bytes.  That figure is the
+ *   first pass's, on an allocator that held nothing before it.  Each later
+ *   pass starts from what the ones before left (caches, blocks kept,
+ *   memory mapped and not given back), as a program that runs the same
+ *   work again and again does; a line "#   every pass (N)" gives the most
+ *   held over all N passes of the backend, where it can say: cuemm's
+ *   peak_held_bytes (cuemm_get_stats), the driver pool's high-water mark.
  *
  *   A run longer than a second shows where it is on stderr: one line
  *   redrawn in place on a terminal (every 0.2 s), else a line every 5 s.
@@ -724,6 +730,17 @@ static size_t cuemm_held_sample(void)
   return held;
 }
 
+/* The most the manager held since its creation, every pass so far: a
+ * program that runs the same work again and again holds this, not the
+ * first pass's figure, once its pool has settled. */
+static int cuemm_held_all(size_t *peak)
+{
+  cuemm_stats st;
+  CHECK(cuemm_get_stats(mgr, &st));
+  *peak = st.peak_held_bytes;
+  return 1;
+}
+
 /* What a cuemm backend's manager did that costs driver calls: pool growth
  * steps, release passes, events recorded on streams, reclaims of thread
  * caches (since its creation). */
@@ -791,22 +808,23 @@ typedef struct backend {
   void (*held_begin)(void);           /* before the measuring pass; may be NULL */
   size_t (*held_sample)(void);        /* bytes held now, after every event; may be NULL */
   int (*held_peak)(size_t *peak);     /* the peak after the pass, when no samples; may be NULL */
+  int (*held_all)(size_t *peak);      /* the peak over every pass so far; may be NULL */
   void (*teardown)(void);             /* may be NULL */
 } backend;
 
 static const backend backends[MAX_BACKENDS] = {
-  { "cuMemAlloc", 0, -1, NULL, raw_alloc, raw_free, ctx_sync, raw_held_begin, raw_held_sample, NULL, NULL },
+  { "cuMemAlloc", 0, -1, NULL, raw_alloc, raw_free, ctx_sync, raw_held_begin, raw_held_sample, NULL, NULL, NULL },
   { "cuMemAllocAsync", 0, -1, drv_setup, drv_alloc, drv_free, ctx_sync, drv_held_begin, NULL, drv_held_peak,
-    drv_teardown },
+    drv_held_peak, drv_teardown },
   { "cuemm-async", 1, -1, cuemm_async_setup, cuemm_async_alloc, cuemm_async_free, ctx_sync, NULL, cuemm_held_sample,
-    NULL, cuemm_teardown },
+    NULL, cuemm_held_all, cuemm_teardown },
   { "cuemm-deferred", 1, -1, cuemm_setup, cuemm_deferred_alloc, cuemm_deferred_free, cuemm_deferred_finish, NULL,
-    cuemm_held_sample, NULL, cuemm_teardown },
-  { "model-first-fit", 0, REPLAY_MODEL_FIRST_FIT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
-  { "model-best-fit", 0, REPLAY_MODEL_BEST_FIT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
-  { "model-pages", 0, REPLAY_MODEL_PAGES, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
-  { "model-foresight", 0, REPLAY_MODEL_FORESIGHT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
-  { "none", 0, -1, none_setup, none_alloc, none_free, none_finish, NULL, NULL, NULL, NULL },
+    cuemm_held_sample, NULL, cuemm_held_all, cuemm_teardown },
+  { "model-first-fit", 0, REPLAY_MODEL_FIRST_FIT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
+  { "model-best-fit", 0, REPLAY_MODEL_BEST_FIT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
+  { "model-pages", 0, REPLAY_MODEL_PAGES, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
+  { "model-foresight", 0, REPLAY_MODEL_FORESIGHT, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL },
+  { "none", 0, -1, none_setup, none_alloc, none_free, none_finish, NULL, NULL, NULL, NULL, NULL },
 };
 
 /* ---- the snapshot at the peak (--snapshot FILE) --------------------------- */
@@ -867,6 +885,8 @@ typedef struct result {
   double ns_per_event;
   int held_known;
   size_t held;
+  int held_all_known;
+  size_t held_all; /* the peak over every pass (held_all) */
   size_t oom;
 } result;
 
@@ -1175,6 +1195,8 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
   }
   if (b->is_cuemm)
     cuemm_counters(cnt[reps]);
+  if (b->held_all)
+    res.held_all_known = b->held_all(&res.held_all);
   double each[64]; /* in the order run: median() sorts v */
   memcpy(each, v, (size_t)reps * sizeof each[0]);
   res.ns_per_event = t->n ? median(v, reps) / (double)t->n : 0;
@@ -1224,6 +1246,11 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
       printf("\n");
     }
   }
+  /* The figure above is the first pass's, from a backend that held
+   * nothing; each later pass starts from what the ones before left. */
+  if (res.held_all_known && t->peak_live)
+    printf("#   every pass (%d): peak held %zu, footprint %.2f\n", reps + 2, res.held_all,
+           (double)res.held_all / (double)t->peak_live);
   fflush(stdout);
   return res;
 }
@@ -1338,7 +1365,10 @@ static const char help_text[] =
     "then the timed passes, each ended by a synchronization of the context.  Bytes\n"
     "held: cuMemAlloc: device memory used above the start (cuMemGetInfo after every\n"
     "event); cuMemAllocAsync: the default pool's reserved high-water mark; cuemm:\n"
-    "the pool's mapped bytes plus the requests it gave to cuMemAlloc.\n"
+    "the pool's mapped bytes plus the requests it gave to cuMemAlloc.  Those are the\n"
+    "first pass's; a line \"#   every pass (N)\" gives the most cuemm and the\n"
+    "driver's pool held over all N passes, each starting from what the ones before\n"
+    "left, as a program that repeats its work does.\n"
     "\n"
     "The cuemm backends always use the pool (as CUEMM_POOL=vmm) and write no log\n"
     "(CUEMM_LOG is not applied); the output says so when the environment differs.\n"
