@@ -88,6 +88,23 @@ gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b + 1e-9) }'; }
 # the gate's own rule: a rise of 0.0200 passes and one of 0.0201 fails,
 # whatever the decimals make of the sum
 rises() { gt "$1" "$(awk -v r="$2" 'BEGIN { print r + 0.02 }')"; }
+# against_record LOG WHAT FOOTPRINT COLUMN: LOG's footprint WHAT (with the
+# GPU behind, over 32 passes) against the figure in COLUMN of its recorded
+# line, or recorded with --record.
+against_record() {
+  if test "$record" = 1; then
+    ok "$1: footprint $2 $3 recorded"
+    return
+  fi
+  r=$(awk -v n="$1" -v c="$4" '$1 == n { print $c; exit }' "$rec" 2>/dev/null)
+  if test -z "$r" || test "$r" = n/a; then
+    notok "$1: no figure $2 recorded in tests/fixtures/corpus-footprint.txt (tests/test-corpus.sh --record)"
+  elif rises "$3" "$r"; then
+    notok "$1: footprint $2 $3 rose by more than 0.02 over the recorded $r"
+  else
+    ok "$1: footprint $2 $3, recorded $r (at most 0.02 above it)"
+  fi
+}
 if ! rises 1.0654 1.0454 && rises 1.0655 1.0454 && ! rises 1.1000 1.0800 && rises 1.7922 1.7721; then
   ok "the gate passes a rise of 0.0200 and fails one of 0.0201"
 else
@@ -215,32 +232,14 @@ for name in $names; do
     ok "$name: footprint with the GPU behind $lag # SKIP gated on simcuda only: on a GPU it depends on timing"
   elif test "$lag" = n/a; then
     notok "$name: cuemm-replay --lag 16 failed (exit $lrc) or ran out of memory"
-  elif test "$record" = 1; then
-    ok "$name: footprint with the GPU behind $lag recorded"
   else
-    rlag=$(awk -v n="$name" '$1 == n { print $6; exit }' "$rec" 2>/dev/null)
-    if test -z "$rlag" || test "$rlag" = n/a; then
-      notok "$name: no figure with the GPU behind recorded in tests/fixtures/corpus-footprint.txt (tests/test-corpus.sh --record)"
-    elif rises "$lag" "$rlag"; then
-      notok "$name: footprint with the GPU behind $lag rose by more than 0.02 over the recorded $rlag"
-    else
-      ok "$name: footprint with the GPU behind $lag, recorded $rlag (at most 0.02 above it)"
-    fi
+    against_record "$name" "with the GPU behind" "$lag" 6
   fi
   if test "$afoot" = n/a; then
     printf '%s\n' "$aout" | tail -5 | sed 's/^/# /'
     notok "$name: cuemm-replay --reps 30 failed (exit $arc) or said nothing of every pass"
-  elif test "$record" = 1; then
-    ok "$name: footprint over 32 passes $afoot recorded"
   else
-    rall=$(awk -v n="$name" '$1 == n { print $7; exit }' "$rec" 2>/dev/null)
-    if test -z "$rall" || test "$rall" = n/a; then
-      notok "$name: no figure over 32 passes recorded in tests/fixtures/corpus-footprint.txt (tests/test-corpus.sh --record)"
-    elif rises "$afoot" "$rall"; then
-      notok "$name: footprint over 32 passes $afoot rose by more than 0.02 over the recorded $rall"
-    else
-      ok "$name: footprint over 32 passes $afoot, recorded $rall (at most 0.02 above it)"
-    fi
+    against_record "$name" "over 32 passes" "$afoot" 7
   fi
 done
 
