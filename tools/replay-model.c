@@ -8,9 +8,9 @@
  * more keyed by (size, address).
  *
  * Foresight places whole lifetimes, not events, and needs no free space
- * kept: each block, largest first, looks at the blocks already placed
- * whose lives overlap its own (a scan of them all: quadratic, about a
- * second for the corpus's largest log).
+ * kept: each block, in its plan's order, looks at the blocks already
+ * placed whose lives overlap its own (a scan of them all: quadratic, about
+ * a second for the corpus's largest log).
  */
 #include "replay-model.h"
 
@@ -306,12 +306,13 @@ static int heavier_first(const void *x, const void *y)
   return a->from < b->from ? -1 : a->from > b->from;
 }
 
-/* The blocks placed so far, in the order placed, a field to an array so
- * that the scan for those alive with a new one reads only lives. */
+/* Where a placed block lies. */
 typedef struct seg {
   uint64_t off, end;
 } seg;
 
+/* The blocks placed so far, in the order placed, a field to an array so
+ * that the scan for those alive with a new one reads only lives. */
 typedef struct plan {
   uint64_t *from, *to;
   seg *at, *near; /* where each placed block lies; those alive with a new one */
@@ -354,10 +355,10 @@ static int plan_place(plan *p, life *const *order, size_t n, uint64_t *top)
 /* The lowest of the highest ends that the placements knowing the log
  * reach: largest blocks first, heaviest (size times life) first, and
  * `fits_top`, the lower of first and best fit's (foresight may always
- * place as they do).  Static memory planners
- * place a graph's tensors by the first order; no one order is best on
- * every log (a log of caches grown by concatenation does better the
- * second way), and none is the optimum: the figure bounds it from above. */
+ * place as they do).  Static memory planners place a graph's tensors by
+ * the first order; no one order is best on every log (a log of caches
+ * grown by concatenation does better the second way), and none is the
+ * optimum: the figure bounds it from above. */
 static int foresight_place(const replay_trace *t, uint64_t fits_top, uint64_t *top)
 {
   size_t n = t->slots, c = n ? n : 1;
