@@ -146,7 +146,11 @@ for name in $names; do
         continue
       fi ;;
   esac
-  out=$("$replay" --backends cuemm-async --quick --threads --quiet "$log" 2>&1); rc=$?
+  # One run of 32 passes (--reps 30): its first pass, on a pool that held
+  # nothing, is the footprint; the most held over all of them, each pass
+  # starting from what the ones before left, as a program that repeats its
+  # work does, is the figure over 32 passes.
+  out=$("$replay" --backends cuemm-async --reps 30 --threads --quiet "$log" 2>&1); rc=$?
   row=$(printf '%s\n' "$out" | awk -v t="$name.csv" '$1 == t && $2 == "cuemm-async"')
   # trace backend events streams ns/event peak-live peak-held footprint oom
   set -- $row
@@ -170,13 +174,9 @@ for name in $names; do
   else
     printf '%s\n' "$lout" | sed 's/^/# /'
   fi
-  # The first pass is on a pool that held nothing.  A program that repeats
-  # its work starts each round from what the rounds before left: the most
-  # held over 32 passes.
-  aout=$("$replay" --backends cuemm-async --reps 30 --threads --quiet "$log" 2>&1); arc=$?
-  again=$(printf '%s\n' "$aout" | sed -n 's/^#   every pass (32): peak held \([0-9]*\), footprint [0-9.]*$/\1/p' | head -1)
+  again=$(printf '%s\n' "$out" | sed -n 's/^#   every pass (32): peak held \([0-9]*\), footprint [0-9.]*$/\1/p' | head -1)
   afoot=n/a
-  if test $arc -eq 0 && test -n "$again"; then
+  if test -n "$again"; then
     afoot=$(awk -v h="$again" -v l="$live" 'BEGIN { printf "%.4f", h / l }')
     afoots="$afoots $afoot"
   fi
@@ -236,8 +236,8 @@ for name in $names; do
     against_record "$name" "with the GPU behind" "$lag" 6
   fi
   if test "$afoot" = n/a; then
-    printf '%s\n' "$aout" | tail -5 | sed 's/^/# /'
-    notok "$name: cuemm-replay --reps 30 failed (exit $arc) or said nothing of every pass"
+    printf '%s\n' "$out" | tail -5 | sed 's/^/# /'
+    notok "$name: cuemm-replay said nothing of every pass"
   else
     against_record "$name" "over 32 passes" "$afoot" 7
   fi

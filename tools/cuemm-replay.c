@@ -30,20 +30,20 @@
  *                      how often a page came into use, each a mapping
  *                      (cuMemMap and cuMemSetAccess) on a GPU
  *     model-foresight  a placement that knows from the log when every
- *                      block is freed: blocks largest first, each at the
- *                      lowest address free during all its life (as static
- *                      memory planners place a graph's tensors), or as
- *                      either fit does where that holds less; not the
- *                      optimum, a bound on it from above
+ *                      block is freed: blocks largest (or heaviest, size
+ *                      times life) first, each at the lowest address free
+ *                      during all its life (as static memory planners
+ *                      place a graph's tensors), or as either fit does
+ *                      where that holds less; not the optimum, a bound on
+ *                      it from above
  *   They ignore streams and threads, merge every free at once, cache
  *   nothing, round sizes to 256 bytes and grow one address space exactly as
  *   far as the highest block reaches (held: that end, rounded up to 2 MiB).
  *   A log whose first-fit footprint is high fragments any allocator that
  *   keeps blocks where it put them; the pages model shows what moving
  *   physical memory under them could save, foresight what knowing the
- *   future could.  A log whose blocks would
- *   reach past 16 TiB of address space (sizes no GPU holds) is skipped by
- *   the models, saying so.  `none` (only when named) allocates nothing:
+ *   future could.  A log whose blocks would reach past 16 TiB of address
+ *   space (sizes no GPU holds) is skipped by the models, saying so.  `none` (only when named) allocates nothing:
  *   it hands out addresses nobody uses and its frees do nothing, so its
  *   time per event is the replay's own (the loop, and with --threads the
  *   hand-overs between threads), the floor under every allocator's
@@ -1328,8 +1328,9 @@ static const char help_text[] =
     "                         model-best-fit (smallest fit), model-pages (first\n"
     "                         fit holding only the 2 MiB pages live blocks\n"
     "                         touch), model-foresight (every block's life known:\n"
-    "                         largest first, each at the lowest address free\n"
-    "                         all its life); models: those four; none: no allocator\n"
+    "                         largest or heaviest first, each at the lowest\n"
+    "                         address free all its life, or as a fit does);\n"
+    "                         models: those four; none: no allocator\n"
     "                         (addresses nobody uses, frees that do nothing): the\n"
     "                         replay's own time per event\n"
     "  --manager N            replay manager N's rows of a cuemm log (default: the\n"

@@ -15,9 +15,9 @@
  * the input.  Every accepted trace is placed by cuemm-replay's models
  * (tools/replay-model.c): each holds at least the peak of live bytes and
  * at most what all its allocations sum to; first fit at least what its own
- * placement's pages hold; both fits at least what foresight holds; the pages model maps each page it holds at its
- * peak at least once; sizes past the models' span are refused, not
- * placed.
+ * placement's pages hold; both fits at least what foresight holds; the
+ * pages model maps each page it holds at its peak at least once; sizes
+ * past the models' span are refused, not placed.
  */
 #include <stdio.h>
 #include <stdlib.h>
