@@ -117,6 +117,13 @@ void cuemm__extensions_stats(cuemm_manager *m, cuemm_stats *s)
       extensions[i]->stats(m, s);
 }
 
+void cuemm__extensions_grown(cuemm_manager *m, size_t want)
+{
+  for (size_t i = 0; i < NEXT; i++)
+    if (extensions[i]->grown)
+      extensions[i]->grown(m, want);
+}
+
 size_t cuemm__extensions_live_size(cuemm_manager *m, const cuemm__owned_entry *e)
 {
   if (e->kind != CUEMM__KIND_STREAM)

@@ -339,11 +339,14 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
     }
   }
   if (r == CUDA_SUCCESS) {
-    if (fragmented && cuemm__held_bytes(m) > m->st.peak_held_bytes) {
-      /* Past the peak, for want of free space in one piece: the threads
-       * stop keeping large blocks for a while (CUEMM__KEEP_QUIET). */
-      m->keep_quiet = CUEMM__KEEP_QUIET;
-      atomic_store_explicit(&m->keep_large, 0, memory_order_relaxed);
+    if (cuemm__held_bytes(m) > m->st.peak_held_bytes) {
+      if (fragmented) {
+        /* Past the peak, for want of free space in one piece: the threads
+         * stop keeping large blocks for a while (CUEMM__KEEP_QUIET). */
+        m->keep_quiet = CUEMM__KEEP_QUIET;
+        atomic_store_explicit(&m->keep_large, 0, memory_order_relaxed);
+      }
+      cuemm__extensions_grown(m, want); /* the caches may keep less (CUEMM__CACHE_HALVINGS) */
     }
     cuemm__note_held(m);
     if (m->nheaps) /* the footprint's other half, at the moment it matters */

@@ -727,6 +727,7 @@ const cuemm__extension cuemm__stream_extension = {
   .give_up = cuemm__exchange_give_up,
   .reset = cuemm__exchange_reset,
   .stats = cuemm__thread_heaps_stats,
+  .grown = cuemm__thread_heaps_grown,
   .live_size = cuemm__thread_heaps_live_size,
   .own = cuemm__span_own,
 };

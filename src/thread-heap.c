@@ -92,8 +92,9 @@ __attribute__((noinline)) cuemm__heap *cuemm__thread_heap_of_slow(const cuemm_ma
 }
 
 /* The bytes a thread's cache keeps before it gives idle blocks back: a
- * quarter of the pool's mapped bytes, at least CACHE_CAP, at most the
- * release threshold.  Cached blocks keep their places and sizes, so a
+ * quarter of the pool's mapped bytes, at least CACHE_CAP, halved for each
+ * growth past the peak that the caches could have served
+ * (CUEMM__CACHE_HALVINGS), at most the release threshold.  Cached blocks keep their places and sizes, so a
  * cache large against the pool scatters blocks over it that merged free
  * space would serve better (a two-stream serving trace, 1.2 GB live, held
  * 1.49x its live bytes with 1 GiB caches, 1.18x with 256 MiB ones); one
@@ -111,12 +112,11 @@ __attribute__((noinline)) cuemm__heap *cuemm__thread_heap_of_slow(const cuemm_ma
 size_t cuemm__thread_heap_cap(const cuemm_manager *m)
 {
   size_t quarter = cuemm__pool_held(m->pool) / 4;
-  size_t cap = quarter > CACHE_CAP ? quarter : CACHE_CAP;
-  if (m->nheaps > 1) {
+  size_t cap = (quarter > CACHE_CAP ? quarter : CACHE_CAP) >> m->cache_halvings;
+  if (m->nheaps > 1)
     cap /= m->nheaps;
-    if (cap < CACHE_SHARE_MIN)
-      cap = CACHE_SHARE_MIN;
-  }
+  if (cap < CACHE_SHARE_MIN)
+    cap = CACHE_SHARE_MIN;
   return cuemm__pool_threshold(m->pool) < cap ? cuemm__pool_threshold(m->pool) : cap;
 }
 
@@ -230,6 +230,28 @@ void cuemm__thread_heaps_stats(cuemm_manager *m, cuemm_stats *s)
   }
   s->stream_heaps = m->nheaps;
   s->stream_reclaims = m->stream_reclaims;
+}
+
+void cuemm__thread_heaps_grown(cuemm_manager *m, size_t want)
+{
+  if (m->cache_halvings >= CUEMM__CACHE_HALVINGS)
+    return;
+  size_t cached = 0;
+  for (uint32_t i = 0; i < m->nheaps; i++) {
+    cuemm__heap_lock(m->heaps[i]);
+    cached += m->heaps[i]->cached_bytes;
+    cuemm__heap_unlock(m->heaps[i]);
+  }
+  if (cached < want)
+    return;
+  /* A cache's mark is set when it trims and when its thread attaches
+   * (cuemm__exchange_trim_heap): the halved bound takes effect at each
+   * cache's next trim, and one that keeps within the mark it has keeps
+   * what it keeps.  Lowering every mark at once took the one-thread loop
+   * of bench-heap's mixed sizes, whose speed is its cache of some 60 MiB
+   * of large blocks, from 549 to 718 instructions a replacement at 2 MiB
+   * and from 729 to 1,432 at 8 MiB (simcuda, callgrind). */
+  m->cache_halvings++;
 }
 
 size_t cuemm__thread_heaps_live(cuemm_manager *m, size_t *bytes)

@@ -58,12 +58,12 @@ static inline void heap_exit(cuemm__heap *h, int entered)
 /* A key no stream handle has, for a stream that is gone. */
 CUstream cuemm__thread_heap_retired_key(void);
 
-/* The bytes a thread's cache keeps before it gives idle blocks back. */
 /* Sets m->keep_large, each thread's share of cfg.stream_keep_large: none
  * while the pool grows past its peak (m->keep_quiet, CUEMM__KEEP_QUIET).
  * m's lock held. */
 void cuemm__thread_heap_keep_share(cuemm_manager *m);
 
+/* The bytes a thread's cache keeps before it gives idle blocks back. */
 size_t cuemm__thread_heap_cap(const cuemm_manager *m);
 
 /* Gives the calling thread a heap for m: an orphan's, or a new one.
@@ -79,5 +79,9 @@ size_t cuemm__thread_heaps_fini(cuemm_manager *m, int use_driver);
 void cuemm__thread_heaps_stats(cuemm_manager *m, cuemm_stats *s);
 size_t cuemm__thread_heaps_live(cuemm_manager *m, size_t *bytes);
 int cuemm__thread_heaps_live_size(cuemm_manager *m, const cuemm__owned_entry *e, size_t *bytes);
+/* The manager's hook after a growth past its peak (manager.h): when the
+ * caches held at least `want` bytes, their bound halves
+ * (CUEMM__CACHE_HALVINGS) for every cache's next trim on.  m's lock held. */
+void cuemm__thread_heaps_grown(cuemm_manager *m, size_t want);
 
 #endif

@@ -838,6 +838,81 @@ static void *alloc_elsewhere(void *arg)
   return NULL;
 }
 
+static void *alloc_only(void *arg)
+{
+  growth *g = arg;
+  cuCtxSetCurrent(ctx);
+  g->r = cuemm_alloc_async(g->m, &g->p, g->size, g->s);
+  return NULL;
+}
+
+/* A growth past the pool's peak while the threads' caches hold what would
+ * have served the request halves the caches' bound (CUEMM__CACHE_HALVINGS):
+ * a cache that trims from then on trims to the halved bound.  Growths the
+ * caches could not have served change nothing. */
+static void test_cache_bound_halves(void)
+{
+  static const char *const how[] = { "no growth past the peak", "growths past the peak, the cache holding less",
+                                     "growths past the peak the cache could have served" };
+  enum { BLK = 192 << 10, N = 256 }; /* N blocks: 48 MiB */
+  for (int mode = 0; mode < 3; mode++) {
+    cuemm_config c = vmm_config(512 * MIB, 32 * MIB);
+    c.pool_release_threshold = 64 * MIB; /* the caches' bound, below a quarter of the pool or 256 MiB */
+    cuemm_manager *m = NULL;
+    CHECK_CU(cuemm_create(&m, ctx, &c));
+    CUstream s, s2;
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    static CUdeviceptr p[2 * N];
+    int cached = mode == 1 ? 16 : N; /* 3 MiB, or 48 MiB */
+    for (int i = 0; i < cached; i++)
+      CHECK_CU(cuemm_alloc_async(m, &p[i], BLK, s));
+    for (int i = 0; i < cached; i++)
+      CHECK_CU(cuemm_free_async(m, p[i], s));
+    CHECK_CU(cuStreamSynchronize(s));
+    /* Another thread asks three times for 24 MiB that the pool has not:
+     * it grows past its peak each time, other threads' caches untouched. */
+    CUdeviceptr far[3] = { 0, 0, 0 };
+    int grew = 0;
+    for (int k = 0; k < 3 && mode > 0; k++) {
+      size_t before = test_stats(m).held_bytes;
+      growth g = { .m = m, .s = s2, .size = 24 * MIB };
+      pthread_t t;
+      pthread_create(&t, NULL, alloc_only, &g);
+      pthread_join(t, NULL);
+      CHECK_CU(g.r);
+      far[k] = g.p;
+      cuemm_stats st = test_stats(m);
+      grew += st.held_bytes > before && st.held_bytes == st.peak_held_bytes;
+    }
+    if (mode > 0)
+      is(grew, 3, "%s: the pool grew past its peak for each request", how[mode]);
+    /* This thread caches 96 MiB more, idle at once: past its cache's mark
+     * (64 MiB when it began) it gives its idle blocks back, and keeps
+     * caching up to the bound. */
+    for (int i = 0; i < 2 * N; i++)
+      CHECK_CU(cuemm_alloc_async(m, &p[i], BLK, s));
+    for (int i = 0; i < 2 * N; i++)
+      CHECK_CU(cuemm_free_async(m, p[i], s));
+    cuemm_stats st = test_stats(m);
+    tap_diag("%s: %zu bytes cached in %zu blocks, %llu reclaims, held %zu", how[mode], st.stream_cached_bytes,
+             st.stream_cached_count, (unsigned long long)st.stream_reclaims, st.held_bytes);
+    if (mode < 2)
+      ok(st.stream_cached_bytes >= 24 * MIB, "%s: the cache keeps up to its bound of 64 MiB (%zu MiB cached)",
+         how[mode], st.stream_cached_bytes >> 20);
+    else
+      ok(st.stream_cached_bytes <= 16 * MIB + BLK,
+         "%s: the bound halved to 16 MiB a thread and the cache trims to it (%zu MiB cached)", how[mode],
+         st.stream_cached_bytes >> 20);
+    for (int k = 0; k < 3; k++)
+      if (far[k])
+        CHECK_CU(cuemm_free_async(m, far[k], s2));
+    CHECK_CU(cuemm_destroy(m));
+    CHECK_CU(cuStreamDestroy(s));
+    CHECK_CU(cuStreamDestroy(s2));
+  }
+}
+
 /* A thread that misses grows the pool before it takes another thread's
  * idle cached blocks (a raid costs a handshake with that thread and events
  * on its streams; sixteen threads on an H100 did 1/20 of one thread's
@@ -1552,6 +1627,7 @@ int main(void)
   test_threads();
   test_reclaim();
   test_grow_before_raid();
+  test_cache_bound_halves();
   test_growth_joins_own_stream();
   test_own_cache_past_peak();
   test_adopt_pieces();
