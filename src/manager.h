@@ -257,10 +257,12 @@ typedef struct cuemm__extension {
  * their own; the same figures on an H100): dask-worker 1.20 -> 1.09 times
  * its live bytes, mt-server 1.68 -> 1.47, mt-server-8 1.63 -> 1.58,
  * serve-mixed 1.39 -> 1.30, every other log and every first pass as
- * before; 3 and 5 halvings held the same.  The cost, on the H100 with the
- * logs replayed twice each way: mt-server-8 1,228 and 1,200 ns an event
- * against 1,325 and 1,256, the other logs within the replays' spread, and
- * bench-heap's mixed sizes at 2 and 8 MiB within theirs. */
+ * before; 3 and 5 halvings held the same.  The cost, on an H100 with both
+ * trees replayed in turns, twice: the servers of many threads, whose
+ * caches trim to less, 2% to 19% slower (mt-server 1,002 and 895 ns an
+ * event against 1,021 and 1,066, mt-server-8 1,276 and 1,256 against 1,419
+ * and 1,309); the other logs and bench-heap's mixed sizes within the
+ * spread of one tree's runs. */
 #define CUEMM__CACHE_HALVINGS 3
 
 /* Whether the pool should grow rather than take cached blocks back again. */
