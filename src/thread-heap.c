@@ -94,13 +94,14 @@ __attribute__((noinline)) cuemm__heap *cuemm__thread_heap_of_slow(const cuemm_ma
 /* The bytes a thread's cache keeps before it gives idle blocks back: a
  * quarter of the pool's mapped bytes, at least CACHE_CAP, halved for each
  * growth past the peak that the caches could have served
- * (CUEMM__CACHE_HALVINGS), at most the release threshold.  Cached blocks keep their places and sizes, so a
- * cache large against the pool scatters blocks over it that merged free
- * space would serve better (a two-stream serving trace, 1.2 GB live, held
- * 1.49x its live bytes with 1 GiB caches, 1.18x with 256 MiB ones); one
- * small against the pool gives back at nearly every free of a large
- * training step (a GPT-2 trace, 10 GB live: 970 trims a pass with 256 MiB,
- * each an event and a walk of the pool, 230 with a quarter). */
+ * (CUEMM__CACHE_HALVINGS), at most the release threshold.  Cached blocks
+ * keep their places and sizes, so a cache large against the pool scatters
+ * blocks over it that merged free space would serve better (a two-stream
+ * serving trace, 1.2 GB live, held 1.49x its live bytes with 1 GiB caches,
+ * 1.18x with 256 MiB ones); one small against the pool gives back at
+ * nearly every free of a large training step (a GPT-2 trace, 10 GB live:
+ * 970 trims a pass with 256 MiB, each an event and a walk of the pool, 230
+ * with a quarter). */
 #define CACHE_CAP ((size_t)256 << 20)
 
 /* Shared by the threads' caches, each keeping at least this much (a
