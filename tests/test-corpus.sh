@@ -243,19 +243,18 @@ for name in $names; do
   fi
 done
 
-if test -n "$foots"; then
-  med=$(printf '%s\n' $foots | sort -n | awk '{ v[NR] = $1 } END { printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-  echo "# median footprint over the corpus ($(printf '%s\n' $foots | grep -c .) logs): $med"
-fi
-if test -n "$afoots"; then
-  med=$(printf '%s\n' $afoots | sort -n | awk '{ v[NR] = $1 } END { printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-  echo "# median footprint over 32 passes ($(printf '%s\n' $afoots | grep -c .) logs): $med;" \
-    "above 1.10: $(printf '%s\n' $afoots | awk '$1 > 1.10 + 1e-9' | grep -c .)"
-fi
-if test -n "$lags"; then
-  med=$(printf '%s\n' $lags | sort -n | awk '{ v[NR] = $1 } END { printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-  echo "# median footprint with the GPU 16 allocations behind ($(printf '%s\n' $lags | grep -c .) logs): $med"
-fi
+# median WHAT VALUES...: a comment line with the median of the values.
+median() {
+  what=$1
+  shift
+  test $# -gt 0 || return 0
+  med=$(printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+  echo "# median footprint $what ($# logs): $med"
+}
+median "over the corpus" $foots
+median "over 32 passes" $afoots
+test -z "$afoots" || echo "# over 32 passes, above 1.10: $(printf '%s\n' $afoots | awk '$1 > 1.10 + 1e-9' | grep -c .)"
+median "with the GPU 16 allocations behind" $lags
 if test "$record" = 1; then
   if cp "$new" "$rec"; then
     ok "the figures are recorded in $rec"

@@ -43,7 +43,8 @@
  *   keeps blocks where it put them; the pages model shows what moving
  *   physical memory under them could save, foresight what knowing the
  *   future could.  A log whose blocks would reach past 16 TiB of address
- *   space (sizes no GPU holds) is skipped by the models, saying so.  `none` (only when named) allocates nothing:
+ *   space (sizes no GPU holds) is skipped by the models, saying so.
+ *   `none` (only when named) allocates nothing:
  *   it hands out addresses nobody uses and its frees do nothing, so its
  *   time per event is the replay's own (the loop, and with --threads the
  *   hand-overs between threads), the floor under every allocator's
