@@ -135,25 +135,32 @@ static inline stream_path path_of(const cuemm_manager *m, const char *fn, CUresu
 
 /* The newest block of stream hs's bin for `size` when it is of that very
  * size, LIVE now, or NIL: the fast path's hit.  Heap entered by its owner. */
-static inline __attribute__((always_inline)) uint32_t heap_hit(cuemm__heap *h, uint32_t hs, size_t size)
+static inline __attribute__((always_inline)) uint32_t heap_hit(cuemm__heap *h, uint32_t hs, size_t size,
+                                                               uint32_t *binp)
 {
   size_t rs = round_block(size);
   uint32_t bin = cuemm__heap_bin(h, hs, rs), head;
+  *binp = bin;
   if (bin == CUEMM__HEAP_NIL || (head = h->bins[bin].head) == CUEMM__HEAP_NIL || h->b[head].size != rs)
     return CUEMM__HEAP_NIL;
   return cuemm__heap_pop(h, bin, hs, size);
 }
 
-/* A block of stream hs's bin for `size` (its size class; for a large size,
- * or the next class's within an eighth) large enough, LIVE now, or NIL:
- * past the fast path's hit.  Heap entered or locked. */
-static uint32_t heap_hit_class(cuemm__heap *h, uint32_t hs, size_t size)
+/* A block of stream hs's bin `bin` for `size` (cuemm__heap_bin's answer for
+ * it: its size class; for a large size, or the next class's within an
+ * eighth) large enough, LIVE now, or NIL: past the fast path's hit, which
+ * found the bin already.  Heap entered or locked. */
+static uint32_t heap_hit_in(cuemm__heap *h, uint32_t hs, size_t size, uint32_t bin)
 {
   size_t rs = round_block(size);
-  uint32_t bin = cuemm__heap_bin(h, hs, rs);
   if (rs < CUEMM__HEAP_LARGE && (bin == CUEMM__HEAP_NIL || h->bins[bin].head == CUEMM__HEAP_NIL))
     return CUEMM__HEAP_NIL; /* a large request may still find the next class's */
   return cuemm__heap_pop_fit(h, bin, hs, rs, size);
+}
+
+static uint32_t heap_hit_class(cuemm__heap *h, uint32_t hs, size_t size)
+{
+  return heap_hit_in(h, hs, size, cuemm__heap_bin(h, hs, round_block(size)));
 }
 
 /* Whether h cuts a request of rs bytes on stream hs from a span (span.h):
@@ -237,22 +244,23 @@ static inline __attribute__((always_inline)) CUresult heap_served(cuemm_manager 
 /* The owner's way past a hit: blocks of this size other streams of the
  * heap freed, else the pool.  Heap entered, stream hs met; leaves it. */
 static __attribute__((noinline)) CUresult alloc_async_miss(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
-                                                           size_t size, CUstream stream, uint32_t hs)
+                                                           size_t size, CUstream stream, uint32_t hs, uint32_t bin)
 {
   size_t rs = round_block(size);
   int others = 0;
   uint32_t r = CUEMM__HEAP_NIL;
   if (atomic_load_explicit(&h->rhead, memory_order_relaxed) != CUEMM__HEAP_NIL) {
-    /* Blocks other threads freed for this one: into the bins first. */
+    /* Blocks other threads freed for this one: into the bins first (which
+     * may move the bins: `bin` is found again). */
     cuemm__heap_drain_remote_list(h);
-    r = heap_hit(h, hs, size);
+    r = heap_hit(h, hs, size, &bin);
   }
   /* The bins, unless the request is large and no stream of the heap keeps
    * a large block (a training step's tensors while the threads keep none,
    * CUEMM__KEEP_QUIET, or sizes past CUEMM__HEAP_LARGE_MAX): then none of
    * them can serve it. */
   if (r == CUEMM__HEAP_NIL && (rs < CUEMM__HEAP_LARGE || h->cached_large)) {
-    r = heap_hit_class(h, hs, size);
+    r = heap_hit_in(h, hs, size, bin);
     if (r == CUEMM__HEAP_NIL)
       r = steal_hint(h, hs, rs, size);
     if (r == CUEMM__HEAP_NIL)
@@ -288,9 +296,10 @@ static inline __attribute__((always_inline)) CUresult alloc_async_owner(cuemm_ma
     cuemm__heap_leave(h);
     return alloc_async_slow(m, h, p, size, stream);
   }
-  if ((r = heap_hit(h, hs, size)) != CUEMM__HEAP_NIL)
+  uint32_t bin;
+  if ((r = heap_hit(h, hs, size, &bin)) != CUEMM__HEAP_NIL)
     return heap_served(m, h, r, p, size);
-  return alloc_async_miss(m, h, p, size, stream, hs);
+  return alloc_async_miss(m, h, p, size, stream, hs, bin);
 }
 
 static inline __attribute__((always_inline)) CUresult alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size,
