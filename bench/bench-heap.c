@@ -10,7 +10,9 @@
  *    2 MiB, 8 MiB); every thread draws its own sequence of slots and sizes,
  *    the same for the three allocators.  A run is a fixed time after a
  *    warm-up (every slot filled, then 256 replacements; the first tenth of
- *    the timed span is not counted, so that the threads have all started);
+ *    the timed span is not counted, so that the threads have all started,
+ *    or --warm's span: at sizes of 2 MiB and up, a pool's first million or
+ *    so replacements are its growth, which a program pays once);
  *    the median of three runs.  For each maximum: aggregate replacements
  *    (a free and an alloc) per second at each T, 16T/1T for each allocator,
  *    and one thread's cuemm / driver.  At maxima of 2 MiB and up, the
@@ -37,9 +39,12 @@
  * live count is checked against the blocks the threads hold (while paused,
  * and zero once all are freed); the last line says whether all matched.
  *
- * Usage: bench-heap [--quick] [--part sizes|remote] [--max SIZE] [--force-driver]
+ * Usage: bench-heap [--quick] [--part sizes|remote] [--max SIZE] [--warm MS] [--force-driver]
  *   --quick   runs of 30 ms, one run each (300 ms, three runs by default)
  *   --max     one maximum for part 1 (512, 8K, 128K, 2M, 8MiB, ... bytes)
+ *   --warm    milliseconds of every run, every allocator's alike, left
+ *             uncounted before its timed span (0 to 60000; default a tenth
+ *             of the span)
  */
 #include <errno.h>
 #include <math.h>
@@ -68,6 +73,7 @@ typedef enum { B_CUEMM, B_DRIVER, B_MALLOC, NBACKENDS } backend;
 static CUcontext ctx;
 static int driver_ok;    /* cuMemAllocAsync measured */
 static double run_ms;    /* the counted span of a run */
+static double warm_ms;   /* the uncounted span before it */
 static int rounds;       /* runs per figure, the median taken */
 static char runs_text[64]; /* says so in the tables' titles */
 static unsigned checks, mismatches;
@@ -180,11 +186,11 @@ static unsigned long long sum(counter *c, int n)
   return s;
 }
 
-/* Operations per second of `n` counters between a tenth of run_ms after the
- * start and the end of the span; then raises the stop flag. */
+/* Operations per second of `n` counters between warm_ms after the start
+ * and the end of the span; then raises the stop flag. */
 static double timed_span(counter *c, int n, atomic_int *stop)
 {
-  sleep_ms(run_ms / 10);
+  sleep_ms(warm_ms);
   unsigned long long c0 = sum(c, n);
   double t0 = now_ns();
   sleep_ms(run_ms);
@@ -631,8 +637,10 @@ static int parse_max(const char *s, size_t *out)
 
 static int usage(const char *why)
 {
-  fprintf(stderr, BENCH_NAME ": %s\nusage: bench-heap [--quick] [--part sizes|remote] [--max SIZE] [--force-driver]\n"
-          "  SIZE: bytes, or with K/M (KiB, MiB): 512, 8K, 128K, 2M, 8MiB; 1 B .. 4095 MiB\n", why);
+  fprintf(stderr, BENCH_NAME ": %s\nusage: bench-heap [--quick] [--part sizes|remote] [--max SIZE] [--warm MS] "
+          "[--force-driver]\n"
+          "  SIZE: bytes, or with K/M (KiB, MiB): 512, 8K, 128K, 2M, 8MiB; 1 B .. 4095 MiB\n"
+          "  MS: milliseconds of every run left uncounted, 0 .. 60000 (default: a tenth of the run)\n", why);
   return 2;
 }
 
@@ -640,6 +648,7 @@ int main(int argc, char **argv)
 {
   int quick = 0, force_driver = 0, part_sizes = 1, part_remote = 1;
   size_t one_max = 0;
+  long warm = -1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick"))
       quick = 1;
@@ -656,9 +665,15 @@ int main(int argc, char **argv)
     } else if (!strcmp(argv[i], "--max") && i + 1 < argc) {
       if (parse_max(argv[++i], &one_max))
         return usage("--max takes a size from 1 B to 4095 MiB, such as 512, 8K, 2M or 8MiB");
+    } else if (!strcmp(argv[i], "--warm") && i + 1 < argc) {
+      char *end;
+      errno = 0;
+      warm = strtol(argv[++i], &end, 10);
+      if (errno || end == argv[i] || *end || warm < 0 || warm > 60000)
+        return usage("--warm takes milliseconds from 0 to 60000");
     } else {
       char why[160];
-      if (i + 1 == argc && (!strcmp(argv[i], "--part") || !strcmp(argv[i], "--max")))
+      if (i + 1 == argc && (!strcmp(argv[i], "--part") || !strcmp(argv[i], "--max") || !strcmp(argv[i], "--warm")))
         snprintf(why, sizeof why, "%s lacks its value", argv[i]);
       else
         snprintf(why, sizeof why, "unknown option '%.100s'", argv[i]);
@@ -673,11 +688,15 @@ int main(int argc, char **argv)
   if (!driver_ok && force_driver && dlsym(RTLD_DEFAULT, "cuMemAllocAsync"))
     driver_ok = forced = 1;
   run_ms = quick ? 30 : 300;
+  warm_ms = warm >= 0 ? (double)warm : run_ms / 10;
   rounds = quick ? 1 : 3;
+  int len;
   if (rounds == 1)
-    snprintf(runs_text, sizeof runs_text, "one run of %.0f ms", run_ms);
+    len = snprintf(runs_text, sizeof runs_text, "one run of %.0f ms", run_ms);
   else
-    snprintf(runs_text, sizeof runs_text, "median of %d runs of %.0f ms", rounds, run_ms);
+    len = snprintf(runs_text, sizeof runs_text, "median of %d runs of %.0f ms", rounds, run_ms);
+  if (warm >= 0)
+    snprintf(runs_text + len, sizeof runs_text - (size_t)len, " after %ld ms uncounted", warm);
   printf("# cuemm: VMM pool, stream reuse %s; %s; %s per figure\n",
          getenv("CUEMM_STREAM_REUSE") ? getenv("CUEMM_STREAM_REUSE") : "event",
          forced      ? "driver: cuMemAllocAsync, its pool's release threshold not set (--force-driver)"

@@ -6,15 +6,15 @@
 # tables (a row per thread count, one cache per thread, no less mapped than
 # live), the remote table has a row per count of threads in pairs, and
 # cuemm's live count matched the blocks the threads held after every run.
-# --part and --max run one part, one maximum; bad options exit 2 with a
-# message.  Timings on simcuda mean nothing and are not looked at (on a
+# --part and --max run one part, one maximum; --warm sets the uncounted
+# span before each timed one; bad options exit 2 with a message.  Timings on simcuda mean nothing and are not looked at (on a
 # loaded machine a thread may get no turn in a 30 ms span: a figure of 0
 # and a ratio n/a are accepted); scripts/gpu-heap.sh runs it in full on a
 # GPU.
 b=${CUEMM_TOP_BUILDDIR:-.}
-echo "1..10"
+echo "1..12"
 if test "${CUEMM_TEST_DRIVER:-sim}" = system; then
-  for i in 1 2 3 4 5 6 7 8 9 10; do echo "ok $i # SKIP runs on the GPU in full (scripts/gpu-heap.sh)"; done
+  for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo "ok $i # SKIP runs on the GPU in full (scripts/gpu-heap.sh)"; done
   exit 0
 fi
 num='[0-9]+\.[0-9]+'
@@ -74,3 +74,16 @@ for v in 0 3X -5 5G 2Mx; do
   test $rc -eq 2 && echo "$out" | grep -q -- "--max takes a size" && n=$((n + 1))
 done
 if test "$n" -eq 5; then echo "ok 10 - bad --max values exit 2 and say why"; else echo "not ok 10 - bad --max values (got $n of 5)"; fi
+out=$("$b/bench/bench-heap" --quick --part sizes --max 512 --warm 5 2>&1); rc=$?
+echo "$out" | sed 's/^/# /'
+if test $rc -eq 0 && echo "$out" | grep -q '^## sizes 256 B \.\. 512 B .*one run of 30 ms after 5 ms uncounted)$' &&
+   echo "$out" | grep -q "^consistency: 10 checks of cuemm's live count, 0 mismatches$"
+then echo "ok 11 - --warm 5 leaves 5 ms of each run uncounted, and says so"; else echo "not ok 11 - --warm 5 (exit $rc)"; fi
+n=0
+for v in x -1 60001 5ms ""; do
+  out=$("$b/bench/bench-heap" --warm "$v" 2>&1); rc=$?
+  test $rc -eq 2 && echo "$out" | grep -q -- "--warm takes milliseconds from 0 to 60000" && n=$((n + 1))
+done
+out=$("$b/bench/bench-heap" --warm 2>&1); rc=$?
+test $rc -eq 2 && echo "$out" | grep -q -- "--warm lacks its value" && n=$((n + 1))
+if test "$n" -eq 6; then echo "ok 12 - bad --warm values exit 2 and say why"; else echo "not ok 12 - bad --warm values (got $n of 6)"; fi
