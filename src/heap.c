@@ -232,45 +232,6 @@ int cuemm__heap_cache_newbin(cuemm__heap *h, uint32_t r, uint32_t hs)
   return cuemm__heap_cache(h, r, hs);
 }
 
-/* How far into a bin a request looks past its head: the newest blocks
- * are those its stream freed last, the likeliest to be warm and of the
- * sizes now in use; a bin longer than this is a cache of one class, whose
- * deeper blocks the next requests of the class find once these are taken. */
-#define POP_FIT_LOOK 8
-
-/* The smallest of the newest POP_FIT_LOOK blocks of `bin` of rs to `most`
- * bytes (one of rs at once), or NIL. */
-static uint32_t bin_fit(const cuemm__heap *h, uint32_t bin, size_t rs, size_t most)
-{
-  uint32_t best = CUEMM__HEAP_NIL;
-  unsigned n = 0;
-  for (uint32_t r = h->bins[bin].head; r != CUEMM__HEAP_NIL && n < POP_FIT_LOOK; r = h->b[r].next, n++) {
-    size_t size = h->b[r].size;
-    if (size == rs)
-      return r;
-    if (size > rs && size <= most && (best == CUEMM__HEAP_NIL || size < h->b[best].size))
-      best = r;
-  }
-  return best;
-}
-
-uint32_t cuemm__heap_pop_fit(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t rs, size_t req)
-{
-  uint32_t best = bin == CUEMM__HEAP_NIL ? CUEMM__HEAP_NIL : bin_fit(h, bin, rs, SIZE_MAX);
-  if (best == CUEMM__HEAP_NIL && rs >= CUEMM__HEAP_LARGE) {
-    /* A block of the next class within an eighth of rs: a request near
-     * the top of its class finds few blocks above it in its own, and the
-     * same waste is allowed across the boundary as within a class. */
-    uint32_t up = cuemm__heap_bin(h, hs, cuemm__heap_class_top(rs) + 1);
-    if (up != CUEMM__HEAP_NIL)
-      best = bin_fit(h, up, rs, rs + (rs >> 3));
-  }
-  if (best == CUEMM__HEAP_NIL)
-    return CUEMM__HEAP_NIL;
-  cuemm__heap_take(h, best, hs, req);
-  return best;
-}
-
 uint32_t cuemm__heap_insert(cuemm__heap *h, uintptr_t ptr, size_t size, uint32_t blk, uint32_t hs, size_t req)
 {
   /* At most a quarter full: every free looks here first, and one of a

@@ -510,20 +510,58 @@ static inline __attribute__((always_inline)) uint32_t cuemm__heap_pop(cuemm__hea
   return r;
 }
 
-/* A block of bin `bin` (NIL: none) of stream hs of at least `rs` bytes,
- * taken as cuemm__heap_pop takes the head, when the head is not of size
- * rs: one of size rs among the newest few, else the smallest of them that
- * is large enough, else (from CUEMM__HEAP_LARGE up) the smallest of the
- * next class's newest few within an eighth of rs; NIL when none of them
- * is (heap.c). */
-uint32_t cuemm__heap_pop_fit(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t rs, size_t req);
-
 /* Takes cached block r out of its bin (any position): it becomes LIVE on
  * stream `hs` with `req` bytes asked for. */
 static inline void cuemm__heap_take(cuemm__heap *h, uint32_t r, uint32_t hs, size_t req)
 {
   cuemm__heap_unbin(h, r);
   cuemm__heap_mark_live(h, r, hs, req);
+}
+
+/* How far into a bin a request looks past its head: the newest blocks
+ * are those its stream freed last, the likeliest to be warm and of the
+ * sizes now in use; a bin longer than this is a cache of one class, whose
+ * deeper blocks the next requests of the class find once these are taken. */
+#define CUEMM__HEAP_POP_FIT_LOOK 8
+
+/* The smallest of the newest CUEMM__HEAP_POP_FIT_LOOK blocks of `bin` of rs
+ * to `most` bytes (one of rs at once), or NIL. */
+static inline uint32_t cuemm__heap_bin_fit(const cuemm__heap *h, uint32_t bin, size_t rs, size_t most)
+{
+  uint32_t best = CUEMM__HEAP_NIL;
+  unsigned n = 0;
+  for (uint32_t r = h->bins[bin].head; r != CUEMM__HEAP_NIL && n < CUEMM__HEAP_POP_FIT_LOOK; r = h->b[r].next, n++) {
+    size_t size = h->b[r].size;
+    if (size == rs)
+      return r;
+    if (size > rs && size <= most && (best == CUEMM__HEAP_NIL || size < h->b[best].size))
+      best = r;
+  }
+  return best;
+}
+
+/* A block of bin `bin` (NIL: none) of stream hs of at least `rs` bytes,
+ * taken as cuemm__heap_pop takes the head, when the head is not of size
+ * rs: one of size rs among the newest few, else the smallest of them that
+ * is large enough, else (from CUEMM__HEAP_LARGE up) the smallest of the
+ * next class's newest few within an eighth of rs; NIL when none of them
+ * is.  Inline: a request of a size drawn from a range (a server's
+ * lengths, array code) comes here at about every other allocation. */
+static inline uint32_t cuemm__heap_pop_fit(cuemm__heap *h, uint32_t bin, uint32_t hs, size_t rs, size_t req)
+{
+  uint32_t best = bin == CUEMM__HEAP_NIL ? CUEMM__HEAP_NIL : cuemm__heap_bin_fit(h, bin, rs, SIZE_MAX);
+  if (best == CUEMM__HEAP_NIL && rs >= CUEMM__HEAP_LARGE) {
+    /* A block of the next class within an eighth of rs: a request near
+     * the top of its class finds few blocks above it in its own, and the
+     * same waste is allowed across the boundary as within a class. */
+    uint32_t up = cuemm__heap_bin(h, hs, cuemm__heap_class_top(rs) + 1);
+    if (up != CUEMM__HEAP_NIL)
+      best = cuemm__heap_bin_fit(h, up, rs, rs + (rs >> 3));
+  }
+  if (best == CUEMM__HEAP_NIL)
+    return CUEMM__HEAP_NIL;
+  cuemm__heap_take(h, best, hs, req);
+  return best;
 }
 
 /* cuemm__heap_cache for a (stream, size) that has no bin yet. */
