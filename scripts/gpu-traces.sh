@@ -6,15 +6,15 @@
 #
 # Runs in an unpacked `make dist` tree that is configured and built (as
 # scripts/gpu-run.sh leaves it), with Python and torch on the machine:
-#   1. scripts/torch-trace.py records the gpt2, resnet50 and serve workloads
-#      into OUTDIR/traces/torch-*.csv (RMM logs), with its figures in
+#   1. scripts/torch-trace.py records its workloads (gpt2, resnet50, serve,
+#      vit, unet and lstm) into OUTDIR/traces/torch-*.csv (RMM logs), with its figures in
 #      OUTDIR/record.txt;
 #   2. tools/cuemm-replay replays each log through cuMemAlloc, the driver's
 #      pool, cuemm's stream-ordered path and its deferred path:
 #      OUTDIR/replay-NAME.txt (progress in .err), all of them in
 #      OUTDIR/replay.txt, the tables together in OUTDIR/summary.txt.
-# About 2 to 3 minutes on an H100; the recording stops at 200 s and the
-# replays at 330 s from the start, so the whole stays under 6 minutes.  PYTHON picks the interpreter (default python3);
+# About 4 to 6 minutes on an H100; the recording stops at 300 s and the
+# replays at 540 s from the start, so the whole stays under 10 minutes.  PYTHON picks the interpreter (default python3);
 # TRACE_ARGS adds options to the recorder (--quick for a smoke run),
 # REPLAY_ARGS to the replay (--reps R).
 set -u
@@ -37,10 +37,10 @@ cat "$out/gpu.txt"
 make tools/cuemm-replay > "$out/replay-build.log" 2>&1 || { tail -n 20 "$out/replay-build.log"; exit 1; }
 
 echo "== recording (scripts/torch-trace.py)"
-# Each workload gets 70 s in its own process; the three together about 1.5
+# Each workload gets 70 s in its own process; the six together about 2
 # minutes on an H100.
 # shellcheck disable=SC2086
-timeout 200 "$py" scripts/torch-trace.py --out "$out/traces" ${TRACE_ARGS:-} 2>&1 | tee "$out/record.txt"
+timeout 300 "$py" scripts/torch-trace.py --out "$out/traces" ${TRACE_ARGS:-} 2>&1 | tee "$out/record.txt"
 echo "recorded in $(($(date +%s) - start)) s"
 
 set -- "$out"/traces/torch-*.csv
@@ -48,12 +48,12 @@ if test ! -f "$1"; then
   echo "gpu-traces: no trace was recorded; see $out/record.txt" >&2
   exit 1
 fi
-# One replay per trace, each within what is left of 330 s from the start, so
+# One replay per trace, each within what is left of 540 s from the start, so
 # that a trace too long for the budget costs only its own table.
 : > "$out/replay.txt"
 : > "$out/summary.txt"
 for log in "$@"; do
-  left=$((330 - ($(date +%s) - start)))
+  left=$((540 - ($(date +%s) - start)))
   name=$(basename "$log" .csv)
   if test $left -lt 10; then
     echo "gpu-traces: no time left to replay $name" | tee -a "$out/replay.txt" >&2

@@ -18,7 +18,7 @@ line; the segment events are not written.  Sizes are the block sizes
 PyTorch reports (its rounding included), streams the cudaStream_t as hex
 (0x0: the default stream), times the entries' time_us as UTC time of day.
 
-Workloads (all together well under 3 minutes on an H100, peaks under 20 GiB):
+Workloads (all together about 2 minutes on an H100, peaks under 36 GiB):
   gpt2      a GPT-2-small-sized decoder (12 layers, d 768, 12 heads, vocab
             50257; torch.nn only) trained with AdamW under bf16 autocast,
             30 steps of batch 8 at random sequence lengths 64..1024
@@ -30,9 +30,20 @@ Workloads (all together well under 3 minutes on an H100, peaks under 20 GiB):
             streams in turn; each request's logits go to the other stream
             for the top-5 (wait_stream + record_stream), results collected
             a few requests later
+  vit       a ViT-Base-sized vision transformer (patch 16, 12 layers, d 768)
+            trained with AdamW under bf16 autocast, 20 steps of random batch
+            16..96 at random image sides 160..256 (101 to 257 tokens)
+  unet      a diffusion-style UNet (four levels of 128..512 channels, the
+            skips held across the forward pass, attention at the lowest
+            level) trained with AdamW under bf16 autocast, 20 steps of
+            random batch 4..24 at random image sides 64..256
+  lstm      a two-layer LSTM language model (d 1024, vocab 32000) trained in
+            fp32 with Adam, 25 steps of random batch 4..32 and length
+            32..512, sampling every fifth step: a prompt, then 32..128
+            tokens one at a time, the output grown by concatenation
 
 Usage:
-  torch-trace.py [--out DIR] [--workloads gpt2,resnet50,serve] [--quick]
+  torch-trace.py [--out DIR] [--workloads gpt2,resnet50,serve,...] [--quick]
                  [--max-entries N] [--seed S] [--timeout SECONDS]
   torch-trace.py --self-test [--out DIR]   (the conversion alone, no torch)
 """
@@ -46,7 +57,7 @@ import time
 
 HEADER = "Thread,Time,Action,Pointer,Size,Stream"
 DEV = "cuda"  # where the workloads run; only a dry run of their code changes it
-WORKLOADS = ("gpt2", "resnet50", "serve")
+WORKLOADS = ("gpt2", "resnet50", "serve", "vit", "unet", "lstm")
 GiB = float(1 << 30)
 
 
@@ -280,6 +291,172 @@ def run_serve(torch, rng, quick):
     return (model, streams, results)
 
 
+def run_vit(torch, rng, quick):
+    nn, F = torch.nn, torch.nn.functional
+    d, heads, layers, patch, classes = 768, 12, 12, 16, 1000
+    steps, lo, hi = (3, 8, 16) if quick else (20, 16, 96)
+    sides = (160, 192, 224, 256)
+
+    class ViT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Conv2d(3, d, patch, patch)
+            self.cls = nn.Parameter(torch.zeros(1, 1, d))
+            self.pos = nn.Parameter(torch.zeros(1, (max(sides) // patch) ** 2 + 1, d))
+            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu",
+                                               batch_first=True, norm_first=True)
+            try:
+                self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            except TypeError:
+                self.blocks = nn.TransformerEncoder(layer, layers)
+            self.norm = nn.LayerNorm(d)
+            self.head = nn.Linear(d, classes)
+
+        def forward(self, x):
+            x = self.embed(x).flatten(2).transpose(1, 2)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
+            x = self.blocks(x + self.pos[:, :x.shape[1]])
+            return self.head(self.norm(x[:, 0]))
+
+    model = ViT().to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
+    for _ in range(steps):
+        b, side = rng.randint(lo, hi), rng.choice(sides)
+        x = torch.randn(b, 3, side, side, device=DEV)
+        y = torch.randint(0, classes, (b,), device=DEV)
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            out = model(x)
+        loss = F.cross_entropy(out.float(), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+        del x, y, out, loss
+    return (model, opt)
+
+
+def run_unet(torch, rng, quick):
+    nn, F = torch.nn, torch.nn.functional
+    steps, lo, hi = (3, 2, 4) if quick else (20, 4, 24)
+    sides = (64, 96, 128, 160, 192, 256)
+    tdim = 512
+
+    class Res(nn.Module):
+        def __init__(self, cin, cout):
+            super().__init__()
+            self.n1, self.c1 = nn.GroupNorm(32, cin), nn.Conv2d(cin, cout, 3, padding=1)
+            self.t = nn.Linear(tdim, cout)
+            self.n2, self.c2 = nn.GroupNorm(32, cout), nn.Conv2d(cout, cout, 3, padding=1)
+            self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+        def forward(self, x, t):
+            h = self.c1(F.silu(self.n1(x))) + self.t(t)[:, :, None, None]
+            return self.c2(F.silu(self.n2(h))) + self.skip(x)
+
+    class Attn(nn.Module):
+        def __init__(self, c, heads=8):
+            super().__init__()
+            self.heads = heads
+            self.n, self.qkv, self.out = nn.GroupNorm(32, c), nn.Conv2d(c, 3 * c, 1), nn.Conv2d(c, c, 1)
+
+        def forward(self, x):
+            b, c, hh, ww = x.shape
+            q, k, v = self.qkv(self.n(x)).reshape(b, 3, self.heads, c // self.heads, hh * ww).unbind(1)
+            a = F.scaled_dot_product_attention(q.transpose(-1, -2), k.transpose(-1, -2), v.transpose(-1, -2))
+            return x + self.out(a.transpose(-1, -2).reshape(b, c, hh, ww))
+
+    class UNet(nn.Module):
+        def __init__(self, ch=(128, 256, 384, 512)):
+            super().__init__()
+            self.temb = nn.Sequential(nn.Linear(128, tdim), nn.SiLU(), nn.Linear(tdim, tdim))
+            self.inp = nn.Conv2d(3, ch[0], 3, padding=1)
+            self.downs, self.pools, self.ups = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
+            c = ch[0]
+            for co in ch:
+                self.downs.append(Res(c, co))
+                self.pools.append(nn.Conv2d(co, co, 3, stride=2, padding=1))
+                c = co
+            self.mid1, self.attn, self.mid2 = Res(c, c), Attn(c), Res(c, c)
+            for co in reversed(ch):
+                self.ups.append(Res(c + co, co))
+                c = co
+            self.out = nn.Sequential(nn.GroupNorm(32, c), nn.SiLU(), nn.Conv2d(c, 3, 3, padding=1))
+
+        def forward(self, x, t):
+            f = torch.exp(-torch.arange(64, device=x.device, dtype=torch.float32) * (9.21 / 64))
+            e = t[:, None].float() * f[None]
+            temb = self.temb(torch.cat([e.sin(), e.cos()], dim=1))
+            h, skips = self.inp(x), []
+            for res, pool in zip(self.downs, self.pools):
+                h = res(h, temb)
+                skips.append(h)
+                h = pool(h)
+            h = self.mid2(self.attn(self.mid1(h, temb)), temb)
+            for res in self.ups:
+                s = skips.pop()
+                h = res(torch.cat([F.interpolate(h, size=s.shape[-2:], mode="nearest"), s], dim=1), temb)
+            return self.out(h)
+
+    model = UNet().to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for _ in range(steps):
+        b, side = rng.randint(lo, hi), rng.choice(sides)
+        x = torch.randn(b, 3, side, side, device=DEV)
+        noise = torch.randn_like(x)
+        t = torch.randint(0, 1000, (b,), device=DEV)
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            pred = model(x + noise, t)
+        loss = F.mse_loss(pred.float(), noise)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+        del x, noise, t, pred, loss
+    return (model, opt)
+
+
+def run_lstm(torch, rng, quick):
+    nn, F = torch.nn, torch.nn.functional
+    vocab, d = 32000, 1024
+    steps, lo, hi = (3, 16, 64) if quick else (25, 32, 512)
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d)
+            self.rnn = nn.LSTM(d, d, num_layers=2, batch_first=True)
+            self.head = nn.Linear(d, vocab)
+
+        def forward(self, idx, state=None):
+            y, state = self.rnn(self.emb(idx), state)
+            return self.head(y), state
+
+    model = LM().to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for i in range(steps):
+        idx = torch.randint(0, vocab, (rng.randint(4, 32), rng.randint(lo, hi) + 1), device=DEV)
+        logits, _ = model(idx[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, vocab), idx[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+        del idx, logits, loss
+        if i % 5 == 4:
+            # Sampling: the prompt at once, then a token at a time, the
+            # output grown by concatenation.
+            with torch.no_grad():
+                out = torch.randint(0, vocab, (rng.randint(1, 8), rng.randint(8, 64)), device=DEV)
+                logits, state = model(out)
+                for _ in range(rng.randint(32, 128)):
+                    nxt = torch.multinomial(torch.softmax(logits[:, -1], dim=-1), 1)
+                    out = torch.cat([out, nxt], dim=1)
+                    logits, state = model(nxt, state)
+                out.cpu()
+                del out, logits, state, nxt
+    return (model, opt)
+
+
 def child(args):
     try:
         import torch
@@ -300,7 +477,8 @@ def child(args):
     except TypeError:  # the older, boolean interface
         hist(True, record_context=False, trace_alloc_max_entries=args.max_entries,
              trace_alloc_record_context=False)
-    run = {"gpt2": run_gpt2, "resnet50": run_resnet50, "serve": run_serve}[args.child]
+    run = {"gpt2": run_gpt2, "resnet50": run_resnet50, "serve": run_serve, "vit": run_vit, "unet": run_unet,
+           "lstm": run_lstm}[args.child]
     t0 = time.time()
     keep = run(torch, rng, args.quick)
     torch.cuda.synchronize()
