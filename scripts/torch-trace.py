@@ -149,6 +149,30 @@ def describe(name, path, st, entries, max_entries, reserved=None, seconds=None):
 
 
 # ---- the workloads (torch is imported only here) ---------------------------
+def train_step(torch, opt, forward, loss_of, amp=True):
+    """One optimizer step as the training workloads take it: the forward
+    pass (under bf16 autocast unless amp is off), the loss outside it,
+    backward, the step, the gradients dropped (set to None) and the loss
+    read back, which waits for the step's work."""
+    with torch.autocast(DEV, dtype=torch.bfloat16, enabled=amp):
+        out = forward()
+    loss = loss_of(out)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    loss.item()
+
+
+
+def encoder_stack(nn, layers, d, heads, dropout):
+    """`layers` pre-norm transformer layers of width d (GELU, MLP of 4d)."""
+    layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=dropout, activation="gelu",
+                                       batch_first=True, norm_first=True)
+    try:
+        return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+    except TypeError:  # older torch: no nested-tensor switch
+        return nn.TransformerEncoder(layer, layers)
+
 
 def gpt_model(torch, nn, layers, d=768, heads=12, vocab=50257, ctx=1024):
     import inspect
@@ -159,12 +183,7 @@ def gpt_model(torch, nn, layers, d=768, heads=12, vocab=50257, ctx=1024):
             super().__init__()
             self.tok = nn.Embedding(vocab, d)
             self.pos = nn.Embedding(ctx, d)
-            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, activation="gelu",
-                                               batch_first=True, norm_first=True)
-            try:
-                self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-            except TypeError:
-                self.blocks = nn.TransformerEncoder(layer, layers)
+            self.blocks = encoder_stack(nn, layers, d, heads, dropout=0.1)
             self.norm = nn.LayerNorm(d)
             self.head = nn.Linear(d, vocab, bias=False)
             self.head.weight = self.tok.weight
@@ -194,14 +213,9 @@ def run_gpt2(torch, rng, quick):
         n = rng.randint(lo, hi)
         idx = torch.randint(0, vocab, (batch, n + 1), device=DEV)
         x, y = idx[:, :-1], idx[:, 1:]
-        with torch.autocast(DEV, dtype=torch.bfloat16):
-            logits = model(x)
-        loss = F.cross_entropy(logits.float().reshape(-1, vocab), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss.item()
-        del idx, x, y, logits, loss
+        train_step(torch, opt, lambda: model(x),
+                   lambda logits: F.cross_entropy(logits.float().reshape(-1, vocab), y.reshape(-1)))
+        del idx, x, y
     return (model, opt)
 
 
@@ -251,14 +265,8 @@ def run_resnet50(torch, rng, quick):
         b = rng.randint(lo, hi)
         x = torch.randn(b, 3, 224, 224, device=DEV)
         y = torch.randint(0, 1000, (b,), device=DEV)
-        with torch.autocast(DEV, dtype=torch.bfloat16):
-            out = model(x)
-        loss = F.cross_entropy(out.float(), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss.item()
-        del x, y, out, loss
+        train_step(torch, opt, lambda: model(x), lambda out: F.cross_entropy(out.float(), y))
+        del x, y
     return (model, opt)
 
 
@@ -303,12 +311,7 @@ def run_vit(torch, rng, quick):
             self.embed = nn.Conv2d(3, d, patch, patch)
             self.cls = nn.Parameter(torch.zeros(1, 1, d))
             self.pos = nn.Parameter(torch.zeros(1, (max(sides) // patch) ** 2 + 1, d))
-            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu",
-                                               batch_first=True, norm_first=True)
-            try:
-                self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-            except TypeError:
-                self.blocks = nn.TransformerEncoder(layer, layers)
+            self.blocks = encoder_stack(nn, layers, d, heads, dropout=0.0)
             self.norm = nn.LayerNorm(d)
             self.head = nn.Linear(d, classes)
 
@@ -324,14 +327,8 @@ def run_vit(torch, rng, quick):
         b, side = rng.randint(lo, hi), rng.choice(sides)
         x = torch.randn(b, 3, side, side, device=DEV)
         y = torch.randint(0, classes, (b,), device=DEV)
-        with torch.autocast(DEV, dtype=torch.bfloat16):
-            out = model(x)
-        loss = F.cross_entropy(out.float(), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss.item()
-        del x, y, out, loss
+        train_step(torch, opt, lambda: model(x), lambda out: F.cross_entropy(out.float(), y))
+        del x, y
     return (model, opt)
 
 
@@ -404,14 +401,8 @@ def run_unet(torch, rng, quick):
         x = torch.randn(b, 3, side, side, device=DEV)
         noise = torch.randn_like(x)
         t = torch.randint(0, 1000, (b,), device=DEV)
-        with torch.autocast(DEV, dtype=torch.bfloat16):
-            pred = model(x + noise, t)
-        loss = F.mse_loss(pred.float(), noise)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss.item()
-        del x, noise, t, pred, loss
+        train_step(torch, opt, lambda: model(x + noise, t), lambda pred: F.mse_loss(pred.float(), noise))
+        del x, noise, t
     return (model, opt)
 
 
@@ -435,13 +426,9 @@ def run_lstm(torch, rng, quick):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     for i in range(steps):
         idx = torch.randint(0, vocab, (rng.randint(4, 32), rng.randint(lo, hi) + 1), device=DEV)
-        logits, _ = model(idx[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, vocab), idx[:, 1:].reshape(-1))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss.item()
-        del idx, logits, loss
+        train_step(torch, opt, lambda: model(idx[:, :-1])[0],
+                   lambda logits: F.cross_entropy(logits.reshape(-1, vocab), idx[:, 1:].reshape(-1)), amp=False)
+        del idx
         if i % 5 == 4:
             # Sampling: the prompt at once, then a token at a time, the
             # output grown by concatenation.
