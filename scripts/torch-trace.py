@@ -149,6 +149,7 @@ def describe(name, path, st, entries, max_entries, reserved=None, seconds=None):
 
 
 # ---- the workloads (torch is imported only here) ---------------------------
+
 def train_step(torch, opt, forward, loss_of, amp=True):
     """One optimizer step as the training workloads take it: the forward
     pass (under bf16 autocast unless amp is off), the loss outside it,
@@ -161,7 +162,6 @@ def train_step(torch, opt, forward, loss_of, amp=True):
     opt.step()
     opt.zero_grad(set_to_none=True)
     loss.item()
-
 
 
 def encoder_stack(nn, layers, d, heads, dropout):
