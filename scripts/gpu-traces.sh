@@ -7,16 +7,17 @@
 # Runs in an unpacked `make dist` tree that is configured and built (as
 # scripts/gpu-run.sh leaves it), with Python and torch on the machine:
 #   1. scripts/torch-trace.py records its workloads (gpt2, resnet50, serve,
-#      vit, unet and lstm) into OUTDIR/traces/torch-*.csv (RMM logs), with its figures in
-#      OUTDIR/record.txt;
+#      vit, unet and lstm) into OUTDIR/traces/torch-*.csv (RMM logs), with
+#      its figures in OUTDIR/record.txt;
 #   2. tools/cuemm-replay replays each log through cuMemAlloc, the driver's
 #      pool, cuemm's stream-ordered path and its deferred path:
 #      OUTDIR/replay-NAME.txt (progress in .err), all of them in
 #      OUTDIR/replay.txt, the tables together in OUTDIR/summary.txt.
 # About 4 to 6 minutes on an H100; the recording stops at 300 s and the
-# replays at 540 s from the start, so the whole stays under 10 minutes.  PYTHON picks the interpreter (default python3);
-# TRACE_ARGS adds options to the recorder (--quick for a smoke run),
-# REPLAY_ARGS to the replay (--reps R).
+# replays at 540 s from the start, so the whole stays under 10 minutes.
+# PYTHON picks the interpreter (default python3); TRACE_ARGS adds options
+# to the recorder (--quick for a smoke run), REPLAY_ARGS to the replay
+# (--reps R).
 set -u
 out=${1:-}
 test -n "$out" || { echo "usage: scripts/gpu-traces.sh OUTDIR" >&2; exit 2; }

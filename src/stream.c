@@ -158,6 +158,7 @@ static uint32_t heap_hit_in(cuemm__heap *h, uint32_t hs, size_t size, uint32_t b
   return cuemm__heap_pop_fit(h, bin, hs, rs, size);
 }
 
+/* heap_hit_in for a caller that has not looked the bin up (the slow path). */
 static uint32_t heap_hit_class(cuemm__heap *h, uint32_t hs, size_t size)
 {
   return heap_hit_in(h, hs, size, cuemm__heap_bin(h, hs, round_block(size)));

@@ -7,10 +7,10 @@
 # live), the remote table has a row per count of threads in pairs, and
 # cuemm's live count matched the blocks the threads held after every run.
 # --part and --max run one part, one maximum; --warm sets the uncounted
-# span before each timed one; bad options exit 2 with a message.  Timings on simcuda mean nothing and are not looked at (on a
-# loaded machine a thread may get no turn in a 30 ms span: a figure of 0
-# and a ratio n/a are accepted); scripts/gpu-heap.sh runs it in full on a
-# GPU.
+# span before each timed one; bad options exit 2 with a message.  Timings
+# on simcuda mean nothing and are not looked at (on a loaded machine a
+# thread may get no turn in a 30 ms span: a figure of 0 and a ratio n/a
+# are accepted); scripts/gpu-heap.sh runs it in full on a GPU.
 b=${CUEMM_TOP_BUILDDIR:-.}
 echo "1..12"
 if test "${CUEMM_TEST_DRIVER:-sim}" = system; then
