@@ -109,7 +109,7 @@ class build_cuemm(Command):
         print("cuemm: cuda.h from %s" % cuda_inc)
 
         def compile_one(src):
-            obj = os.path.join(tmp, os.path.basename(src)[:-2] + ".o")
+            obj = os.path.join(tmp, src[:-2].replace("/", "-") + ".o")  # src/pool/pool.c -> src-pool-pool.o
             self.spawn_quiet(cc + common + ["-fvisibility=hidden", "-DCUEMM_BUILDING"] + cflags +
                              ["-c", os.path.join(HERE, src), "-o", obj])
             return obj

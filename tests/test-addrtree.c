@@ -2,12 +2,12 @@
  * against a brute-force model (a flat array scanned in full): a long random
  * run of inserts, removals, resizes and lowest-fit queries, the tree's
  * invariant checker after every step, and its depth on the orders that
- * unbalance a plain search tree.  Built from src/addrtree.c directly.
+ * unbalance a plain search tree.  Built from src/suballoc/addrtree.c directly.
  */
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "addrtree.h"
+#include "suballoc/addrtree.h"
 #include "tap.h"
 
 #define CAP 4096u

@@ -1,10 +1,10 @@
-/* test-heap-entry.c: how threads enter a thread heap (src/heap.h, with the
- * asymmetric fences of src/fence.c): the owner's entry and others' locks
+/* test-heap-entry.c: how threads enter a thread heap (src/stream/heap.h, with the
+ * asymmetric fences of src/base/fence.c): the owner's entry and others' locks
  * exclude each other under load, in both of the owner's modes; the owner's
  * own lock raises no flag; other threads' heavy fences are counted and,
  * past CUEMM__HEAP_HEAVY_MAX, make the owner switch to a full fence at its
  * next entry; a thread that adopts the heap starts afresh.  Built from
- * src/heap.c, src/fence.c and src/lock.c directly: no driver involved.
+ * src/stream/heap.c, src/base/fence.c and src/base/lock.c directly: no driver involved.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -13,8 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fence.h"
-#include "heap.h"
+#include "base/fence.h"
+#include "stream/heap.h"
 #include "tap.h"
 
 static cuemm__heap h;

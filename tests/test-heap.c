@@ -1,15 +1,15 @@
-/* test-heap.c: a thread heap's tables on their own (src/heap.c), against a
+/* test-heap.c: a thread heap's tables on their own (src/stream/heap.c), against a
  * shadow model: random inserts, pops, caches on several streams, takes out
  * of bins (oldest and any), and removals, with the heap's own invariant
  * check (records, pointer map, bins newest first, the list of cached blocks
  * in the order they were freed, counters) after every step.  Built from
- * src/heap.c and src/lock.c directly: no driver involved.
+ * src/stream/heap.c and src/base/lock.c directly: no driver involved.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "heap.h"
+#include "stream/heap.h"
 #include "tap.h"
 
 #define BLOCKS 300

@@ -1,6 +1,6 @@
 #!/bin/sh
 # test-man7.sh: man/cuemm.7, the page of the environment variables, is what
-# tools/cuemm-man7 prints from src/config.c's table now (not a stale copy),
+# tools/cuemm-man7 prints from src/base/config.c's table now (not a stale copy),
 # and names every variable of the table and every CUEMM_* variable the
 # library or its Python modules read (getenv in src/, os.environ in python/).
 top_srcdir=${top_srcdir:-$(dirname "$0")/..}
@@ -41,7 +41,7 @@ test -z "$missing" || echo "$missing" | sed 's/^/# missing: /'
   grep -ho 'getenv("CUEMM_[A-Z0-9_]*")' "$top_srcdir"/src/*.c | sed 's/getenv("\(.*\)")/\1/'
   grep -ho 'environ\(\.get\)\{0,1\}[[(]"CUEMM_[A-Z0-9_]*"' "$top_srcdir"/python/* | sed 's/.*"\(CUEMM_[A-Z0-9_]*\)"/\1/'
   # config.c reads its table's names through a variable: those rows.
-  sed -n 's/^  { "\(CUEMM_[A-Z0-9_]*\)", "[a-z_]*", KNOB_.*/\1/p' "$top_srcdir/src/config.c"
+  sed -n 's/^  { "\(CUEMM_[A-Z0-9_]*\)", "[a-z_]*", KNOB_.*/\1/p' "$top_srcdir/src/base/config.c"
 } | sort -u > "$tmp/read"
 check "the scan finds the variables read ($(wc -l < "$tmp/read"))" test "$(wc -l < "$tmp/read")" -ge 20
 unlisted=$(comm -23 "$tmp/read" "$tmp/documented")

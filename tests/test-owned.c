@@ -1,13 +1,13 @@
 /* test-owned.c: the owned table on its own, against a shadow model: random
  * adds, finds and removes on a table kept small and nearly full, so probe
  * runs are long and wrap around its end, which is where removal by
- * backward shift can lose an entry.  Built from src/owned.c directly: no
+ * backward shift can lose an entry.  Built from src/core/owned.c directly: no
  * driver involved.
  */
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "owned.h"
+#include "core/owned.h"
 #include "tap.h"
 
 #define KEYS 100   /* distinct keys: 256-byte aligned addresses */

@@ -1,5 +1,5 @@
 /* test-piece.c: the choice of piece size for the pool's large growths, on
- * its own (src/piece.c compiled in): size classes, the record of measured
+ * its own (src/pool/piece.c compiled in): size classes, the record of measured
  * costs, the chooser driven by made-up costs (uniform costs, costs shaped
  * like an H100's, the bounded exploration next to the best size, the floor
  * IPC sets, units that are not powers of two), and the process-wide
@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "piece.h"
+#include "pool/piece.h"
 #include "tap.h"
 
 #define MiB ((size_t)1 << 20)

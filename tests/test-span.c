@@ -1,4 +1,4 @@
-/* test-span.c: the threads' spans (src/span.h, CUEMM_STREAM_SPANS): large
+/* test-span.c: the threads' spans (src/stream/span.h, CUEMM_STREAM_SPANS): large
  * blocks cut from a span and given back into it on its stream with no
  * driver call and no pool visit; blocks freed on another stream, by
  * another thread, with cuemm_free, after cuemm_record_stream; address

@@ -1321,7 +1321,7 @@ static void test_keep_large(void)
   CHECK_CU(cuStreamDestroy(s));
 }
 
-/* src/manager.h's CUEMM__KEEP_QUIET: the pool allocations without a
+/* src/core/manager.h's CUEMM__KEEP_QUIET: the pool allocations without a
  * growth past the peak before the threads keep large blocks again. */
 #define KEEP_QUIET 16384
 

@@ -6,9 +6,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "suballoc-check.h"
-#include "suballoc-hole.h"
-#include "suballoc.h"
+#include "suballoc/suballoc-check.h"
+#include "suballoc/suballoc-hole.h"
+#include "suballoc/suballoc.h"
 #include "tap.h"
 
 #define SPAN ((size_t)1 << 30)

@@ -1,5 +1,5 @@
 /* fuzz-config.c: the parsing of every CUEMM_* environment variable that
- * cuemm_config_init reads (src/config.c's table), through setenv.
+ * cuemm_config_init reads (src/base/config.c's table), through setenv.
  *
  * Input: byte 0 picks the variable, the rest (up to a NUL) is its value;
  * the other variables are unset.  What must hold: the result agrees with a

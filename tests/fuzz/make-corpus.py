@@ -69,7 +69,7 @@ def main(out):
     }
     write(out, "ipc-recv", recv)
 
-    # config: [variable index] + value; the order of src/config.c's table
+    # config: [variable index] + value; the order of src/base/config.c's table
     values = {
         0: ["10", "0", "4294967295", "4294967296", "-1", " 5", "12x", "010"],
         1: ["0.2", "1", "1.0", "0", "1.5", "20%", ".5", "0x0.8p0", "1e-3", "nan", "inf", "0.2 "],

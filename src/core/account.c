@@ -1,0 +1,64 @@
+/* account.c: owns the manager's memory accounting that its allocators share:
+ * the count of a new allocation in the statistics, the bytes held from the
+ * driver and their peak, and what an out-of-memory message says of the
+ * device.  manager.c, managed.c and exchange.c call it; it calls none of
+ * them, only reads the manager's figures (the pool's and the managed pool's
+ * held bytes among them).
+ */
+#include "core/account.h"
+#include "base/error.h"
+#include "managed/managed.h"
+#include "core/manager.h"
+
+void cuemm__account_alloc(cuemm_manager *m, size_t size)
+{
+  m->st.allocs++;
+  m->st.live_bytes += size;
+  m->st.live_count++;
+  if (m->st.live_bytes > m->st.peak_bytes)
+    m->st.peak_bytes = m->st.live_bytes;
+  if (m->st.live_count > m->st.peak_count)
+    m->st.peak_count = m->st.live_count;
+}
+
+size_t cuemm__held_bytes(const cuemm_manager *m)
+{
+  size_t h = __atomic_load_n(&m->driver_bytes, __ATOMIC_RELAXED);
+  if (m->pool) /* a slab is held whole from creation */
+    h += m->pool->slab ? m->pool->reserved : __atomic_load_n(&m->pool->mapped, __ATOMIC_RELAXED);
+  if (m->managed)
+    h += __atomic_load_n(&m->managed->held, __ATOMIC_RELAXED);
+  return h;
+}
+
+void cuemm__note_held(cuemm_manager *m)
+{
+  size_t h = cuemm__held_bytes(m);
+  if (h > m->st.peak_held_bytes)
+    m->st.peak_held_bytes = h;
+}
+
+/* What an operator needs first when one rank of many runs out of memory:
+ * which device (ordinal, and the PCI bus id that nvidia-smi prints), and the
+ * figures (what was asked, what this manager holds, what the driver says is
+ * free), appended to the message already set.  Driver calls made here only
+ * add to the message: one that fails leaves its figure out, never replaces
+ * the message.  Lock held; the caller's context is restored. */
+void cuemm__oom_where(cuemm_manager *m, size_t size)
+{
+  const cuemm__driver_table *d = m->drv;
+  char bus[32] = "";
+  if (d->DeviceGetPCIBusId && d->DeviceGetPCIBusId(bus, (int)sizeof bus, m->dev) != CUDA_SUCCESS)
+    bus[0] = 0;
+  size_t f = 0, t = 0;
+  int have_free = 0, pushed = 0;
+  CUcontext cur = NULL, popped = NULL;
+  if (d->CtxGetCurrent(&cur) == CUDA_SUCCESS && (cur == m->ctx || (pushed = d->CtxPushCurrent(m->ctx) == CUDA_SUCCESS)))
+    have_free = d->MemGetInfo(&f, &t) == CUDA_SUCCESS;
+  if (pushed)
+    d->CtxPopCurrent(&popped);
+  cuemm__error_append("; device %d%s%s%s: %zu bytes requested, %zu held by this manager", (int)m->dev,
+                      bus[0] ? " (PCI " : "", bus, bus[0] ? ")" : "", size, cuemm__held_bytes(m));
+  if (have_free)
+    cuemm__error_append(", %zu free of %zu on the device (cuMemGetInfo)", f, t);
+}

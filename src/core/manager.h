@@ -1,0 +1,294 @@
+/* manager.h: the manager structure and the internal calls its files share.
+ *
+ * Where each policy lives, bottom up: driver.c loads libcuda, config.c reads
+ * the CUEMM_* settings, error.c keeps the thread's message; ctx.c makes a
+ * manager's context current around its driver calls, account.c counts what
+ * its allocators hand out and hold; pending.c is the deferred-free queue,
+ * owned.c the table of live allocations, pool.c (on suballoc.c, with piece.c
+ * choosing how large growths are cut) the VMM pool, and nvtx.c tells a tool
+ * attached through NVTX (compute-sanitizer) which of its memory is handed
+ * out (its chunks as heaps, its blocks as regions; pool.c, pool-suspend.c,
+ * manager.c and stream.c call it where memory changes hands); managed.c
+ * the pool of managed segments and system memory; manager.c owns the
+ * alloc/free/flush policy over them (lifecycle.c creating and destroying a
+ * manager, stats.c what it reports), and host.c adds pinned host memory on
+ * the same paths.  Above the manager, and never called by it by name:
+ * registry.c maps contexts to managers and holds the drop-ins (cuemm_get,
+ * cuemm_mem_alloc, cuemm_mem_free); ipc.c (the handle, legacy device IPC,
+ * the table of opened mappings) and ipc-fd.c (pool memory passed as file
+ * descriptors) share allocations with other processes; stream.c (on heap.c,
+ * the threads' caches) is the stream-ordered path; range.c answers which
+ * block holds a pointer.  What a user sees of it all: log.c writes the event
+ * log (CUEMM_LOG), report.c the statistics table (CUEMM_STATS), snapshot.c
+ * lists every block.  Those that keep state per manager hear of its creation
+ * and end, and the stream-ordered path of the pool's need for its cached
+ * blocks, as extensions (below), which extensions.c lists in the order they
+ * run.
+ *
+ * Locking rule: m->lock guards everything below it in the struct and is
+ * held across the driver calls of one operation (a flush included), so a
+ * pointer is never in the table and the driver's free list at once.
+ */
+#ifndef CUEMM_MANAGER_H
+#define CUEMM_MANAGER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/account.h"
+#include "base/ctx.h"
+#include "cuemm.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "base/lock.h"
+#include "stream/heap.h"
+#include "observe/log.h"
+#include "core/owned.h"
+#include "core/pending.h"
+#include "pool/pool.h"
+
+struct cuemm_manager {
+  const cuemm__driver_table *drv;
+  CUcontext ctx;
+  unsigned long long ctx_id;  /* cuCtxGetId: never reused by the driver */
+  CUdevice dev;
+  cuemm_config cfg;
+
+  cuemm__lock lock;
+  cuemm__owned owned;
+  cuemm__pending pending;
+  cuemm_stats st;             /* pending_* and defer_depth read from `pending` */
+  cuemm__pool *pool;          /* NULL without a pool */
+  size_t pool_pending;        /* pool blocks in `pending` */
+  uint64_t fallback_allocs;   /* requests too large for the pool */
+  uint64_t serial;            /* unique for the process's life: thread slots tell managers apart by it */
+  cuemm__heap **heaps;        /* the threads' heaps of the stream-ordered path (thread-heap.c) */
+  cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (stream-tags.c;
+                               * guarded by `lock`, holds no blocks) */
+  uint32_t nheaps, capheaps;
+  /* Each thread's share of cfg.stream_keep_large: the large blocks a heap
+   * keeps for a stream (thread-heap.c's keep_large_share); written under
+   * `lock`, read by the heaps' owners without it. */
+  _Atomic uint32_t keep_large;
+  /* Allocations from the pool left before the threads keep large blocks
+   * again: a growth past the manager's peak held for want of free space in
+   * one piece sets it to CUEMM__KEEP_QUIET and keep_large to 0
+   * (manager.c), the stream path counts it down under `lock` (exchange.c)
+   * and gives the share back at zero (thread-heap.c). */
+  uint32_t keep_quiet;
+  /* Times the threads' caches' bound was halved (thread-heap.c's
+   * cuemm__thread_heap_cap), at most CUEMM__CACHE_HALVINGS; written under
+   * `lock`. */
+  uint8_t cache_halvings;
+  uint64_t stream_reclaims;
+  uint64_t reclaims_at_growth;  /* stream_reclaims at the pool's last growth (manager.c's pool_alloc_slow) */
+  /* The threads' spans (span.h): a fixed table of CUEMM__SPAN_MAX, made at
+   * the first span and never moved, so that an owner reads its own spans
+   * without `lock`; changed under `lock`. */
+  struct cuemm__span **spans;
+  uint32_t nspans, span_next;  /* stream_reclaims at the pool's last growth (manager.c's pool_alloc_slow) */
+  uint8_t stream_ready;       /* the stream calls take the pool's path (set once at creation, stream.c) */
+  uint8_t stream_inline;      /* stream_ready and no event log: their inline hit paths may serve (stream.c) */
+  struct cuemm__managed *managed;  /* managed.c: CUEMM_MEMORY=managed|system, else NULL */
+  cuemm__log *log;            /* the event log (log.c), NULL: none; set at creation, read without the lock */
+  size_t driver_bytes;        /* cuMemAlloc memory held (live or pending); written atomically, for the log */
+  struct cuemm__suspend *suspend;  /* suspend.c: the host copy of a suspension, NULL until the first */
+};
+
+/* The public calls' refusal of a NULL manager; `fn` is a string literal. */
+#define CUEMM__CHECK_MANAGER(m, fn)                                            \
+  do {                                                                         \
+    if (!(m))                                                                  \
+      return cuemm__error(CUDA_ERROR_INVALID_VALUE, fn ": manager is NULL");   \
+  } while (0)
+
+/* Allocates with the out-of-memory flush-and-retry policy and records the
+ * allocation.  `flags` go to cuMemHostAlloc for CUEMM__KIND_HOST. */
+CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out);
+
+/* Releases the pending frees unless a defer scope is open (cuemm_flush with
+ * the lock held). */
+CUresult cuemm__flush_locked(cuemm_manager *m);
+/* Releases every pending free, defer scopes or not: the caller (a
+ * suspension, which has synchronized the context, or cuemm_destroy) has
+ * entered the context.  Lock held. */
+CUresult cuemm__flush_all_locked(cuemm_manager *m);
+
+/* Releases one allocation to the driver (pool blocks go back with the
+ * flush or the whole pool).  Lock held, context entered. */
+CUresult cuemm__kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t size);
+
+/* cuemm_alloc and cuemm_free without their row in the event log: for the
+ * stream-ordered calls that fall back to them (their callers log).
+ * `freed`, when not NULL, gets the size the freed block was asked for. */
+CUresult cuemm__alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size);
+CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p, size_t *freed);
+/* The event log's rows of a device allocation (r: its result) and of a free
+ * of `size` bytes that succeeded (`seq` taken before the free, log.h). */
+void cuemm__log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call);
+void cuemm__log_free(cuemm_manager *m, uint64_t seq, CUdeviceptr p, size_t size, CUstream s, const char *call);
+
+/* Queues the free of an allocation of the given kind, flushing when due. */
+CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *freed);
+
+/* Takes a pool block of at least `size` bytes: from free space, else by
+ * growing (after cached stream blocks went back), else after flushing and
+ * trimming.  Without `grow`, CUDA_ERROR_NOT_READY (no message) where it
+ * would grow.  Lock held. */
+CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk, int grow);
+
+
+/* An extension: a layer above the manager that keeps state of its own per
+ * manager (the registry, the IPC mappings) and must hear when a manager
+ * starts and ends.  The manager calls no extension by name; extensions.c
+ * lists them, and the runners below call each one's hook in that order
+ * (any hook may be NULL). */
+typedef struct cuemm__extension {
+  /* cuemm_create, once m is whole and before anyone else can see it (m's
+   * lock not held).  A failure refuses the creation: the extensions attached
+   * before it are abandoned again, and the message is the failure's. */
+  CUresult (*attach)(cuemm_manager *m);
+  /* cuemm_destroy, with m's lock held and its context current: release
+   * what the extension holds for m.  What the program had left open goes
+   * into `note` (empty if nothing), for cuemm_destroy's message. */
+  void (*destroy)(cuemm_manager *m, char *note, size_t cap);
+  /* cuemm_abandon, with m's lock held: forget m without a driver call. */
+  void (*abandon)(cuemm_manager *m);
+
+  /* An extension that holds pool blocks of its own (the stream-ordered
+   * path's thread caches, stream.c) answers these, all with m's lock held
+   * and its context current. */
+  /* Its allocations still live, and their bytes (for destroy's count). */
+  size_t (*live)(cuemm_manager *m, size_t *bytes);
+  /* Gives the pool back the blocks it caches that no work can still use:
+   * with CUEMM__RECLAIM_OWN, those of the calling thread's cache (and of
+   * caches no thread owns any more); with CUEMM__RECLAIM_IDLE, those of
+   * every thread's; with CUEMM__RECLAIM_ALL, every block it caches (those
+   * that may still be in use through the pending queue, whose flush
+   * synchronizes); with CUEMM__RECLAIM_QUEUED, the calling thread's cached
+   * blocks (and those of caches no thread owns), those whose stream's work
+   * may still use them given back as freed on that stream (the pool then
+   * serves that stream from them, and others once an event shows the work
+   * done, or after a wait on it).
+   * With `want` (and not ALL or QUEUED), it stops as soon as the pool
+   * has a free block of that many bytes, giving back the blocks it cached
+   * longest first.  Returns the bytes given back. */
+  size_t (*reclaim)(cuemm_manager *m, int how, size_t want);
+  /* Makes idle the pool's blocks freed on streams whose work is known
+   * done (queried, and with events recorded where none covers the latest
+   * frees); with `synced`, all of them: the context was just
+   * synchronized. */
+  void (*settle)(cuemm_manager *m, int synced);
+  /* cuemm_free of a block the owned table says it holds
+   * (CUEMM__KIND_STREAM): the block joins the pending queue, or a double
+   * free is refused. */
+  CUresult (*give_up)(cuemm_manager *m, cuemm__owned_entry *e);
+  /* cuemm_reset: every block it holds, live or cached, joins the pending
+   * queue. */
+  void (*reset)(cuemm_manager *m);
+  /* Adds its figures to the manager's statistics. */
+  void (*stats)(cuemm_manager *m, cuemm_stats *s);
+  /* The pool just grew past the most the manager had held, for a request
+   * of `want` bytes: an extension whose caches held that much may have
+   * cost the growth, and may keep less from now on. */
+  void (*grown)(cuemm_manager *m, size_t want);
+  /* For the owned entry of a block it holds (CUEMM__KIND_STREAM, whose size
+   * is the block's rounded size): whether the program still holds the block
+   * (not freed on a stream), and the bytes it last asked for. */
+  int (*live_size)(cuemm_manager *m, const cuemm__owned_entry *e, size_t *bytes);
+  /* The owned entry of a block it holds without one, that holds address p
+   * (a span's block, span.h), made now; NULL when it holds none there. */
+  cuemm__owned_entry *(*own)(cuemm_manager *m, uintptr_t p);
+} cuemm__extension;
+
+/* cuemm__extension's reclaim: whose cached blocks go back.  Taking another
+ * thread's costs a handshake with it and events on its streams, so the
+ * pool grows before it raids (manager.c's pool_alloc_slow). */
+#define CUEMM__RECLAIM_IDLE 0
+#define CUEMM__RECLAIM_ALL 1
+#define CUEMM__RECLAIM_OWN 2
+#define CUEMM__RECLAIM_QUEUED 3
+
+/* Takings back of cached blocks since the pool's last growth past which
+ * the pool grows instead (by at least CUEMM__POOL_STEP_MIN): a pool that
+ * its caches fill between growths would otherwise have them give back at
+ * nearly every miss.  Measured on simcuda: a thread keeping sixteen blocks
+ * of sizes up to 128 KiB / 2 MiB / 8 MiB cost 1,070 / 1,316 / 1,443
+ * instructions a replacement with no such bound (its 2 MiB pool took
+ * back 1,704 times in 200,000), 484 / 858 / 1,060 at 64; at 8 and 32 the
+ * loop was cheaper still, but the trace corpus's multi-thread and Numba
+ * logs held up to 0.35x more. */
+#define CUEMM__RECLAIMS_BEFORE_GROWTH 64
+
+/* When the pool grows past the most the manager has held although its
+ * free bytes would cover the request (only not in one piece), the threads
+ * keep no blocks of 256 KiB to 16 MiB in their caches for a while: a kept
+ * block is whole and unmerged and splits the free space around it, so the
+ * pool places the next requests elsewhere and grows again.  Once this many
+ * allocations from the pool (on the stream path) passed without such a
+ * growth, they keep their share of cuemm_config.stream_keep_large again,
+ * on the fast path.  A program whose memory has stopped growing (a
+ * training loop after its first steps, a server once its requests have
+ * been seen) keeps large blocks; one growing through fragmentation gets a
+ * pool whose free space merges; a growth for want of free bytes (a live
+ * set that grows) changes nothing.  Measured on the trace corpus (simcuda,
+ * each thread of a log on its own thread, before the stream's cached
+ * blocks went back ahead of such requests too): the two server logs and the
+ * Numba log held 1.46 / 1.63 / 1.74 times their live bytes keeping
+ * throughout, 1.62 / 1.44 / 1.48 with 4,096, and 1.25 / 1.27 / 1.44 with
+ * 16,384 and with 65,536; no log of the corpus held more than before,
+ * idle or with the GPU 16 allocations behind.  The cost: until the count
+ * runs out, large requests take the pool's locked path: a serving log's
+ * replay with three timed passes, all within that window, took 85 to 97
+ * ns an event on simcuda against 42 to 50 keeping throughout; with ten
+ * timed passes, the later ones past the window, the medians were the
+ * same, 43 to 50 against 43 to 49. */
+#define CUEMM__KEEP_QUIET 16384
+
+/* Each time the pool grows past the most the manager has held while the
+ * threads' caches hold at least the request, the bound on what the caches
+ * keep halves, this many times at most (thread-heap.c).  The memory was
+ * there, only cached: the churn bound above (the pool has taken cached
+ * blocks back often since its last growth) or the rule that a growth does
+ * not raid other threads kept it from the request, and a program that
+ * repeats its work would grow so again in a later round.  Measured on the
+ * trace corpus over 32 passes (simcuda, each log's threads on threads of
+ * their own; the same figures on an H100): dask-worker 1.20 -> 1.09 times
+ * its live bytes, mt-server 1.68 -> 1.47, mt-server-8 1.63 -> 1.58,
+ * serve-mixed 1.39 -> 1.30, every other log and every first pass as
+ * before; 3 and 5 halvings held the same.  The cost, on an H100 with both
+ * trees replayed in turns, twice: the servers of many threads, whose
+ * caches trim to less, 2% to 19% slower (mt-server 1,002 and 895 ns an
+ * event against 1,021 and 1,066, mt-server-8 1,276 and 1,256 against 1,419
+ * and 1,309); the other logs and bench-heap's mixed sizes within the
+ * spread of one tree's runs. */
+#define CUEMM__CACHE_HALVINGS 3
+
+/* Whether the pool should grow rather than take cached blocks back again. */
+static inline int cuemm__reclaims_churn(const cuemm_manager *m)
+{
+  return m->stream_reclaims - m->reclaims_at_growth >= CUEMM__RECLAIMS_BEFORE_GROWTH;
+}
+
+CUresult cuemm__extensions_attach(cuemm_manager *m);
+/* Runs every destroy hook; `note` gets their notes joined with "; ". */
+void cuemm__extensions_destroy(cuemm_manager *m, char *note, size_t cap);
+void cuemm__extensions_abandon(cuemm_manager *m);
+size_t cuemm__extensions_live(cuemm_manager *m, size_t *bytes);
+size_t cuemm__extensions_reclaim(cuemm_manager *m, int how, size_t want);
+void cuemm__extensions_settle(cuemm_manager *m, int synced);
+CUresult cuemm__extensions_give_up(cuemm_manager *m, cuemm__owned_entry *e);
+void cuemm__extensions_reset(cuemm_manager *m);
+void cuemm__extensions_stats(cuemm_manager *m, cuemm_stats *s);
+void cuemm__extensions_grown(cuemm_manager *m, size_t want);
+/* An owned entry's live size: its size, or for a block an extension holds
+ * what that extension says (0 when the block is freed). */
+size_t cuemm__extensions_live_size(cuemm_manager *m, const cuemm__owned_entry *e);
+/* The owned entry of the block starting at p, else of a block an
+ * extension holds without an entry (a span's, span.h) that starts at p
+ * or, with `inside`, holds address p: given one now.  NULL when none.
+ * Lock held. */
+cuemm__owned_entry *cuemm__owned_lookup(cuemm_manager *m, uintptr_t p, int inside);
+
+#endif

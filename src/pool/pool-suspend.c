@@ -1,0 +1,284 @@
+/* pool-suspend.c: owns the pool's side of a suspension: the walk of the
+ * blocks handed out that suspend.c's host copy follows, the unmapping and
+ * release of every chunk, the chunks forgotten because their blocks were
+ * all freed meanwhile, the remapping at resumption, and the ranges sent to
+ * other processes, which a suspension must not release unasked.  The order
+ * of the steps, the calls a suspension refuses and the host copy are
+ * suspend.c's; the chunk table and the growth whose pieces a resumption
+ * repeats are pool.c's.
+ *
+ * A suspended chunk keeps its units and its blocks in the sub-allocator:
+ * only its physical memory goes, so live pointers keep their addresses and
+ * a resumption maps memory under them again.  Adjacent suspended chunks
+ * come back as one run, cut into pieces as a growth would cut it now and
+ * opened with one cuMemSetAccess per run, for the reasons pool.c gives for
+ * growth.  The memory a resumption creates is new: each chunk gets a new
+ * serial, so that a handle sent of the old memory no longer names it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "observe/log.h"
+#include "observe/nvtx.h"
+#include "pool/piece.h"
+#include "pool/pool-share.h"
+#include "pool/pool-suspend.h"
+#include "suballoc/suballoc-hole.h"
+
+/* ---- the blocks handed out --------------------------------------------------- */
+
+void cuemm__pool_each_live_in(const cuemm__pool *p, size_t off, size_t size,
+                              void (*fn)(void *arg, size_t off, size_t size), void *arg)
+{
+  const cuemm__sa *sa = &p->sa;
+  size_t end = off + size, run = 0, run_end = 0;
+  int open = 0;
+  uint32_t i = off ? cuemm__sa_find(sa, off) : 0;
+  for (; i != CUEMM__SA_NIL && sa->b[i].off < end; i = sa->b[i].next) {
+    const cuemm__sa_block *b = &sa->b[i];
+    if (b->state != CUEMM__SA_USED) {
+      if (open)
+        fn(arg, run, run_end - run);
+      open = 0;
+      continue;
+    }
+    size_t s = b->off > off ? b->off : off, e = b->off + b->size < end ? b->off + b->size : end;
+    if (open && s == run_end)
+      run_end = e;
+    else {
+      if (open)
+        fn(arg, run, run_end - run);
+      run = s, run_end = e, open = 1;
+    }
+  }
+  if (open)
+    fn(arg, run, run_end - run);
+}
+
+void cuemm__pool_each_live_run(const cuemm__pool *p, void (*fn)(void *arg, size_t off, size_t size), void *arg)
+{
+  cuemm__pool_each_live_in(p, 0, p->reserved, fn, arg);
+}
+
+/* ---- the chunks -------------------------------------------------------------- */
+
+static int holds_memory(const cuemm__pool_unit *h)
+{
+  return h->state == CUEMM__CHUNK_CREATED || h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE;
+}
+
+CUresult cuemm__pool_unmap_all(cuemm__pool *p)
+{
+  const cuemm__driver_table *d = p->drv;
+  CUresult first = CUDA_SUCCESS;
+  char msg[512] = "";
+  size_t held = 0, held_chunks = 0;
+  for (size_t u = 0; u < p->nunits; u = cuemm__pool_next_head(p, u)) {
+    cuemm__pool_unit *h = &p->units[u];
+    if (h->head != u || !h->units || !holds_memory(h))
+      continue;
+    size_t bytes = (size_t)h->units * p->unit;
+    CUdeviceptr at = cuemm__pool_unit_addr(p, u);
+    CUresult r = CUDA_SUCCESS;
+    if (h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE) {
+      cuemm__nvtx_chunk_unmapping(p->nvtx, at);
+      r = d->MemUnmap(at, bytes);
+      if (r != CUDA_SUCCESS) {
+        if (h->state == CUEMM__CHUNK_ACCESSIBLE)
+          cuemm__pool_nvtx_mapped(p, u, h->units);
+        cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) suspending the pool", (unsigned long long)at, bytes);
+      } else
+        h->state = CUEMM__CHUNK_CREATED;
+    }
+    if (r == CUDA_SUCCESS && h->has_handle) {
+      r = d->MemRelease(h->handle);
+      if (r != CUDA_SUCCESS)
+        cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) suspending the pool",
+                            (unsigned long long)at, bytes);
+      else {
+        h->has_handle = 0;
+        cuemm__piece_released((int)p->dev, cuemm__pool_now_ns());
+      }
+    }
+    if (r != CUDA_SUCCESS) {
+      held += bytes;
+      held_chunks++;
+      if (first == CUDA_SUCCESS) {
+        first = r;
+        snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+      }
+      continue;
+    }
+    h->state = CUEMM__CHUNK_SUSPENDED;
+    __atomic_sub_fetch(&p->mapped, bytes, __ATOMIC_RELAXED);
+    p->chunks--;
+    p->chunks_released++;
+    cuemm__log_note(p->log, "suspend-release", bytes);
+  }
+  if (first != CUDA_SUCCESS)
+    cuemm__error(first, "%s; %zu chunks (%zu bytes) still hold memory: cuemm_pool_suspend tries them again, "
+                 "cuemm_pool_resume maps them back", msg, held_chunks, held);
+  return first;
+}
+
+void cuemm__pool_forget_free(cuemm__pool *p)
+{
+  uint32_t *cand;
+  size_t n;
+  cuemm__pool_free_chunks(p, &cand, &n); /* out of host memory: the chunks not listed are mapped again */
+  for (size_t k = 0; k < n; k++) {
+    cuemm__pool_unit *h = &p->units[cand[k]];
+    if (h->state != CUEMM__CHUNK_SUSPENDED || cuemm__sa_reserve(&p->sa, 2) != 0)
+      continue;
+    cuemm__sa_drain(&p->sa, (size_t)cand[k] * p->unit, (size_t)h->units * p->unit);
+    h->state = CUEMM__CHUNK_EMPTY;
+    h->units = 0;
+  }
+  free(cand);
+}
+
+/* Creates and maps the pieces of run [head, head + n) of suspended units,
+ * now one record. */
+static CUresult remap_run(cuemm__pool *p, size_t head, size_t n)
+{
+  const cuemm__driver_table *d = p->drv;
+  size_t bytes = n * p->unit;
+  size_t pu = cuemm__pool_piece_size(p, bytes) / p->unit;
+  if (!pu)
+    pu = n;
+  CUmemAllocationProp prop = cuemm__pool_chunk_prop(p->dev, p->ipc);
+  for (size_t u = head, end = head + n; u < end;) {
+    size_t k = end - u < pu ? end - u : pu, kb = k * p->unit;
+    CUdeviceptr at = cuemm__pool_unit_addr(p, u);
+    /* The rest of the run stays one suspended record, so that a failure
+     * leaves every unit in a chunk. */
+    if (u + k < end)
+      cuemm__pool_chunk_mark(p, u + k, end - u - k, CUEMM__CHUNK_SUSPENDED);
+    cuemm__pool_chunk_mark(p, u, k, CUEMM__CHUNK_SUSPENDED);
+    cuemm__pool_unit *h = &p->units[u];
+    CUresult r = d->MemCreate(&h->handle, kb, &prop, 0);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuMemCreate(%zu bytes on device %d) resuming the pool", kb, (int)p->dev);
+    h->has_handle = 1;
+    h->state = CUEMM__CHUNK_CREATED;
+    h->serial = ++p->next_serial; /* new memory: what was sent of the old is no longer it */
+    __atomic_add_fetch(&p->mapped, kb, __ATOMIC_RELAXED);
+    p->chunks++;
+    p->chunks_mapped++;
+    r = d->MemMap(at, kb, 0, h->handle, 0);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) resuming the pool", (unsigned long long)at, kb);
+    h->state = CUEMM__CHUNK_MAPPED;
+    u += k;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* The end of the run of adjacent chunks from head unit u that are all in
+ * `state`: one driver call covers such a run. */
+static size_t chunk_run_end(const cuemm__pool *p, size_t u, uint8_t state)
+{
+  size_t end = u;
+  while (end < p->nunits && p->units[end].head == end && p->units[end].units && p->units[end].state == state)
+    end += p->units[end].units;
+  return end;
+}
+
+static CUresult remap_steps(cuemm__pool *p)
+{
+  const cuemm__driver_table *d = p->drv;
+  /* Runs of suspended chunks become one record each, cut again into pieces
+   * of the size growth would choose now; chunks whose handle survived a
+   * failed release are mapped as they are. */
+  for (size_t u = 0; u < p->nunits;) {
+    cuemm__pool_unit *h = &p->units[u];
+    if (h->head == u && h->units && h->state == CUEMM__CHUNK_CREATED) {
+      CUresult r = d->MemMap(cuemm__pool_unit_addr(p, u), (size_t)h->units * p->unit, 0, h->handle, 0);
+      if (r != CUDA_SUCCESS)
+        return cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) resuming the pool",
+                                   (unsigned long long)cuemm__pool_unit_addr(p, u), (size_t)h->units * p->unit);
+      h->state = CUEMM__CHUNK_MAPPED;
+    }
+    if (h->head != u || !h->units || h->state != CUEMM__CHUNK_SUSPENDED) {
+      u = cuemm__pool_next_head(p, u);
+      continue;
+    }
+    size_t end = chunk_run_end(p, u, CUEMM__CHUNK_SUSPENDED);
+    cuemm__pool_chunk_mark(p, u, end - u, CUEMM__CHUNK_SUSPENDED);
+    CUresult r = remap_run(p, u, end - u);
+    if (r != CUDA_SUCCESS)
+      return r;
+    u = end;
+  }
+  /* Access once per run of adjacent mapped chunks. */
+  for (size_t u = 0; u < p->nunits;) {
+    if (p->units[u].head != u || !p->units[u].units || p->units[u].state != CUEMM__CHUNK_MAPPED) {
+      u = cuemm__pool_next_head(p, u);
+      continue;
+    }
+    size_t end = chunk_run_end(p, u, CUEMM__CHUNK_MAPPED);
+    size_t bytes = (end - u) * p->unit;
+    CUresult r = d->MemSetAccess(cuemm__pool_unit_addr(p, u), bytes, p->access, p->naccess);
+    if (r != CUDA_SUCCESS)
+      return cuemm__driver_error(r, "cuMemSetAccess(0x%llx, %zu bytes, %u devices) resuming the pool",
+                                 (unsigned long long)cuemm__pool_unit_addr(p, u), bytes, p->naccess);
+    for (size_t k = u; k < end; k = cuemm__pool_next_head(p, k)) {
+      p->units[k].state = CUEMM__CHUNK_ACCESSIBLE;
+      cuemm__pool_nvtx_mapped(p, k, p->units[k].units);
+    }
+    u = end;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuemm__pool_remap_all(cuemm__pool *p)
+{
+  CUresult r = remap_steps(p);
+  if (r == CUDA_SUCCESS)
+    return CUDA_SUCCESS;
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+  CUresult undo = cuemm__pool_unmap_all(p);
+  if (undo != CUDA_SUCCESS)
+    return cuemm__error(r, "%s; undoing the resumption: %s", msg, cuemm_last_error());
+  return cuemm__error(r, "%s; what the resumption mapped is released again", msg);
+}
+
+/* ---- ranges sent to other processes ------------------------------------------ */
+
+int cuemm__pool_note_sent(cuemm__pool *p, CUdeviceptr addr, size_t size, uint64_t serial)
+{
+  for (size_t i = 0; i < p->nsent; i++)
+    if (p->sent[i].addr == addr && p->sent[i].size == size && p->sent[i].serial == serial)
+      return 0;
+  if (p->nsent == p->capsent) {
+    size_t c = p->capsent ? p->capsent * 2 : 8;
+    cuemm__pool_sent *g = realloc(p->sent, c * sizeof *g);
+    if (!g)
+      return -1;
+    p->sent = g;
+    p->capsent = c;
+  }
+  p->sent[p->nsent++] = (cuemm__pool_sent){ addr, size, serial };
+  return 0;
+}
+
+size_t cuemm__pool_sent_live(cuemm__pool *p, cuemm__pool_sent *out, size_t max)
+{
+  size_t n = 0;
+  for (size_t i = 0; i < p->nsent;) {
+    cuemm__pool_sent *e = &p->sent[i];
+    uint32_t b = cuemm__sa_find(&p->sa, (size_t)(e->addr - p->base));
+    long head = cuemm__pool_find_serial(p, e->serial);
+    if (head < 0 || b == CUEMM__SA_NIL || p->sa.b[b].state != CUEMM__SA_USED) {
+      *e = p->sent[--p->nsent];
+      continue;
+    }
+    if (n < max)
+      out[n] = *e;
+    n++;
+    i++;
+  }
+  return n;
+}
