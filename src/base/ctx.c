@@ -2,8 +2,8 @@
  * call a manager makes runs with its context current on the calling thread,
  * and the caller's context is restored afterwards.  It sits below every file
  * that makes driver calls for a manager (manager.c, lifecycle.c, stats.c,
- * managed.c, host.c, the stream path's stream.c, stream-event.c,
- * stream-tags.c and exchange.c, suspend.c, ipc.c, ipc-fd.c) and calls none
+ * managed.c, host.c, the stream path's stream.c, event.c,
+ * tags.c and exchange.c, suspend.c, ipc.c, ipc-fd.c) and calls none
  * of them.
  */
 #include "base/ctx.h"

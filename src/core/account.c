@@ -21,7 +21,7 @@ void cuemm__account_alloc(cuemm_manager *m, size_t size)
     m->st.peak_count = m->st.live_count;
 }
 
-size_t cuemm__held_bytes(const cuemm_manager *m)
+size_t cuemm__account_held_bytes(const cuemm_manager *m)
 {
   size_t h = __atomic_load_n(&m->driver_bytes, __ATOMIC_RELAXED);
   if (m->pool) /* a slab is held whole from creation */
@@ -31,9 +31,9 @@ size_t cuemm__held_bytes(const cuemm_manager *m)
   return h;
 }
 
-void cuemm__note_held(cuemm_manager *m)
+void cuemm__account_note_held(cuemm_manager *m)
 {
-  size_t h = cuemm__held_bytes(m);
+  size_t h = cuemm__account_held_bytes(m);
   if (h > m->st.peak_held_bytes)
     m->st.peak_held_bytes = h;
 }
@@ -44,7 +44,7 @@ void cuemm__note_held(cuemm_manager *m)
  * free), appended to the message already set.  Driver calls made here only
  * add to the message: one that fails leaves its figure out, never replaces
  * the message.  Lock held; the caller's context is restored. */
-void cuemm__oom_where(cuemm_manager *m, size_t size)
+void cuemm__account_oom_where(cuemm_manager *m, size_t size)
 {
   const cuemm__driver_table *d = m->drv;
   char bus[32] = "";
@@ -58,7 +58,7 @@ void cuemm__oom_where(cuemm_manager *m, size_t size)
   if (pushed)
     d->CtxPopCurrent(&popped);
   cuemm__error_append("; device %d%s%s%s: %zu bytes requested, %zu held by this manager", (int)m->dev,
-                      bus[0] ? " (PCI " : "", bus, bus[0] ? ")" : "", size, cuemm__held_bytes(m));
+                      bus[0] ? " (PCI " : "", bus, bus[0] ? ")" : "", size, cuemm__account_held_bytes(m));
   if (have_free)
     cuemm__error_append(", %zu free of %zu on the device (cuMemGetInfo)", f, t);
 }

@@ -16,12 +16,12 @@ void cuemm__account_alloc(cuemm_manager *m, size_t size);
 /* Device memory the manager holds from the driver now: the pool's mapped
  * bytes, managed segments, cuMemAlloc allocations.  Any thread, no lock
  * (the figures are read atomically; the sum is not one moment's). */
-size_t cuemm__held_bytes(const cuemm_manager *m);
+size_t cuemm__account_held_bytes(const cuemm_manager *m);
 /* Raises peak_held_bytes to what is held now.  Lock held. */
-void cuemm__note_held(cuemm_manager *m);
+void cuemm__account_note_held(cuemm_manager *m);
 /* Appends to the thread's message what an out-of-memory failure of m needs
  * said: the device (ordinal, PCI bus id), the bytes requested, held by m
  * and free of total on the device.  Lock held. */
-void cuemm__oom_where(cuemm_manager *m, size_t size);
+void cuemm__account_oom_where(cuemm_manager *m, size_t size);
 
 #endif

@@ -135,7 +135,7 @@ size_t cuemm__extensions_live_size(cuemm_manager *m, const cuemm__owned_entry *e
   return 0;
 }
 
-cuemm__owned_entry *cuemm__owned_lookup(cuemm_manager *m, uintptr_t p, int inside)
+cuemm__owned_entry *cuemm__extensions_owned_lookup(cuemm_manager *m, uintptr_t p, int inside)
 {
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
   for (size_t i = 0; !e && i < NEXT; i++)

@@ -28,7 +28,7 @@ CUEMM_EXTERN CUresult cuemm_host_alloc(cuemm_manager *m, void **p, size_t size, 
                         "CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_WRITECOMBINED)",
                         flags & ~(unsigned int)HOST_ALLOC_FLAGS);
   uintptr_t out = 0;
-  CUresult r = cuemm__alloc(m, CUEMM__KIND_HOST, size, flags, &out);
+  CUresult r = cuemm__manager_alloc(m, CUEMM__KIND_HOST, size, flags, &out);
   if (out) /* also when only restoring the caller's context failed */
     *p = (void *)out;
   return r;
@@ -38,7 +38,7 @@ CUEMM_EXTERN CUresult cuemm_host_free(cuemm_manager *m, void *p)
 {
   if (!m)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_host_free: manager is NULL");
-  return cuemm__free(m, CUEMM__KIND_HOST, (uintptr_t)p, NULL);
+  return cuemm__manager_free(m, CUEMM__KIND_HOST, (uintptr_t)p, NULL);
 }
 
 CUEMM_EXTERN CUresult cuemm_host_get_device_pointer(cuemm_manager *m, CUdeviceptr *dptr, void *p)

@@ -85,7 +85,7 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
   }
   m->st.max_pending_count = cfg->max_pending_count;
   m->st.max_pending_bytes = (size_t)(cfg->max_pending_ratio * (double)m->st.total_bytes);
-  if (cfg->memory != CUEMM_MEMORY_DEVICE && (r = cuemm__managed_create(m, cuemm__flush_locked)) != CUDA_SUCCESS) {
+  if (cfg->memory != CUEMM_MEMORY_DEVICE && (r = cuemm__managed_create(m, cuemm__manager_flush_locked)) != CUDA_SUCCESS) {
     free(m);
     return r;
   }
@@ -153,7 +153,7 @@ static void destroy_one(cuemm__owned_entry *e, void *arg)
   w->outstanding_bytes += e->size;
   if (e->kind == CUEMM__KIND_POOL)
     return; /* goes with the pool */
-  CUresult r = cuemm__kind_release(w->m, (cuemm__kind)e->kind, e->key, e->size);
+  CUresult r = cuemm__manager_kind_release(w->m, (cuemm__kind)e->kind, e->key, e->size);
   if (r != CUDA_SUCCESS)
     note_failure(w, r);
 }
@@ -193,7 +193,7 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
    * exists. */
   destroy_walk w = { .m = m, .first_error = CUDA_SUCCESS };
   CUresult fr;
-  while ((fr = cuemm__flush_all_locked(m)) != CUDA_SUCCESS) {
+  while ((fr = cuemm__manager_flush_all_locked(m)) != CUDA_SUCCESS) {
     note_failure(&w, fr);
     const cuemm__pending_entry *e = cuemm__pending_front(&m->pending);
     if (!e)

@@ -29,7 +29,7 @@
 #include "managed/managed.h"
 #include "core/manager.h"
 #include "observe/nvtx.h"
-#include "pool/pool-share.h"
+#include "pool/share.h"
 
 CUEMM_EXTERN const char *cuemm_version_string(void)
 {
@@ -60,7 +60,7 @@ static CUresult kind_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsi
     *out = (uintptr_t)p;
     if (r == CUDA_SUCCESS) {
       __atomic_add_fetch(&m->driver_bytes, size, __ATOMIC_RELAXED);
-      cuemm__note_held(m);
+      cuemm__account_note_held(m);
     }
     return r;
   }
@@ -70,7 +70,7 @@ static CUresult kind_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsi
   return r;
 }
 
-CUresult cuemm__kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t size)
+CUresult cuemm__manager_kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t size)
 {
   CUresult r;
   switch (kind) {
@@ -158,7 +158,7 @@ static CUresult flush_locked(cuemm_manager *m, int force)
       continue;
     }
     int driver_free = kind_is_driver(e->kind);
-    r = cuemm__kind_release(m, e->kind, e->ptr, e->size);
+    r = cuemm__manager_kind_release(m, e->kind, e->ptr, e->size);
     if (r != CUDA_SUCCESS) {
       m->st.free_failures++;
       break;
@@ -184,12 +184,12 @@ static CUresult flush_locked(cuemm_manager *m, int force)
   return r != CUDA_SUCCESS ? r : sync_r;
 }
 
-CUresult cuemm__flush_locked(cuemm_manager *m)
+CUresult cuemm__manager_flush_locked(cuemm_manager *m)
 {
   return flush_locked(m, 0);
 }
 
-CUresult cuemm__flush_all_locked(cuemm_manager *m)
+CUresult cuemm__manager_flush_all_locked(cuemm_manager *m)
 {
   return flush_locked(m, 1);
 }
@@ -275,7 +275,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
    * with events on those streams to learn when they are done; the
    * request's stream takes what it freed itself at once, and with
    * CUEMM_STREAM_REUSE=internal may wait on another stream's event instead
-   * of growing (the caller's pool_pick).  Trace corpus replayed with the
+   * of growing (the caller's cuemm__tags_pick).  Trace corpus replayed with the
    * GPU 16 allocations behind: numba-kernels 2.44x its live bytes without,
    * 2.09x with; cupy-array 1.99x, 1.79x; moe-train 1.05x, 1.02x.  Other
    * threads' caches stay: taking them at every growth past the peak, as
@@ -283,7 +283,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
    * 1.28x instead of 1.46x and 1.63x, but sixteen threads replacing blocks
    * of up to 128 KiB on an H100 then did 1/20 of one thread's pairs, every
    * raid a handshake with each of them. */
-  if (!cuemm__reclaims_churn(m) && cuemm__held_bytes(m) + want > m->st.peak_held_bytes) {
+  if (!cuemm__reclaims_churn(m) && cuemm__account_held_bytes(m) + want > m->st.peak_held_bytes) {
     size_t given = cuemm__extensions_reclaim(m, CUEMM__RECLAIM_QUEUED, 0);
     if (given) {
       cuemm__log_note(m->log, "reclaim", given);
@@ -335,11 +335,11 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
       else
         cuemm__error(r, "cuemm_alloc: out of pool memory for %zu bytes (%s) after flushing %zu pending frees "
                      "(%zu bytes), trimming and retrying; %s", size, state, count, bytes, why);
-      cuemm__oom_where(m, size);
+      cuemm__account_oom_where(m, size);
     }
   }
   if (r == CUDA_SUCCESS) {
-    if (cuemm__held_bytes(m) > m->st.peak_held_bytes) {
+    if (cuemm__account_held_bytes(m) > m->st.peak_held_bytes) {
       if (fragmented) {
         /* Past the peak, for want of free space in one piece: the threads
          * stop keeping large blocks for a while (CUEMM__KEEP_QUIET). */
@@ -348,7 +348,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
       }
       cuemm__extensions_grown(m, want); /* the caches may keep less (CUEMM__CACHE_HALVINGS) */
     }
-    cuemm__note_held(m);
+    cuemm__account_note_held(m);
     if (m->nheaps) /* the footprint's other half, at the moment it matters */
       note_stream_peak(m);
   }
@@ -361,7 +361,7 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
   return cuemm__ctx_leave(m, &g, r);
 }
 
-CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk, int grow)
+CUresult cuemm__manager_pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk, int grow)
 {
   if (cuemm__pool_is_suspended(m->pool))
     return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
@@ -398,7 +398,7 @@ failed:
   return r;
 }
 
-CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out)
+CUresult cuemm__manager_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out)
 {
   const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_alloc" : "cuemm_host_alloc";
   const char *call = kind == CUEMM__KIND_DEVICE ? "cuMemAlloc" : "cuMemHostAlloc";
@@ -425,7 +425,7 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
   if (kind == CUEMM__KIND_DEVICE && size > m->st.total_bytes) {
     r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, more than the device's %zu bytes of memory",
                      fn, size, m->st.total_bytes);
-    cuemm__oom_where(m, size);
+    cuemm__account_oom_where(m, size);
     goto failed;
   }
   cuemm__ctx_guard g;
@@ -446,7 +446,7 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
     r = kind_alloc(m, kind, size, flags, &p);
   }
   if (r == CUDA_SUCCESS && cuemm__owned_add(&m->owned, p, size, kind, 0) != 0) {
-    cuemm__kind_release(m, kind, p, size);
+    cuemm__manager_kind_release(m, kind, p, size);
     r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: no host memory left to record the allocation", fn);
     cuemm__ctx_leave(m, &g, r);
     goto failed;
@@ -459,7 +459,7 @@ CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned 
                                                  : " after flushing %zu pending frees (%zu bytes) and retrying",
                           m->pending.count, m->pending.bytes);
       if (kind == CUEMM__KIND_DEVICE)
-        cuemm__oom_where(m, size);
+        cuemm__account_oom_where(m, size);
     }
     goto failed;
   }
@@ -497,13 +497,13 @@ static __attribute__((noinline)) CUresult pool_refuse(cuemm_manager *m, cuemm__p
     r = cuemm__pool_refuse_suspended(pool, "cuemm_alloc");
   } else {
     r = cuemm__pool_refuse(pool, size);
-    cuemm__oom_where(m, size);
+    cuemm__account_oom_where(m, size);
   }
   cuemm__lock_release(&m->lock);
   return r;
 }
 
-CUresult cuemm__alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size)
+CUresult cuemm__manager_alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size)
 {
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc: p is NULL");
@@ -519,7 +519,7 @@ CUresult cuemm__alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size)
   else if (pool && pool->limit_hard && size) /* CUEMM_POOL_LIMIT_HARD */
     r = pool_refuse(m, pool, size);
   else
-    r = cuemm__alloc(m, CUEMM__KIND_DEVICE, size, 0, &out);
+    r = cuemm__manager_alloc(m, CUEMM__KIND_DEVICE, size, 0, &out);
   if (out) /* also when only restoring the caller's context failed */
     *p = (CUdeviceptr)out;
   return r;
@@ -588,11 +588,11 @@ static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, cuemm__
   return r == CUDA_SUCCESS ? after_queue(m) : r;
 }
 
-CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *freed)
+CUresult cuemm__manager_free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *freed)
 {
   cuemm__lock_acquire(&m->lock);
   CUresult r;
-  cuemm__owned_entry *e = cuemm__owned_lookup(m, p, 0);
+  cuemm__owned_entry *e = cuemm__extensions_owned_lookup(m, p, 0);
   if (__builtin_expect(freed != NULL, 0) && e && !e->pending) /* the event log's row wants the size */
     *freed = e->kind == CUEMM__KIND_STREAM ? cuemm__extensions_live_size(m, e) : e->size;
   /* The common case, checked first: a pool entry is never pending, since
@@ -607,33 +607,33 @@ CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *fr
   return r;
 }
 
-CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p, size_t *freed)
+CUresult cuemm__manager_free_device(cuemm_manager *m, CUdeviceptr p, size_t *freed)
 {
-  return cuemm__free(m, CUEMM__KIND_DEVICE, (uintptr_t)p, freed);
+  return cuemm__manager_free(m, CUEMM__KIND_DEVICE, (uintptr_t)p, freed);
 }
 
 /* ---- the event log's rows ------------------------------------------------------ */
 
-void cuemm__log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call)
+void cuemm__manager_log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call)
 {
   int ok = r == CUDA_SUCCESS || p;
   cuemm__log_row(m->log, CUEMM__LOG_NOW, ok ? CUEMM__LOG_ALLOCATE : CUEMM__LOG_ALLOCATE_FAILURE, ok ? (uintptr_t)p : 0,
-                 size, s, (unsigned)m->serial, call, cuemm__held_bytes(m));
+                 size, s, (unsigned)m->serial, call, cuemm__account_held_bytes(m));
 }
 
-void cuemm__log_free(cuemm_manager *m, uint64_t seq, CUdeviceptr p, size_t size, CUstream s, const char *call)
+void cuemm__manager_log_free(cuemm_manager *m, uint64_t seq, CUdeviceptr p, size_t size, CUstream s, const char *call)
 {
   cuemm__log_row(m->log, seq, CUEMM__LOG_FREE, (uintptr_t)p, size, s, (unsigned)m->serial, call,
-                 cuemm__held_bytes(m));
+                 cuemm__account_held_bytes(m));
 }
 
 static __attribute__((noinline)) CUresult alloc_logged(cuemm_manager *m, CUdeviceptr *p, size_t size)
 {
   if (!p)
-    return cuemm__alloc_device(m, p, size);
+    return cuemm__manager_alloc_device(m, p, size);
   *p = 0;
-  CUresult r = cuemm__alloc_device(m, p, size);
-  cuemm__log_alloc(m, r, *p, size, NULL, "alloc");
+  CUresult r = cuemm__manager_alloc_device(m, p, size);
+  cuemm__manager_log_alloc(m, r, *p, size, NULL, "alloc");
   return r;
 }
 
@@ -641,9 +641,9 @@ static __attribute__((noinline)) CUresult free_logged(cuemm_manager *m, CUdevice
 {
   size_t size = 0;
   uint64_t seq = cuemm__log_take(m->log);
-  CUresult r = cuemm__free_device(m, p, &size);
+  CUresult r = cuemm__manager_free_device(m, p, &size);
   if (r == CUDA_SUCCESS)
-    cuemm__log_free(m, seq, p, size, NULL, "free");
+    cuemm__manager_log_free(m, seq, p, size, NULL, "free");
   else {
     cuemm__log_untake(m->log);
     cuemm__log_settle(m->log);
@@ -656,7 +656,7 @@ CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
   CUEMM__CHECK_MANAGER(m, "cuemm_alloc");
   if (__builtin_expect(m->log != NULL, 0))
     return alloc_logged(m, p, size);
-  return cuemm__alloc_device(m, p, size);
+  return cuemm__manager_alloc_device(m, p, size);
 }
 
 CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p)
@@ -664,7 +664,7 @@ CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p)
   CUEMM__CHECK_MANAGER(m, "cuemm_free");
   if (__builtin_expect(m->log != NULL, 0))
     return free_logged(m, p);
-  return cuemm__free_device(m, p, NULL);
+  return cuemm__manager_free_device(m, p, NULL);
 }
 
 /* ---- the event log ---------------------------------------------------------- */
@@ -778,7 +778,7 @@ CUEMM_EXTERN CUresult cuemm_pool_grant_access(cuemm_manager *m, CUdevice peer)
   }
   cuemm__ctx_guard g;
   if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
-    r = cuemm__pool_grant(m->pool, peer);
+    r = cuemm__share_grant(m->pool, peer);
     r = cuemm__ctx_leave(m, &g, r);
   }
   cuemm__lock_release(&m->lock);
@@ -799,7 +799,7 @@ static void reset_one(cuemm__owned_entry *e, void *arg)
   if (w->r != CUDA_SUCCESS || e->pending)
     return;
   if (e->kind == CUEMM__KIND_PINNED) {
-    CUresult r = cuemm__kind_release(w->m, CUEMM__KIND_PINNED, e->key, e->size);
+    CUresult r = cuemm__manager_kind_release(w->m, CUEMM__KIND_PINNED, e->key, e->size);
     if (r != CUDA_SUCCESS) {
       w->r = r;
       return;

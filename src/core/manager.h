@@ -7,7 +7,7 @@
  * owned.c the table of live allocations, pool.c (on suballoc.c, with piece.c
  * choosing how large growths are cut) the VMM pool, and nvtx.c tells a tool
  * attached through NVTX (compute-sanitizer) which of its memory is handed
- * out (its chunks as heaps, its blocks as regions; pool.c, pool-suspend.c,
+ * out (its chunks as heaps, its blocks as regions; pool.c, vacate.c,
  * manager.c and stream.c call it where memory changes hands); managed.c
  * the pool of managed segments and system memory; manager.c owns the
  * alloc/free/flush policy over them (lifecycle.c creating and destroying a
@@ -64,7 +64,7 @@ struct cuemm_manager {
   uint64_t fallback_allocs;   /* requests too large for the pool */
   uint64_t serial;            /* unique for the process's life: thread slots tell managers apart by it */
   cuemm__heap **heaps;        /* the threads' heaps of the stream-ordered path (thread-heap.c) */
-  cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (stream-tags.c;
+  cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (tags.c;
                                * guarded by `lock`, holds no blocks) */
   uint32_t nheaps, capheaps;
   /* Each thread's share of cfg.stream_keep_large: the large blocks a heap
@@ -105,38 +105,38 @@ struct cuemm_manager {
 
 /* Allocates with the out-of-memory flush-and-retry policy and records the
  * allocation.  `flags` go to cuMemHostAlloc for CUEMM__KIND_HOST. */
-CUresult cuemm__alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out);
+CUresult cuemm__manager_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out);
 
 /* Releases the pending frees unless a defer scope is open (cuemm_flush with
  * the lock held). */
-CUresult cuemm__flush_locked(cuemm_manager *m);
+CUresult cuemm__manager_flush_locked(cuemm_manager *m);
 /* Releases every pending free, defer scopes or not: the caller (a
  * suspension, which has synchronized the context, or cuemm_destroy) has
  * entered the context.  Lock held. */
-CUresult cuemm__flush_all_locked(cuemm_manager *m);
+CUresult cuemm__manager_flush_all_locked(cuemm_manager *m);
 
 /* Releases one allocation to the driver (pool blocks go back with the
  * flush or the whole pool).  Lock held, context entered. */
-CUresult cuemm__kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t size);
+CUresult cuemm__manager_kind_release(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t size);
 
 /* cuemm_alloc and cuemm_free without their row in the event log: for the
  * stream-ordered calls that fall back to them (their callers log).
  * `freed`, when not NULL, gets the size the freed block was asked for. */
-CUresult cuemm__alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size);
-CUresult cuemm__free_device(cuemm_manager *m, CUdeviceptr p, size_t *freed);
+CUresult cuemm__manager_alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size);
+CUresult cuemm__manager_free_device(cuemm_manager *m, CUdeviceptr p, size_t *freed);
 /* The event log's rows of a device allocation (r: its result) and of a free
  * of `size` bytes that succeeded (`seq` taken before the free, log.h). */
-void cuemm__log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call);
-void cuemm__log_free(cuemm_manager *m, uint64_t seq, CUdeviceptr p, size_t size, CUstream s, const char *call);
+void cuemm__manager_log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call);
+void cuemm__manager_log_free(cuemm_manager *m, uint64_t seq, CUdeviceptr p, size_t size, CUstream s, const char *call);
 
 /* Queues the free of an allocation of the given kind, flushing when due. */
-CUresult cuemm__free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *freed);
+CUresult cuemm__manager_free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *freed);
 
 /* Takes a pool block of at least `size` bytes: from free space, else by
  * growing (after cached stream blocks went back), else after flushing and
  * trimming.  Without `grow`, CUDA_ERROR_NOT_READY (no message) where it
  * would grow.  Lock held. */
-CUresult cuemm__pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk, int grow);
+CUresult cuemm__manager_pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk, int grow);
 
 
 /* An extension: a layer above the manager that keeps state of its own per
@@ -289,6 +289,6 @@ size_t cuemm__extensions_live_size(cuemm_manager *m, const cuemm__owned_entry *e
  * extension holds without an entry (a span's, span.h) that starts at p
  * or, with `inside`, holds address p: given one now.  NULL when none.
  * Lock held. */
-cuemm__owned_entry *cuemm__owned_lookup(cuemm_manager *m, uintptr_t p, int inside);
+cuemm__owned_entry *cuemm__extensions_owned_lookup(cuemm_manager *m, uintptr_t p, int inside);
 
 #endif

@@ -80,7 +80,7 @@ CUEMM_EXTERN CUresult cuemm_mem_get_address_range(cuemm_manager *m, CUdeviceptr 
   cuemm__lock_acquire(&m->lock);
   cuemm__owned_entry *e = find_containing(&m->owned, a);
   if (!e)
-    e = cuemm__owned_lookup(m, a, 1); /* a block of a thread's span (span.h) */
+    e = cuemm__extensions_owned_lookup(m, a, 1); /* a block of a thread's span (span.h) */
   size_t live = e && e->kind == CUEMM__KIND_STREAM ? cuemm__extensions_live_size(m, e) : 0;
   if (e && e->kind == CUEMM__KIND_STREAM && a - e->key >= live) {
     CUresult r = cuemm__error(CUDA_ERROR_NOT_FOUND, "cuemm_mem_get_address_range: 0x%" PRIxPTR " lies in a block of "

@@ -30,8 +30,8 @@
 
 #include "base/error.h"
 #include "ipc/ipc.h"
-#include "pool/pool-share.h"
-#include "pool/pool-suspend.h"
+#include "pool/share.h"
+#include "pool/vacate.h"
 
 pthread_mutex_t cuemm__ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -44,7 +44,7 @@ static CUresult pool_block_locked(cuemm_manager *m, CUdeviceptr p, const char *f
 {
   /* A block of a thread's span (span.h) lies inside the span's pool block:
    * its own entry gives its start. */
-  cuemm__owned_entry *e = cuemm__owned_lookup(m, (uintptr_t)p, 1);
+  cuemm__owned_entry *e = cuemm__extensions_owned_lookup(m, (uintptr_t)p, 1);
   if (e && e->kind == CUEMM__KIND_STREAM && (uintptr_t)p - e->key < e->size)
     *start = (CUdeviceptr)e->key;
   else if (cuemm__pool_used_at(m->pool, p, start) != 0)
@@ -91,7 +91,7 @@ CUresult cuemm__ipc_describe_pool(cuemm_manager *m, CUdeviceptr p, size_t size, 
                         "the pool block (%zu bytes)", size, off, bytes);
   cuemm__pool_piece pc[MAX_PIECES];
   size_t n = 0;
-  int got = cuemm__pool_pieces(pool, p, size, pc, MAX_PIECES, &n);
+  int got = cuemm__share_pieces(pool, p, size, pc, MAX_PIECES, &n);
   if (got == -2)
     return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "cuemm_ipc_export: the %zu bytes at 0x%llx overlap %zu of the "
                         "pool's physical allocations (chunks); a handle holds at most %d: export a smaller range, or "
@@ -284,7 +284,7 @@ static CUresult export_fds_locked(cuemm_manager *m, const cuemm_ipc_handle *h, i
                         "cuMemExportToShareableHandle", m->drv->path);
   if (cuemm__pool_is_suspended(pool))
     return cuemm__pool_refuse_suspended(pool, "cuemm_ipc_send");
-  long head = cuemm__pool_find_serial(pool, pc->serial);
+  long head = cuemm__share_find_serial(pool, pc->serial);
   if (head < 0)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_send: the pool no longer has the chunk this handle "
                         "names (number %" PRIu64 "): the block was freed and the chunk released, or another manager "
@@ -298,7 +298,7 @@ static CUresult export_fds_locked(cuemm_manager *m, const cuemm_ipc_handle *h, i
   cuemm__pool_piece now[MAX_PIECES];
   size_t count = 0;
   int same = a + h->size <= start + bytes &&
-             cuemm__pool_pieces(pool, a, (size_t)h->size, now, MAX_PIECES, &count) == 0 && count == pc->count;
+             cuemm__share_pieces(pool, a, (size_t)h->size, now, MAX_PIECES, &count) == 0 && count == pc->count;
   for (size_t i = 0; same && i < count; i++)
     same = now[i].bytes == pc->bytes[i];
   if (!same)
@@ -319,7 +319,7 @@ static CUresult export_fds_locked(cuemm_manager *m, const cuemm_ipc_handle *h, i
   }
   /* The chunks may now be open in another process: a suspension must not
    * release them unasked (cuemm_pool_suspend). */
-  if (cuemm__pool_note_sent(pool, a, (size_t)h->size, pc->serial) != 0) {
+  if (cuemm__vacate_note_sent(pool, a, (size_t)h->size, pc->serial) != 0) {
     close_fds(fds, *n);
     *n = 0;
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_ipc_send: no host memory to record the range sent");

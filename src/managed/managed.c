@@ -357,11 +357,11 @@ static CUresult take_slow(cuemm_manager *m, size_t size, CUdeviceptr *p, uint32_
       else
         cuemm__error(r, "cuemm_alloc: out of managed memory for %zu bytes after flushing %zu pending frees (%zu "
                      "bytes), releasing free segments and retrying; %s", size, count, bytes, why);
-      cuemm__oom_where(m, size);
+      cuemm__account_oom_where(m, size);
     }
   }
   if (r == CUDA_SUCCESS)
-    cuemm__note_held(m);
+    cuemm__account_note_held(m);
   if (r == CUDA_SUCCESS && take(mp, size, p, blk) != 0)
     r = cuemm__error(CUDA_ERROR_UNKNOWN, "internal: a managed segment was added but has no block of %zu bytes", size);
   return r;

@@ -39,7 +39,7 @@ typedef struct cuemm__managed_unit {
 
 struct cuemm_manager;
 
-/* The manager's flush of its pending frees (cuemm__flush_locked).  Lock
+/* The manager's flush of its pending frees (cuemm__manager_flush_locked).  Lock
  * held. */
 typedef CUresult (*cuemm__managed_flush_fn)(struct cuemm_manager *m);
 

@@ -9,7 +9,7 @@
  * and each hook below costs one predicted branch on it.
  *
  * The hooks are called where the pool's memory changes hands: chunks
- * mapped, released and the pool destroyed (pool.c, and pool-suspend.c
+ * mapped, released and the pool destroyed (pool.c, and vacate.c
  * around a suspension), a block handed to the program and given up by it
  * (manager.c for cuemm_alloc and the flush, stream.c for the
  * stream-ordered path).  Giving up a block that is not

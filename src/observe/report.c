@@ -74,7 +74,7 @@ static CUresult print_locked(cuemm_manager *m, FILE *f)
   cuemm_stats s;
   cuemm_pool_stats ps;
   cuemm__stats_locked(m, &s);
-  cuemm__pool_stats_locked(m, &ps);
+  cuemm__stats_pool_locked(m, &ps);
   per_stream cached = { 0 };
   if (s.stream_cached_count)
     cuemm__stream_each(m, add_cached, &cached);

@@ -230,7 +230,7 @@ CUEMM_EXTERN CUresult cuemm_snapshot_take(cuemm_manager *m, cuemm_snapshot **out
   int failed = 0;
   cuemm__lock_acquire(&m->lock);
   cuemm__stats_locked(m, &s->stats);
-  cuemm__pool_stats_locked(m, &s->pool);
+  cuemm__stats_pool_locked(m, &s->pool);
   cuemm__stream_each(m, collect_stream, &sb);
   if (!sb.oom) {
     if (sb.n) /* qsort takes no NULL array, even empty */

@@ -50,7 +50,7 @@ CUEMM_EXTERN CUresult cuemm_get_held(const cuemm_manager *m, size_t *held)
   CUEMM__CHECK_MANAGER(m, "cuemm_get_held");
   if (!held)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_get_held: held is NULL");
-  *held = cuemm__held_bytes(m);
+  *held = cuemm__account_held_bytes(m);
   return CUDA_SUCCESS;
 }
 
@@ -67,7 +67,7 @@ void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s)
   s->pending_bytes = m->pending.bytes;
   s->pending_count = m->pending.count;
   s->defer_depth = m->pending.defer_depth;
-  s->held_bytes = cuemm__held_bytes(m);
+  s->held_bytes = cuemm__account_held_bytes(m);
   if (s->held_bytes > s->peak_held_bytes)
     s->peak_held_bytes = s->held_bytes;
   cuemm__log_counts(m->log, &s->log_rows, &s->log_lost);
@@ -80,7 +80,7 @@ CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m)
 
 /* ---- the pool ------------------------------------------------------------- */
 
-void cuemm__pool_stats_locked(cuemm_manager *m, cuemm_pool_stats *s)
+void cuemm__stats_pool_locked(cuemm_manager *m, cuemm_pool_stats *s)
 {
   if (m->pool) {
     cuemm__pool_get_stats(m->pool, s);
@@ -95,7 +95,7 @@ CUEMM_EXTERN CUresult cuemm_pool_get_stats(cuemm_manager *m, cuemm_pool_stats *s
   if (!s)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_pool_get_stats: s is NULL");
   cuemm__lock_acquire(&m->lock);
-  cuemm__pool_stats_locked(m, s);
+  cuemm__stats_pool_locked(m, s);
   cuemm__lock_release(&m->lock);
   return CUDA_SUCCESS;
 }

@@ -7,6 +7,6 @@
 
 /* cuemm_get_stats and cuemm_pool_get_stats with the lock held. */
 void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s);
-void cuemm__pool_stats_locked(cuemm_manager *m, cuemm_pool_stats *s);
+void cuemm__stats_pool_locked(cuemm_manager *m, cuemm_pool_stats *s);
 
 #endif

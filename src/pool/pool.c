@@ -2,9 +2,9 @@
  * reservation, the physical chunks mapped into it (their growth, rollback
  * and release), and the statistics; sub-allocation inside the mapped space
  * is suballoc.c's, what a suspension does to the chunks (their release and
- * remapping, the ranges sent to other processes) is pool-suspend.c's, and
+ * remapping, the ranges sent to other processes) is vacate.c's, and
  * what the pool shares with other devices and processes (peer access to
- * its chunks, the pieces an IPC export names) is pool-share.c's.
+ * its chunks, the pieces an IPC export names) is share.c's.
  *
  * The pool reserves one range of virtual addresses at creation and maps
  * physical memory into it only when a request does not fit.  Its unit is
@@ -626,7 +626,7 @@ CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
   for (size_t k = 0; k < n; k++) {
     size_t bytes = (size_t)p->units[cand[k]].units * p->unit;
     if (p->sa.free_bytes < keep + bytes || p->units[cand[k]].state != CUEMM__CHUNK_ACCESSIBLE)
-      continue; /* a suspension's chunks wait for the resumption (cuemm__pool_forget_free) */
+      continue; /* a suspension's chunks wait for the resumption (cuemm__vacate_forget_free) */
     if ((r = release_chunk(p, cand[k])) != CUDA_SUCCESS)
       break;
     released++;

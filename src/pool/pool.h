@@ -79,20 +79,20 @@ typedef struct cuemm__pool {
   size_t norphans;
   cuemm__sa sa;
   CUmemAccessDesc access[CUEMM__POOL_MAX_DEVICES];
-  unsigned naccess;       /* [0] is the owning device; peers are added by pool-share.c */
+  unsigned naccess;       /* [0] is the owning device; peers are added by share.c */
   int ipc;                /* chunks are exportable as POSIX file descriptors */
   int slab;               /* CUEMM_POOL_SLAB: base is one cuMemAlloc of `reserved` bytes; chunks are bookkeeping */
   uint64_t next_serial;
   uint64_t chunks_mapped, chunks_released, grow_steps, grow_failures, releases;
   struct cuemm__nvtx_pool *nvtx;  /* the annotations for a tool (nvtx.c), NULL without one */
-  /* Suspension (suspend.c decides, pool-suspend.c moves the chunks).
+  /* Suspension (suspend.c decides, vacate.c moves the chunks).
    * `suspended` is written under the manager's lock and read atomically
    * by the slow paths that refuse to hand out blocks while it is set. */
   int suspended;
   size_t kept_bytes;      /* block contents held in host memory (CUEMM_SUSPEND_KEEP) */
   uint64_t suspends, resumes;
   /* Ranges whose chunks were sent to other processes (ipc-fd.c), which a
-   * suspension refuses to release while they are live (pool-suspend.h). */
+   * suspension refuses to release while they are live (vacate.h). */
   struct cuemm__pool_sent *sent;
   size_t nsent, capsent;
   /* Where descriptors with CUEMM__POOL_SPAN_BIT go back (span.h's blocks,
@@ -164,13 +164,13 @@ static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk)
 }
 
 /* ---- the sub-allocator, as the stream-ordered path (exchange.c,
- * stream-tags.c) and the manager see it.  Nothing but pool.c,
- * pool-suspend.c and the sub-allocator's files (suballoc*.c) reaches into
+ * tags.c) and the manager see it.  Nothing but pool.c,
+ * vacate.c and the sub-allocator's files (suballoc*.c) reaches into
  * `sa`: these read and change it, so that its layout stays the pool's own. */
 
 /* A request's size as the pool's blocks have it (the sub-allocator's
  * alignment). */
-static inline size_t round_block(size_t size)
+static inline size_t cuemm__pool_round(size_t size)
 {
   return (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1);
 }
@@ -331,7 +331,7 @@ static inline CUdeviceptr cuemm__pool_unit_addr(const cuemm__pool *p, size_t u)
 
 void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s);
 
-/* ---- the chunk table, as pool.c and pool-suspend.c share it: a
+/* ---- the chunk table, as pool.c and vacate.c share it: a
  * suspension releases and remaps the chunks a growth made, the same way. */
 
 /* What every chunk is created with, at growth and at resumption. */
@@ -376,7 +376,7 @@ static inline double cuemm__pool_now_ns(void)
 
 /* ---- the suspended state, which every path that hands out pool memory
  * reads (suspend.c sets it with the manager's lock held); what a
- * suspension does to the chunks is pool-suspend.h's ---- */
+ * suspension does to the chunks is vacate.h's ---- */
 
 static inline int cuemm__pool_is_suspended(const cuemm__pool *p)
 {

@@ -4,8 +4,8 @@
  * buffer, kept from one suspension to the next, and the runs copied into
  * it), and what is undone when a step fails.  The chunks themselves (their
  * unmapping, release and remapping, and the walk of the live blocks) are
- * pool-suspend.c's, reached through its functions; the thread caches are
- * held off their fast paths by exchange.c (cuemm__stream_hold).
+ * vacate.c's, reached through its functions; the thread caches are
+ * held off their fast paths by exchange.c (cuemm__exchange_hold).
  *
  * Why it is safe against threads working on the manager meanwhile: both
  * calls hold the manager's lock throughout, so no slow path runs; the
@@ -32,7 +32,7 @@
 
 #include "base/error.h"
 #include "stream/exchange.h"
-#include "pool/pool-suspend.h"
+#include "pool/vacate.h"
 #include "stream/span.h"
 #include "pool/suspend.h"
 
@@ -98,7 +98,7 @@ static void drop_runs(struct cuemm__suspend *s)
 static CUresult refuse_sent(cuemm__pool *pool)
 {
   cuemm__pool_sent sent[4];
-  size_t n = cuemm__pool_sent_live(pool, sent, 4);
+  size_t n = cuemm__vacate_sent_live(pool, sent, 4);
   if (!n)
     return CUDA_SUCCESS;
   char list[400] = "";
@@ -121,7 +121,7 @@ static CUresult keep_contents(cuemm_manager *m, struct cuemm__suspend *s)
   cuemm__pool *pool = m->pool;
   drop_runs(s);
   void *a[2] = { m, s };
-  cuemm__pool_each_live_run(pool, add_live, a);
+  cuemm__vacate_each_live_run(pool, add_live, a);
   if (s->oom) {
     drop_runs(s);
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_pool_suspend: no host memory for the list of live blocks");
@@ -198,7 +198,7 @@ CUEMM_EXTERN CUresult cuemm_pool_suspend(cuemm_manager *m, unsigned flags)
     }
     /* A suspension that could not release every chunk: those again. */
     if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
-      r = cuemm__pool_unmap_all(pool);
+      r = cuemm__vacate_unmap_all(pool);
       r = cuemm__ctx_leave(m, &g, r);
     }
     goto out;
@@ -216,20 +216,20 @@ CUEMM_EXTERN CUresult cuemm_pool_suspend(cuemm_manager *m, unsigned flags)
     goto out;
   }
   cuemm__pool_set_suspended(pool, 1);
-  cuemm__stream_hold(m, 1);
+  cuemm__exchange_hold(m, 1);
   /* Only the blocks the program holds stay: the threads' caches, the
    * pending frees (synchronized: none is in use), the blocks freed on
    * streams (idle now) and the pool's caches of sizes go back, and what is
    * then wholly free is released for good. */
   cuemm__extensions_reclaim(m, CUEMM__RECLAIM_ALL, 0);
-  cuemm__flush_all_locked(m); /* a cuMemFree that fails leaves its entry queued; pool blocks go back anyway */
+  cuemm__manager_flush_all_locked(m); /* a cuMemFree that fails leaves its entry queued; pool blocks go back anyway */
   cuemm__extensions_settle(m, 1);
   cuemm__pool_release(pool, 0); /* a chunk it cannot release is released below */
   if (flags & CUEMM_SUSPEND_KEEP) {
     r = keep_contents(m, s);
     if (r != CUDA_SUCCESS) {
       cuemm__error_append("; nothing was released and the manager is not suspended");
-      cuemm__stream_hold(m, 0);
+      cuemm__exchange_hold(m, 0);
       cuemm__pool_set_suspended(pool, 0);
       r = cuemm__ctx_leave(m, &g, r);
       goto out;
@@ -237,7 +237,7 @@ CUEMM_EXTERN CUresult cuemm_pool_suspend(cuemm_manager *m, unsigned flags)
   } else
     drop_runs(s);
   cuemm__pool_set_kept(pool, s->kept);
-  r = cuemm__pool_unmap_all(pool);
+  r = cuemm__vacate_unmap_all(pool);
   cuemm__pool_count(pool, 0); /* suspended from here on, wholly or not */
   cuemm__log_note(m->log, "suspend", s->kept);
   r = cuemm__ctx_leave(m, &g, r);
@@ -279,9 +279,9 @@ CUEMM_EXTERN CUresult cuemm_pool_resume(cuemm_manager *m)
   }
   if ((r = cuemm__ctx_enter(m, &g)) != CUDA_SUCCESS)
     goto out;
-  cuemm__pool_forget_free(pool); /* chunks whose blocks were all freed meanwhile are not mapped again */
+  cuemm__vacate_forget_free(pool); /* chunks whose blocks were all freed meanwhile are not mapped again */
   size_t need = cuemm__pool_suspended_need(pool);
-  r = cuemm__pool_remap_all(pool);
+  r = cuemm__vacate_remap_all(pool);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     char why[512];
     snprintf(why, sizeof why, "%s", cuemm_last_error());
@@ -298,11 +298,11 @@ CUEMM_EXTERN CUresult cuemm_pool_resume(cuemm_manager *m)
     cuemm__error_append("; the manager stays suspended (cuemm_pool_resume)");
   for (size_t i = 0; r == CUDA_SUCCESS && s && i < s->nruns; i++) {
     void *a[3] = { m, &s->runs[i], &r };
-    cuemm__pool_each_live_in(pool, s->runs[i].off, s->runs[i].size, copy_back, a);
+    cuemm__vacate_each_live_in(pool, s->runs[i].off, s->runs[i].size, copy_back, a);
     if (r != CUDA_SUCCESS) {
       char why[512];
       snprintf(why, sizeof why, "%s", cuemm_last_error());
-      CUresult undo = cuemm__pool_unmap_all(pool);
+      CUresult undo = cuemm__vacate_unmap_all(pool);
       if (undo != CUDA_SUCCESS)
         cuemm__error(r, "%s; the manager stays suspended, its contents kept in host memory; undoing the "
                      "mapping: %s", why, cuemm_last_error());
@@ -317,8 +317,8 @@ CUEMM_EXTERN CUresult cuemm_pool_resume(cuemm_manager *m)
     cuemm__pool_set_kept(pool, 0);
     cuemm__pool_count(pool, 1);
     cuemm__pool_set_suspended(pool, 0);
-    cuemm__stream_hold(m, 0);
-    cuemm__note_held(m);
+    cuemm__exchange_hold(m, 0);
+    cuemm__account_note_held(m);
     cuemm__log_note(m->log, "resume", need);
   }
   r = cuemm__ctx_leave(m, &g, r);

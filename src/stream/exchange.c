@@ -6,7 +6,7 @@
  * deferred queue when the manager resets or a stream block is freed with
  * cuemm_free.  Which blocks a heap keeps is in exchange.h; the pool's tags
  * for the blocks freed on a stream, and the pick among them, are
- * stream-tags.c's.
+ * tags.c's.
  */
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -15,7 +15,7 @@
 #include "base/error.h"
 #include "stream/exchange.h"
 #include "observe/nvtx.h"
-#include "stream/stream-tags.h"
+#include "stream/tags.h"
 #include "stream/thread-heap.h"
 
 /* ---- cross-stream reuse ------------------------------------------------------------ */
@@ -39,7 +39,7 @@ __attribute__((noinline)) uint32_t cuemm__exchange_steal_idle(cuemm__heap *h, ui
     *others |= t != CUEMM__HEAP_NIL;
     if (t != CUEMM__HEAP_NIL && h->st[k].done && h->b[t].seq <= h->st[k].done && h->b[t].size >= rs) {
       h->st[hs].steal_bin = bin;
-      take_cached(h, t, hs, req);
+      cuemm__exchange_take_cached(h, t, hs, req);
       return t;
     }
   }
@@ -69,7 +69,7 @@ uint32_t cuemm__exchange_steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, si
           return CUEMM__HEAP_NIL;
         entered = 1;
       }
-      if (cuemm__stream_learn(m, h, a, h->b[t].seq) != CUDA_SUCCESS)
+      if (cuemm__event_learn(m, h, a, h->b[t].seq) != CUDA_SUCCESS)
         continue;
     }
     if (h->b[t].seq <= a->done) {
@@ -91,7 +91,7 @@ uint32_t cuemm__exchange_steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, si
     }
   }
   if (got != CUEMM__HEAP_NIL)
-    take_cached(h, got, hs, req);
+    cuemm__exchange_take_cached(h, got, hs, req);
   if (entered)
     cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   return got;
@@ -114,7 +114,7 @@ static void heap_forget(cuemm_manager *m, cuemm__heap *h, uint32_t r, uintptr_t 
 
 /* Returns cached blocks of h to the pool, oldest first, until at most
  * `keep` bytes stay cached: idle ones (their stream's `done` passed them),
- * and the others as freed on their stream (pool_give_on), except those of
+ * and the others as freed on their stream (cuemm__exchange_give_on), except those of
  * the per-thread default stream or a released one, which wait.  With
  * `want` (the pool would grow for a request of `want` bytes otherwise),
  * idle blocks only (an event is recorded to learn which), every one of
@@ -134,17 +134,17 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
     cuemm__hstream *a = &h->st[k];
     if (!a->cached_count)
       continue;
-    if (want && !all && !stream_is_own_only(a->s))
-      cuemm__stream_learn(m, h, a, a->freed);
+    if (want && !all && !cuemm__event_own_only(a->s))
+      cuemm__event_learn(m, h, a, a->freed);
     else
-      cuemm__stream_query(m, h, a);
+      cuemm__event_query(m, h, a);
   }
   for (uint32_t r = h->oldest, next; r != CUEMM__HEAP_NIL && (all || h->cached_bytes > keep); r = next) {
     cuemm__hblock *b = &h->b[r];
     next = b->newer;
     const cuemm__hstream *a = &h->st[b->hs];
     int idle = b->seq <= a->done;
-    if (!idle && !all && (want || a->retired || stream_is_own_only(a->s)))
+    if (!idle && !all && (want || a->retired || cuemm__event_own_only(a->s)))
       continue;
     uintptr_t ptr = b->ptr;
     size_t size = b->size;
@@ -154,7 +154,7 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
         continue; /* stays cached: nothing is lost */
       m->pool_pending++;
     } else if (!idle) {
-      if (pool_give_on(m, blk, a->s) != 0)
+      if (cuemm__exchange_give_on(m, blk, a->s) != 0)
         continue;
     } else if (cuemm__span_blk(blk))
       cuemm__exchange_span_give(m, blk, a->s, 1);
@@ -187,7 +187,7 @@ static size_t heap_give_back_stream(cuemm_manager *m, cuemm__heap *h, CUstream s
       continue;
     uintptr_t ptr = b->ptr;
     size_t size = b->size;
-    if (pool_give_on(m, b->blk, s) != 0)
+    if (cuemm__exchange_give_on(m, b->blk, s) != 0)
       break;
     heap_forget(m, h, r, ptr);
     given += size;
@@ -195,7 +195,7 @@ static size_t heap_give_back_stream(cuemm_manager *m, cuemm__heap *h, CUstream s
   return given;
 }
 
-void cuemm__stream_hold(cuemm_manager *m, int on)
+void cuemm__exchange_hold(cuemm_manager *m, int on)
 {
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
@@ -218,7 +218,7 @@ size_t cuemm__exchange_reclaim(cuemm_manager *m, int how, size_t want)
   int all = how == CUEMM__RECLAIM_ALL;
   if (how == CUEMM__RECLAIM_QUEUED)
     want = 0; /* every block, the busy ones tagged: see heap_give_back */
-  const cuemm__heap *own = how == CUEMM__RECLAIM_OWN || how == CUEMM__RECLAIM_QUEUED ? heap_of(m) : NULL;
+  const cuemm__heap *own = how == CUEMM__RECLAIM_OWN || how == CUEMM__RECLAIM_QUEUED ? cuemm__thread_heap_of(m) : NULL;
   size_t given = 0;
   cuemm__ctx_guard g;
   if (cuemm__ctx_enter(m, &g) != CUDA_SUCCESS)
@@ -252,13 +252,13 @@ void cuemm__exchange_to_pool(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstr
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
   if (e)
     cuemm__owned_remove(&m->owned, e);
-  pool_return_on(m, ptr, size, blk, stream);
+  cuemm__exchange_return_on(m, ptr, size, blk, stream);
 }
 
 /* A block of `size` bytes from the pool for work on `stream`: the stream's
  * own and idle free space, else (with `own`, the calling thread's heap) the
  * blocks that heap cached on the stream, else the pool's way of growing,
- * settling and waiting (cuemm__pool_take_locked, and under
+ * settling and waiting (cuemm__manager_pool_take_locked, and under
  * CUEMM_STREAM_REUSE=internal a wait on another stream's event).  *tag:
  * the stream's tag in the pool at the end.  m's lock held, no heap held. */
 static inline __attribute__((always_inline)) CUresult pool_take_for(cuemm_manager *m, cuemm__heap *own, size_t size,
@@ -267,26 +267,26 @@ static inline __attribute__((always_inline)) CUresult pool_take_for(cuemm_manage
 {
   uintptr_t ptr = 0;
   uint32_t blk = CUEMM__SA_NIL;
-  uint32_t tag = pool_tag(m, stream);
-  size_t rs = round_block(size);
+  uint32_t tag = cuemm__tags_tag(m, stream);
+  size_t rs = cuemm__pool_round(size);
   cuemm_stream_reuse reuse = m->cfg.stream_reuse;
   int wait = reuse == CUEMM_STREAM_REUSE_WAIT;
-  CUresult r = pool_pick(m, size, tag, stream, wait, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-  if (r != CUDA_SUCCESS && own && !stream_is_own_only(stream) && !cuemm__reclaims_churn(m)) {
+  CUresult r = cuemm__tags_pick(m, size, tag, stream, wait, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  if (r != CUDA_SUCCESS && own && !cuemm__event_own_only(stream) && !cuemm__reclaims_churn(m)) {
     /* Before the pool settles, reclaims or grows, the blocks this thread
      * cached on this very stream: no event is needed for them. */
-    int in = heap_get(own);
+    int in = cuemm__thread_heap_get(own);
     size_t given = heap_give_back_stream(m, own, stream);
-    heap_exit(own, in);
+    cuemm__thread_heap_exit(own, in);
     if (given) {
       m->stream_reclaims++;
-      tag = pool_tag(m, stream);
-      if (pool_pick(m, size, tag, stream, wait, &ptr, &blk) == 0)
+      tag = cuemm__tags_tag(m, stream);
+      if (cuemm__tags_pick(m, size, tag, stream, wait, &ptr, &blk) == 0)
         r = CUDA_SUCCESS;
     }
   }
   if (r != CUDA_SUCCESS)
-    r = cuemm__pool_take_locked(m, size, tag, &ptr, &blk, reuse != CUEMM_STREAM_REUSE_INTERNAL);
+    r = cuemm__manager_pool_take_locked(m, size, tag, &ptr, &blk, reuse != CUEMM_STREAM_REUSE_INTERNAL);
   if (r == CUDA_ERROR_NOT_READY) {
     /* CUEMM_STREAM_REUSE=internal: the pool would grow, and no other way
      * served (blocks of streams known done, the threads' idle ones).  The
@@ -294,13 +294,13 @@ static inline __attribute__((always_inline)) CUresult pool_take_for(cuemm_manage
      * that stream fits; pool_take_locked's settle recorded the events.
      * Its reclaim may have given this stream its first blocks in the pool:
      * the tag is looked up again. */
-    tag = pool_tag(m, stream);
-    r = pool_pick(m, size, tag, stream, 1, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-    if (r != CUDA_SUCCESS && cuemm__exchange_adopt(m, stream, &tag, rs) &&
-        pool_pick(m, size, tag, stream, 1, &ptr, &blk) == 0)
+    tag = cuemm__tags_tag(m, stream);
+    r = cuemm__tags_pick(m, size, tag, stream, 1, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    if (r != CUDA_SUCCESS && cuemm__tags_adopt(m, stream, &tag, rs) &&
+        cuemm__tags_pick(m, size, tag, stream, 1, &ptr, &blk) == 0)
       r = CUDA_SUCCESS;
     if (r != CUDA_SUCCESS)
-      r = cuemm__pool_take_locked(m, size, tag, &ptr, &blk, 1);
+      r = cuemm__manager_pool_take_locked(m, size, tag, &ptr, &blk, 1);
   }
   *out = ptr;
   *outblk = blk;
@@ -318,7 +318,7 @@ static void span_back(cuemm_manager *m, uint32_t id)
 {
   cuemm__span *sp = cuemm__span_unregister(m, id);
   if (!sp->retired)
-    pool_return_on(m, sp->base, sp->size, sp->pblk, sp->s);
+    cuemm__exchange_return_on(m, sp->base, sp->size, sp->pblk, sp->s);
   else if (cuemm__pending_push(&m->pending, sp->base, sp->size, CUEMM__KIND_POOL, sp->pblk) == 0)
     m->pool_pending++;
   else
@@ -356,11 +356,11 @@ void cuemm__exchange_spans_retire(cuemm_manager *m, cuemm__heap *h, uint32_t hs)
 void cuemm__exchange_span_close(cuemm_manager *m, cuemm__heap *h, uint32_t id)
 {
   cuemm__lock_acquire(&m->lock);
-  int in = heap_get(h);
+  int in = cuemm__thread_heap_get(h);
   cuemm__span *sp = cuemm__span_at(m, id);
   if (sp && sp->h == h && !sp->live && !sp->current)
     span_back(m, id);
-  heap_exit(h, in);
+  cuemm__thread_heap_exit(h, in);
   cuemm__lock_release(&m->lock);
 }
 
@@ -391,7 +391,7 @@ static size_t span_size(const cuemm_manager *m, const cuemm__heap *h, uint32_t h
 __attribute__((noinline)) CUresult cuemm__exchange_span_open(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
                                                              size_t size, CUstream stream)
 {
-  size_t rs = round_block(size);
+  size_t rs = cuemm__pool_round(size);
   uintptr_t base;
   uint32_t pblk, tag, rec = CUEMM__HEAP_NIL;
   cuemm__lock_acquire(&m->lock);
@@ -400,14 +400,14 @@ __attribute__((noinline)) CUresult cuemm__exchange_span_open(cuemm_manager *m, c
     cuemm__lock_release(&m->lock);
     return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
   }
-  int in = heap_get(h);
+  int in = cuemm__thread_heap_get(h);
   uint32_t hs = cuemm__heap_stream(h, stream);
   size_t want = hs == CUEMM__HEAP_NIL ? 0 : span_size(m, h, hs, rs);
-  heap_exit(h, in);
+  cuemm__thread_heap_exit(h, in);
   CUresult r = want && want <= cuemm__pool_capacity(m->pool)
                    ? pool_take_for(m, h, want, stream, &base, &pblk, &tag) : CUDA_ERROR_NOT_FOUND;
   if (r == CUDA_SUCCESS) {
-    in = heap_get(h);
+    in = cuemm__thread_heap_get(h);
     hs = cuemm__heap_stream(h, stream);
     cuemm__span *old = NULL, *sp = hs == CUEMM__HEAP_NIL || h->st[hs].retired
                                        ? NULL : cuemm__span_make(m, h, hs, base, want, pblk, &old);
@@ -417,8 +417,8 @@ __attribute__((noinline)) CUresult cuemm__exchange_span_open(cuemm_manager *m, c
         span_back(m, old->id);
       rec = cuemm__span_cut(h, hs, rs, size);
     } else
-      pool_return_on(m, base, want, pblk, stream);
-    heap_exit(h, in);
+      cuemm__exchange_return_on(m, base, want, pblk, stream);
+    cuemm__thread_heap_exit(h, in);
     if (rec == CUEMM__HEAP_NIL)
       r = CUDA_ERROR_NOT_FOUND;
     else {
@@ -445,10 +445,10 @@ __attribute__((noinline)) CUresult cuemm__exchange_span_open(cuemm_manager *m, c
 __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
                                                           size_t size, CUstream stream)
 {
-  size_t rs = round_block(size);
+  size_t rs = cuemm__pool_round(size);
   uintptr_t ptr;
   uint32_t blk;
-  int kept = rs < CUEMM__HEAP_LARGE || stream_is_own_only(stream) || cuemm__keep_large(m);
+  int kept = rs < CUEMM__HEAP_LARGE || cuemm__event_own_only(stream) || cuemm__keep_large(m);
   cuemm__heap *own = h; /* its blocks of this stream go back before the pool grows, kept or not */
   if (rs > CUEMM__HEAP_LARGE_MAX || !kept)
     h = NULL; /* a block no thread's cache keeps */
@@ -472,10 +472,10 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
   /* The heap is entered twice, around the pick and not across it: where
    * the pool must grow, it first takes idle blocks back from every
    * thread's heap (cuemm__exchange_reclaim), this one's too. */
-  if (own && rs >= CUEMM__HEAP_LARGE && rs <= CUEMM__HEAP_LARGE_MAX && !stream_is_own_only(stream)) {
-    int in = heap_get(own);
+  if (own && rs >= CUEMM__HEAP_LARGE && rs <= CUEMM__HEAP_LARGE_MAX && !cuemm__event_own_only(stream)) {
+    int in = cuemm__thread_heap_get(own);
     cuemm__exchange_evict_large(m, own, cuemm__heap_stream(own, stream));
-    heap_exit(own, in);
+    cuemm__thread_heap_exit(own, in);
   }
   uint32_t tag;
   CUresult r = pool_take_for(m, own, size, stream, &ptr, &blk, &tag);
@@ -486,7 +486,7 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
     uint32_t rec = CUEMM__HEAP_NIL;
     int in = 0;
     if (h) {
-      in = heap_get(h);
+      in = cuemm__thread_heap_get(h);
       uint32_t hs = cuemm__heap_stream(h, stream);
       if (hs == CUEMM__HEAP_NIL)
         hs = cuemm__heap_add_stream(h, stream);
@@ -495,7 +495,7 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
         if (rs >= CUEMM__HEAP_LARGE)
           h->st[hs].wanted[h->st[hs].nwanted++ % CUEMM__HEAP_WANTED] = rs;
       }
-      heap_exit(h, in);
+      cuemm__thread_heap_exit(h, in);
     }
     if (rec != CUEMM__HEAP_NIL ? cuemm__owned_add(&m->owned, ptr, rs, CUEMM__KIND_STREAM, h->index) == 0
                                : cuemm__owned_add(&m->owned, ptr, size, CUEMM__KIND_POOL, blk) == 0) {
@@ -505,13 +505,13 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
         m->st.peak_bytes = m->st.live_bytes + size; /* as cuemm__account_alloc, the block counted in its heap */
     } else {
       if (rec != CUEMM__HEAP_NIL) {
-        in = heap_get(h);
+        in = cuemm__thread_heap_get(h);
         h->allocs--;
         cuemm__heap_remove(h, rec);
-        heap_exit(h, in);
+        cuemm__thread_heap_exit(h, in);
       }
       if (tag)
-        pool_return_on(m, ptr, rs, blk, stream);
+        cuemm__exchange_return_on(m, ptr, rs, blk, stream);
       else
         cuemm__pool_give(m->pool, blk);
       r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory left to record the allocation");
@@ -568,7 +568,7 @@ __attribute__((noinline)) void cuemm__exchange_trim_heap(cuemm_manager *m, cuemm
     }
     cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   }
-  pool_trim_tagged(m);
+  cuemm__exchange_trim_tagged(m);
   cuemm__lock_release(&m->lock);
   cuemm__error(CUDA_SUCCESS, "%s", keep);
 }

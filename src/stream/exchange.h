@@ -2,17 +2,17 @@
  * exchange of blocks between the threads' heaps and the pool that the
  * fast paths and the pool's hot path use: giving a block back as freed on
  * a stream, the release threshold's check, the steal hint, and what a heap
- * keeps (heap_surplus, heap_takes_large, heap_admits).
+ * keeps (cuemm__exchange_surplus, cuemm__exchange_takes_large, cuemm__exchange_admits).
  */
 #ifndef CUEMM_EXCHANGE_H
 #define CUEMM_EXCHANGE_H
 
 #include "core/manager.h"
 #include "stream/span.h"
-#include "stream/stream-event.h"
-#include "stream/stream-tags.h"
+#include "stream/event.h"
+#include "stream/tags.h"
 
-/* A span's block given back as freed on `stream` (pool_give_on): into
+/* A span's block given back as freed on `stream` (cuemm__exchange_give_on): into
  * the span when freed on the span's stream or `idle`, an empty span back
  * to the pool; -1 when it must wait for a flush.  m's lock held, the
  * span's heap held. */
@@ -23,13 +23,13 @@ int cuemm__exchange_span_give(cuemm_manager *m, uint32_t blk, CUstream stream, i
  * changed), or for a span's block (span.h, whose heap the caller holds)
  * freed on another stream than its span's, which must wait for a flush.
  * m's lock held. */
-static inline __attribute__((always_inline)) int pool_give_on(cuemm_manager *m, uint32_t blk, CUstream stream)
+static inline __attribute__((always_inline)) int cuemm__exchange_give_on(cuemm_manager *m, uint32_t blk, CUstream stream)
 {
   if (__builtin_expect(cuemm__span_blk(blk), 0))
     return cuemm__exchange_span_give(m, blk, stream, 0);
   cuemm__heap *ps = m->pstreams;
   uint32_t k = ps ? cuemm__heap_stream(ps, stream) : CUEMM__HEAP_NIL;
-  if (k == CUEMM__HEAP_NIL && (k = cuemm__exchange_stream_add(m, stream)) == CUEMM__HEAP_NIL)
+  if (k == CUEMM__HEAP_NIL && (k = cuemm__tags_stream_add(m, stream)) == CUEMM__HEAP_NIL)
     return -1;
   ps = m->pstreams;
   cuemm__hstream *a = &ps->st[k];
@@ -39,12 +39,12 @@ static inline __attribute__((always_inline)) int pool_give_on(cuemm_manager *m, 
   return 0;
 }
 
-/* pool_give_on, or where host memory ran out, the pending queue (whose
+/* cuemm__exchange_give_on, or where host memory ran out, the pending queue (whose
  * flush synchronizes): never lost.  m's lock held. */
-static inline __attribute__((always_inline)) void pool_return_on(cuemm_manager *m, uintptr_t ptr, size_t size,
+static inline __attribute__((always_inline)) void cuemm__exchange_return_on(cuemm_manager *m, uintptr_t ptr, size_t size,
                                                                  uint32_t blk, CUstream stream)
 {
-  if (__builtin_expect(pool_give_on(m, blk, stream) == 0, 1))
+  if (__builtin_expect(cuemm__exchange_give_on(m, blk, stream) == 0, 1))
     return;
   if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) == 0)
     m->pool_pending++;
@@ -56,16 +56,16 @@ static inline __attribute__((always_inline)) void pool_return_on(cuemm_manager *
 
 /* The release threshold's check after blocks went to the pool as freed on
  * a stream: inline a compare against the mark, the work (an event on each
- * of their streams, a release) in cuemm__exchange_trim_tagged_now.  m's
+ * of their streams, a release) in cuemm__tags_trim_now.  m's
  * lock held. */
-static inline void pool_trim_tagged(cuemm_manager *m)
+static inline void cuemm__exchange_trim_tagged(cuemm_manager *m)
 {
   if (__builtin_expect(m->pstreams && cuemm__pool_tagged_bytes(m->pool) >= m->pstreams->trim_mark, 0))
-    cuemm__exchange_trim_tagged_now(m);
+    cuemm__tags_trim_now(m);
 }
 
 /* Moves cached block r (of another stream) to LIVE on hs. */
-static inline void take_cached(cuemm__heap *h, uint32_t r, uint32_t hs, size_t req)
+static inline void cuemm__exchange_take_cached(cuemm__heap *h, uint32_t r, uint32_t hs, size_t req)
 {
   cuemm__heap_take(h, r, hs, req);
   h->steals++;
@@ -85,7 +85,7 @@ static inline __attribute__((always_inline)) uint32_t steal_hint(cuemm__heap *h,
   if (k == hs || k >= h->nst || key != cuemm__heap_binkey(k, rs) || t == CUEMM__HEAP_NIL || !h->st[k].done ||
       h->b[t].seq > h->st[k].done || h->b[t].size < rs)
     return CUEMM__HEAP_NIL;
-  take_cached(h, t, hs, req);
+  cuemm__exchange_take_cached(h, t, hs, req);
   return t;
 }
 
@@ -109,9 +109,9 @@ static inline uint32_t cuemm__keep_large(const cuemm_manager *m)
  * to 1 MiB kept by size, 1.05x with none; the pool takes kept blocks back
  * before it grows).  The per-thread default stream's blocks always stay
  * (the pool cannot record on that stream).  Heap locked. */
-static inline int heap_admits(cuemm__heap *h, CUstream stream, size_t size)
+static inline int cuemm__exchange_admits(cuemm__heap *h, CUstream stream, size_t size)
 {
-  if (stream_is_own_only(stream))
+  if (cuemm__event_own_only(stream))
     return 1;
   if (h->cached_bytes + size > h->trim_mark)
     return 0;
@@ -123,9 +123,9 @@ static inline int heap_admits(cuemm__heap *h, CUstream stream, size_t size)
  * keeps at all (a block that came to it through cuemm_record_stream, which
  * goes to the pool), or a large one while the stream keeps as many as it
  * may (the slow path evicts the oldest first).  Heap entered or locked. */
-static inline int heap_surplus(const cuemm__heap *h, size_t size, uint32_t hs, CUstream stream)
+static inline int cuemm__exchange_surplus(const cuemm__heap *h, size_t size, uint32_t hs, CUstream stream)
 {
-  if (size < CUEMM__HEAP_LARGE || stream_is_own_only(stream))
+  if (size < CUEMM__HEAP_LARGE || cuemm__event_own_only(stream))
     return 0;
   if (size > CUEMM__HEAP_LARGE_MAX)
     return 1;
@@ -137,7 +137,7 @@ static inline int heap_surplus(const cuemm__heap *h, size_t size, uint32_t hs, C
  * of the oldest kept when the size is among its latest requests that no
  * kept block served (free_evicting says why); never while the threads
  * keep none. */
-static inline int heap_takes_large(const cuemm_manager *m, const cuemm__heap *h, uint32_t hs, size_t size)
+static inline int cuemm__exchange_takes_large(const cuemm_manager *m, const cuemm__heap *h, uint32_t hs, size_t size)
 {
   uint32_t keep = cuemm__keep_large(m);
   if (!keep)
@@ -164,7 +164,7 @@ uint32_t cuemm__exchange_steal(cuemm_manager *m, cuemm__heap *h, uint32_t hs, si
  * to leave its fast path: from then on the owners take the slow paths,
  * which see the pool's `suspended` flag.  Without, lowers it.  m's lock
  * held; the pool's flag is set before (and cleared after) this call. */
-void cuemm__stream_hold(cuemm_manager *m, int on);
+void cuemm__exchange_hold(cuemm_manager *m, int on);
 
 /* The reclaim hook (manager.h): cached blocks of every heap back to the
  * pool. */

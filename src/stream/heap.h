@@ -28,7 +28,7 @@
  * by any stream once its stream's `done` sequence has passed the block's
  * `seq`: frees on a stream are numbered, an event recorded on the stream
  * covers every free numbered up to `covered`, and a completed event moves
- * `done` forward (see stream-event.c).  This file is the data structure only:
+ * `done` forward (see event.c).  This file is the data structure only:
  * it never calls the driver.  Lock order: the manager's lock before a
  * heap's lock, never the reverse.
  */
@@ -46,11 +46,11 @@
 
 #define CUEMM__HEAP_NIL UINT32_MAX
 /* Blocks of this size or more are large: a heap keeps few of them, and
- * none larger than CUEMM__HEAP_LARGE_MAX (see exchange.h's heap_admits). */
+ * none larger than CUEMM__HEAP_LARGE_MAX (see exchange.h's cuemm__exchange_admits). */
 #define CUEMM__HEAP_LARGE ((size_t)256 << 10)
 #define CUEMM__HEAP_LARGE_MAX ((size_t)16 << 20)
 /* The most large blocks a heap keeps per stream (cuemm_config's
- * stream_keep_large, at most this; see exchange.h's heap_admits).  A power
+ * stream_keep_large, at most this; see exchange.h's cuemm__exchange_admits).  A power
  * of two: their list is a ring. */
 #define CUEMM__HEAP_LARGE_KEEP_MAX 32u
 /* Sizes of a stream's latest large requests its kept blocks could not
@@ -130,7 +130,7 @@ typedef struct cuemm__hbin {
 #define CUEMM__HEAP_WANT_LOCK 1   /* a thread holding `mutex` wants the heap: the owner takes the mutex too */
 #define CUEMM__HEAP_WANT_FULL 2   /* other threads ask the owner to enter with a full fence */
 #define CUEMM__HEAP_WANT_HOLD 4   /* the pool is suspended: the owner takes the slow paths, which refuse to
-                                   * hand out blocks (suspend.c through cuemm__stream_hold) */
+                                   * hand out blocks (suspend.c through cuemm__exchange_hold) */
 /* Heavy fences other threads pay before they ask for CUEMM__HEAP_WANT_FULL. */
 #define CUEMM__HEAP_HEAVY_MAX 16u
 
@@ -190,7 +190,7 @@ typedef struct cuemm__heap {
   unsigned events_made;
   struct cuemm__heap *gnext, *gprev;   /* process-wide list of live heaps (thread-heap.c) */
   /* The heap that held the block this thread last freed for another
-   * thread: its next such free looks there first (stream-free.c's
+   * thread: its next such free looks there first (free.c's
    * free_remote).  The owner's alone; heaps live as long as their manager. */
   struct cuemm__heap *remote;
   /* Large blocks come from spans (span.h): set by the owner once its pool

@@ -4,10 +4,10 @@
  * manager's hooks (the extension).  What they rest on has a file each: the
  * threads' heaps and how a thread finds and enters one (thread-heap.c, the
  * heap itself heap.c), the events that tell which frees are done
- * (stream-event.c), and the exchange of blocks between the heaps and the
+ * (event.c), and the exchange of blocks between the heaps and the
  * pool: what a heap keeps, stealing, giving back (exchange.c), and the
- * pool's tags for the blocks freed on a stream (stream-tags.c).  Calls go
- * that way only: stream.c -> exchange.c -> stream-tags.c -> stream-event.c,
+ * pool's tags for the blocks freed on a stream (tags.c).  Calls go
+ * that way only: stream.c -> exchange.c -> tags.c -> event.c,
  * thread-heap.c.
  *
  * The rule is the driver's own (cuMemAllocAsync / cuMemFreeAsync): a block
@@ -33,7 +33,7 @@
  * adopts it.
  *
  * A thread's cache keeps small blocks, and of a larger size the few each
- * stream freed last (heap_admits): a block whose size recurs soon stays on
+ * stream freed last (cuemm__exchange_admits): a block whose size recurs soon stays on
  * the fast path, and the others go back to the pool, where blocks freed on
  * one stream merge and serve that stream at once (see "blocks freed on a
  * stream, in the pool" below).  So large blocks coalesce as they would in
@@ -49,10 +49,10 @@
 #include "base/error.h"
 #include "stream/exchange.h"
 #include "observe/nvtx.h"
-#include "stream/stream-event.h"
+#include "stream/event.h"
 #include "stream/span.h"
-#include "stream/stream-free.h"
-#include "stream/stream-tags.h"
+#include "stream/free.h"
+#include "stream/tags.h"
 #include "stream/stream.h"
 #include "stream/thread-heap.h"
 
@@ -138,7 +138,7 @@ static inline stream_path path_of(const cuemm_manager *m, const char *fn, CUresu
 static inline __attribute__((always_inline)) uint32_t heap_hit(cuemm__heap *h, uint32_t hs, size_t size,
                                                                uint32_t *binp)
 {
-  size_t rs = round_block(size);
+  size_t rs = cuemm__pool_round(size);
   uint32_t bin = cuemm__heap_bin(h, hs, rs), head;
   *binp = bin;
   if (bin == CUEMM__HEAP_NIL || (head = h->bins[bin].head) == CUEMM__HEAP_NIL || h->b[head].size != rs)
@@ -152,7 +152,7 @@ static inline __attribute__((always_inline)) uint32_t heap_hit(cuemm__heap *h, u
  * found the bin already.  Heap entered or locked. */
 static uint32_t heap_hit_in(cuemm__heap *h, uint32_t hs, size_t size, uint32_t bin)
 {
-  size_t rs = round_block(size);
+  size_t rs = cuemm__pool_round(size);
   if (rs < CUEMM__HEAP_LARGE && (bin == CUEMM__HEAP_NIL || h->bins[bin].head == CUEMM__HEAP_NIL))
     return CUEMM__HEAP_NIL; /* a large request may still find the next class's */
   return cuemm__heap_pop_fit(h, bin, hs, rs, size);
@@ -161,7 +161,7 @@ static uint32_t heap_hit_in(cuemm__heap *h, uint32_t hs, size_t size, uint32_t b
 /* heap_hit_in for a caller that has not looked the bin up (the slow path). */
 static uint32_t heap_hit_class(cuemm__heap *h, uint32_t hs, size_t size)
 {
-  return heap_hit_in(h, hs, size, cuemm__heap_bin(h, hs, round_block(size)));
+  return heap_hit_in(h, hs, size, cuemm__heap_bin(h, hs, cuemm__pool_round(size)));
 }
 
 /* Whether h cuts a request of rs bytes on stream hs from a span (span.h):
@@ -169,7 +169,7 @@ static uint32_t heap_hit_class(cuemm__heap *h, uint32_t hs, size_t size)
  * neither the per-thread default stream nor retired. */
 static inline int heap_spans(const cuemm__heap *h, uint32_t hs, size_t rs, CUstream stream)
 {
-  return h->spanning && rs >= CUEMM__HEAP_LARGE && rs <= CUEMM__HEAP_LARGE_MAX && !stream_is_own_only(stream) &&
+  return h->spanning && rs >= CUEMM__HEAP_LARGE && rs <= CUEMM__HEAP_LARGE_MAX && !cuemm__event_own_only(stream) &&
          !h->st[hs].retired;
 }
 
@@ -189,7 +189,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
     return r;
   }
   CUresult r;
-  size_t rs = round_block(size);
+  size_t rs = cuemm__pool_round(size);
   if (!h) {
     cuemm__lock_acquire(&m->lock);
     r = cuemm__thread_heap_attach_locked(m, &h);
@@ -247,7 +247,7 @@ static inline __attribute__((always_inline)) CUresult heap_served(cuemm_manager 
 static __attribute__((noinline)) CUresult alloc_async_miss(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
                                                            size_t size, CUstream stream, uint32_t hs, uint32_t bin)
 {
-  size_t rs = round_block(size);
+  size_t rs = cuemm__pool_round(size);
   int others = 0;
   uint32_t r = CUEMM__HEAP_NIL;
   if (atomic_load_explicit(&h->rhead, memory_order_relaxed) != CUEMM__HEAP_NIL) {
@@ -310,11 +310,11 @@ static inline __attribute__((always_inline)) CUresult alloc_async(cuemm_manager 
   stream_path way = path_of(m, "cuemm_alloc_async", &why);
   if (__builtin_expect(way != PATH_STREAM, 0))
     return way == PATH_REFUSED ? why
-                               : deferred_instead(cuemm__alloc_device(m, p, size), "cuemm_alloc_async", stream);
+                               : deferred_instead(cuemm__manager_alloc_device(m, p, size), "cuemm_alloc_async", stream);
   if (!p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: p is NULL");
-  cuemm__heap *h = heap_of(m);
-  if (size > CUEMM__HEAP_LARGE_MAX && h && size <= cuemm__pool_capacity(m->pool) && !stream_is_own_only(stream))
+  cuemm__heap *h = cuemm__thread_heap_of(m);
+  if (size > CUEMM__HEAP_LARGE_MAX && h && size <= cuemm__pool_capacity(m->pool) && !cuemm__event_own_only(stream))
     return cuemm__exchange_alloc_from_pool(m, NULL, p, size, stream); /* a size no thread's cache keeps */
   if (__builtin_expect(h && size - 1 < cuemm__pool_capacity(m->pool), 1))
     return alloc_async_owner(m, h, p, size, stream);
@@ -335,20 +335,20 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
                                                         CUstream stream, size_t *freed)
 {
   cuemm__lock_acquire(&m->lock);
-  int in = heap_get(h);
+  int in = cuemm__thread_heap_get(h);
   uint32_t r = cuemm__heap_find(h, (uintptr_t)dp), hs = cuemm__heap_stream(h, stream);
   if (r == CUEMM__HEAP_NIL || !cuemm__heap_freeable(h, r) || hs == CUEMM__HEAP_NIL) {
-    heap_exit(h, in);
+    cuemm__thread_heap_exit(h, in);
     cuemm__lock_release(&m->lock);
     return cuemm__free_async_slow(m, h, dp, stream, freed, 0);
   }
   size_t req = h->b[r].req;
-  if (!heap_takes_large(m, h, hs, h->b[r].size)) {
+  if (!cuemm__exchange_takes_large(m, h, hs, h->b[r].size)) {
     h->frees++;
     cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), (uintptr_t)dp);
     cuemm__exchange_to_pool(m, h, r, stream);
-    heap_exit(h, in);
-    pool_trim_tagged(m);
+    cuemm__thread_heap_exit(h, in);
+    cuemm__exchange_trim_tagged(m);
     cuemm__lock_release(&m->lock);
     if (freed)
       *freed = req;
@@ -356,14 +356,14 @@ static __attribute__((noinline)) CUresult free_evicting(cuemm_manager *m, cuemm_
   }
   cuemm__exchange_evict_large(m, h, hs);
   if (cuemm__heap_cache(h, r, hs) != 0) {
-    heap_exit(h, in);
+    cuemm__thread_heap_exit(h, in);
     cuemm__lock_release(&m->lock);
     return cuemm__free_async_slow(m, h, dp, stream, freed, 0);
   }
   int over = h->cached_bytes > h->trim_mark;
   cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), (uintptr_t)dp);
-  heap_exit(h, in);
-  pool_trim_tagged(m); /* the evicted block counts toward the release threshold */
+  cuemm__thread_heap_exit(h, in);
+  cuemm__exchange_trim_tagged(m); /* the evicted block counts toward the release threshold */
   cuemm__lock_release(&m->lock);
   if (freed)
     *freed = req;
@@ -393,10 +393,10 @@ static __attribute__((noinline)) CUresult free_async_rest(cuemm_manager *m, cuem
     uint32_t hs = cuemm__heap_stream(h, stream);
     if (freed)
       *freed = h->b[r].req;
-    if (hs != CUEMM__HEAP_NIL && !heap_surplus(h, h->b[r].size, hs, stream) && cuemm__heap_cache(h, r, hs) == 0)
+    if (hs != CUEMM__HEAP_NIL && !cuemm__exchange_surplus(h, h->b[r].size, hs, stream) && cuemm__heap_cache(h, r, hs) == 0)
       return heap_kept(m, h, dp);
     if (hs != CUEMM__HEAP_NIL && h->b[r].size <= CUEMM__HEAP_LARGE_MAX && m->cfg.stream_keep_large &&
-        heap_surplus(h, h->b[r].size, hs, stream)) {
+        cuemm__exchange_surplus(h, h->b[r].size, hs, stream)) {
       cuemm__heap_leave(h);
       return free_evicting(m, h, dp, stream, freed);
     }
@@ -414,7 +414,7 @@ static __attribute__((noinline)) CUresult free_span(cuemm_manager *m, cuemm__hea
 {
   uint32_t hs = cuemm__heap_stream(h, stream), id = cuemm__span_id(h->b[r].blk);
   const cuemm__span *sp = cuemm__span_at(m, id);
-  if (hs == CUEMM__HEAP_NIL || hs != sp->hs || sp->retired || stream_is_own_only(stream))
+  if (hs == CUEMM__HEAP_NIL || hs != sp->hs || sp->retired || cuemm__event_own_only(stream))
     return free_async_rest(m, h, dp, stream, freed, r);
   if (freed)
     *freed = h->b[r].req;
@@ -438,7 +438,7 @@ static inline __attribute__((always_inline)) CUresult free_async_owner(cuemm_man
     if (__builtin_expect((h->b[r].blk & (CUEMM__SPAN_BIT | CUEMM__SPAN_OWNED)) == CUEMM__SPAN_BIT, 0))
       return free_span(m, h, dp, stream, freed, r);
     uint32_t hs = cuemm__heap_stream(h, stream);
-    if (hs != CUEMM__HEAP_NIL && !heap_surplus(h, h->b[r].size, hs, stream) &&
+    if (hs != CUEMM__HEAP_NIL && !cuemm__exchange_surplus(h, h->b[r].size, hs, stream) &&
         cuemm__heap_cache_in(h, r, hs, 0) == 0) {
       if (freed)
         *freed = h->b[r].req;
@@ -457,8 +457,8 @@ static inline __attribute__((always_inline)) CUresult free_async(cuemm_manager *
   stream_path way = path_of(m, "cuemm_free_async", &why);
   if (__builtin_expect(way != PATH_STREAM, 0))
     return way == PATH_REFUSED ? why
-                               : deferred_instead(cuemm__free_device(m, dp, freed), "cuemm_free_async", stream);
-  cuemm__heap *h = heap_of(m);
+                               : deferred_instead(cuemm__manager_free_device(m, dp, freed), "cuemm_free_async", stream);
+  cuemm__heap *h = cuemm__thread_heap_of(m);
   if (__builtin_expect(h != NULL, 1))
     return free_async_owner(m, h, dp, stream, freed);
   return cuemm__free_async_slow(m, h, dp, stream, freed, 0);
@@ -472,7 +472,7 @@ static __attribute__((noinline)) CUresult alloc_async_logged(cuemm_manager *m, C
     return alloc_async(m, p, size, stream);
   *p = 0;
   CUresult r = alloc_async(m, p, size, stream);
-  cuemm__log_alloc(m, r, *p, size, stream, "alloc_async");
+  cuemm__manager_log_alloc(m, r, *p, size, stream, "alloc_async");
   return r;
 }
 
@@ -482,7 +482,7 @@ static __attribute__((noinline)) CUresult free_async_logged(cuemm_manager *m, CU
   uint64_t seq = cuemm__log_take(m->log);
   CUresult r = free_async(m, dp, stream, &size);
   if (r == CUDA_SUCCESS)
-    cuemm__log_free(m, seq, dp, size, stream, "free_async");
+    cuemm__manager_log_free(m, seq, dp, size, stream, "free_async");
   else {
     cuemm__log_untake(m->log);
     cuemm__log_settle(m->log);
@@ -510,7 +510,7 @@ static __attribute__((noinline)) CUresult free_async_any(cuemm_manager *m, CUdev
  * first (the manager, its path, the thread's slot) fold into a few loads. */
 CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
 {
-  if (__builtin_expect(m && m->stream_inline && p && size - 1 < CUEMM__HEAP_LARGE_MAX && heap_slot_first(m) &&
+  if (__builtin_expect(m && m->stream_inline && p && size - 1 < CUEMM__HEAP_LARGE_MAX && cuemm__thread_heap_slot_first(m) &&
                        cuemm__tls[0].h, 1))
     return alloc_async_owner(m, cuemm__tls[0].h, p, size, stream);
   return alloc_async_any(m, p, size, stream);
@@ -518,7 +518,7 @@ CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t
 
 CUEMM_EXTERN CUresult cuemm_free_async(cuemm_manager *m, CUdeviceptr dp, CUstream stream)
 {
-  if (__builtin_expect(m && m->stream_inline && heap_slot_first(m) && cuemm__tls[0].h, 1))
+  if (__builtin_expect(m && m->stream_inline && cuemm__thread_heap_slot_first(m) && cuemm__tls[0].h, 1))
     return free_async_owner(m, cuemm__tls[0].h, dp, stream, NULL);
   return free_async_any(m, dp, stream);
 }
@@ -549,11 +549,11 @@ static CUresult use_add(cuemm__heap *h, uint32_t rec, CUstream stream)
  * lock held. */
 static CUresult adopt_used(cuemm_manager *m, cuemm__owned_entry *e, CUstream stream)
 {
-  cuemm__heap *h = heap_of(m);
+  cuemm__heap *h = cuemm__thread_heap_of(m);
   CUresult r;
   if (!h && (r = cuemm__thread_heap_attach_locked(m, &h)) != CUDA_SUCCESS)
     return r;
-  size_t rs = round_block(e->size);
+  size_t rs = cuemm__pool_round(e->size);
   CUstream own = (CUstream)(uintptr_t)cuemm__pool_block_word(m->pool, e->aux);
   cuemm__heap_lock(h);
   uint32_t hs = cuemm__heap_stream(h, own ? own : stream);
@@ -564,7 +564,7 @@ static CUresult adopt_used(cuemm_manager *m, cuemm__owned_entry *e, CUstream str
     cuemm__heap_unlock(h);
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_record_stream: no host memory");
   }
-  if ((own != stream || stream_is_own_only(stream)) && (r = use_add(h, rec, stream)) != CUDA_SUCCESS) {
+  if ((own != stream || cuemm__event_own_only(stream)) && (r = use_add(h, rec, stream)) != CUDA_SUCCESS) {
     cuemm__heap_remove(h, rec);
     cuemm__heap_unlock(h);
     return r;
@@ -586,7 +586,7 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUst
     stream = CU_STREAM_LEGACY;
   CUresult r = CUDA_SUCCESS;
   cuemm__lock_acquire(&m->lock);
-  cuemm__owned_entry *e = cuemm__owned_lookup(m, p, 0);
+  cuemm__owned_entry *e = cuemm__extensions_owned_lookup(m, p, 0);
   if (e && e->kind == CUEMM__KIND_POOL)
     /* A block the pool holds (cuemm_alloc's, or cuemm_alloc_async's not
      * yet cached): freed with cuemm_free it would need nothing (the flush
@@ -607,7 +607,7 @@ CUEMM_EXTERN CUresult cuemm_record_stream(cuemm_manager *m, CUdeviceptr dp, CUst
     cuemm__hblock *b = &o->b[rec];
     if (b->state != CUEMM__HB_LIVE)
       r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_record_stream: 0x%" PRIxPTR " was freed already", p);
-    else if (stream != o->st[b->hs].s || stream_is_own_only(stream))
+    else if (stream != o->st[b->hs].s || cuemm__event_own_only(stream))
       r = use_add(o, rec, stream);
     cuemm__heap_unlock(o);
   }
@@ -631,10 +631,10 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
     cuemm__lock_release(&m->lock);
     return r;
   }
-  cuemm__heap *mine = heap_of(m);
+  cuemm__heap *mine = cuemm__thread_heap_of(m);
   for (uint32_t i = 0; i < m->nheaps && r == CUDA_SUCCESS; i++) {
     cuemm__heap *h = m->heaps[i];
-    if (stream_is_own_only(stream) && h != mine)
+    if (cuemm__event_own_only(stream) && h != mine)
       continue;
     cuemm__heap_lock(h);
     for (uint32_t k = 0; k < h->nst && r == CUDA_SUCCESS; k++) {
@@ -643,7 +643,7 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
         continue;
       /* One last event covers its frees; then the stream is known by a key
        * no new stream can have. */
-      r = cuemm__stream_record(m, h, a);
+      r = cuemm__event_record(m, h, a);
       if (r == CUDA_SUCCESS && a->covered < a->freed) {
         /* No room for another event: the blocks go through a flush. */
         for (uint32_t rr = 1; rr < h->nb; rr++)
@@ -666,20 +666,20 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
     /* The uses last, all or none: should recording their events fail, they
      * name the stream still, and a free waits for all of its work. */
     if (r == CUDA_SUCCESS)
-      r = cuemm__stream_release_uses(m, h, stream);
+      r = cuemm__event_release_uses(m, h, stream);
     cuemm__heap_forget_last(h);
     cuemm__heap_unlock(h);
   }
   /* The pool's blocks freed on it: one last event, then the same new key;
-   * they become idle when the event completes (cuemm__exchange_settle), or at the
+   * they become idle when the event completes (cuemm__tags_settle), or at the
    * next synchronizing flush where no event could be recorded. */
   cuemm__heap *ps = m->pstreams;
-  uint32_t k = ps && r == CUDA_SUCCESS && !stream_is_own_only(stream) ? cuemm__heap_stream(ps, stream)
+  uint32_t k = ps && r == CUDA_SUCCESS && !cuemm__event_own_only(stream) ? cuemm__heap_stream(ps, stream)
                                                                        : CUEMM__HEAP_NIL;
   if (k != CUEMM__HEAP_NIL) {
     cuemm__hstream *a = &ps->st[k];
-    cuemm__stream_query(m, ps, a);
-    r = cuemm__stream_record(m, ps, a);
+    cuemm__event_query(m, ps, a);
+    r = cuemm__event_record(m, ps, a);
     if (r == CUDA_SUCCESS) {
       a->s = cuemm__thread_heap_retired_key();
       a->retired = 1;
@@ -733,7 +733,7 @@ const cuemm__extension cuemm__stream_extension = {
   .abandon = stream_abandon,
   .live = cuemm__thread_heaps_live,
   .reclaim = cuemm__exchange_reclaim,
-  .settle = cuemm__exchange_settle,
+  .settle = cuemm__tags_settle,
   .give_up = cuemm__exchange_give_up,
   .reset = cuemm__exchange_reset,
   .stats = cuemm__thread_heaps_stats,

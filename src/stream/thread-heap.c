@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "base/error.h"
-#include "stream/stream-event.h"
+#include "stream/event.h"
 #include "stream/span.h"
 #include "stream/thread-heap.h"
 
@@ -283,7 +283,7 @@ size_t cuemm__thread_heaps_fini(cuemm_manager *m, int use_driver)
   pthread_mutex_unlock(&g_lock);
   for (uint32_t i = 0; i < m->nheaps; i++) {
     cuemm__heap *h = m->heaps[i];
-    leaked += cuemm__stream_drop_events(m, h, use_driver);
+    leaked += cuemm__event_drop_all(m, h, use_driver);
     free(h->uses);
     cuemm__heap_fini(h);
     free(h);
@@ -293,7 +293,7 @@ size_t cuemm__thread_heaps_fini(cuemm_manager *m, int use_driver)
   m->nheaps = m->capheaps = 0;
   cuemm__span_fini_all(m);
   if (m->pstreams) {
-    leaked += cuemm__stream_drop_events(m, m->pstreams, use_driver);
+    leaked += cuemm__event_drop_all(m, m->pstreams, use_driver);
     cuemm__heap_fini(m->pstreams);
     free(m->pstreams);
     m->pstreams = NULL;

@@ -23,23 +23,23 @@ cuemm__heap *cuemm__thread_heap_of_slow(const cuemm_manager *m);
 
 /* Whether the calling thread's first slot is m's (its heap may still be
  * NULL). */
-static inline int heap_slot_first(const cuemm_manager *m)
+static inline int cuemm__thread_heap_slot_first(const cuemm_manager *m)
 {
   return cuemm__tls[0].m == m && cuemm__tls[0].serial == m->serial;
 }
 
 /* The calling thread's heap for m, or NULL when it has none yet. */
-static inline cuemm__heap *heap_of(const cuemm_manager *m)
+static inline cuemm__heap *cuemm__thread_heap_of(const cuemm_manager *m)
 {
-  if (__builtin_expect(heap_slot_first(m), 1))
+  if (__builtin_expect(cuemm__thread_heap_slot_first(m), 1))
     return cuemm__tls[0].h;
   return cuemm__thread_heap_of_slow(m);
 }
 
 /* The owner's entry into its heap off the fast path: entered, or locked
  * when another thread wants it.  Returns whether it entered (leave with
- * heap_exit). */
-static inline int heap_get(cuemm__heap *h)
+ * cuemm__thread_heap_exit). */
+static inline int cuemm__thread_heap_get(cuemm__heap *h)
 {
   if (cuemm__heap_enter(h))
     return 1;
@@ -47,7 +47,7 @@ static inline int heap_get(cuemm__heap *h)
   return 0;
 }
 
-static inline void heap_exit(cuemm__heap *h, int entered)
+static inline void cuemm__thread_heap_exit(cuemm__heap *h, int entered)
 {
   if (entered)
     cuemm__heap_leave(h);

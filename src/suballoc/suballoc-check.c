@@ -26,7 +26,7 @@ const char *cuemm__sa_check(const cuemm__sa *s)
       fb += b->size, fc++;
       if (b->tag)
         tb += b->size;
-      if (b->bin != bin_of(b->size))
+      if (b->bin != cuemm__sa_bin_of(b->size))
         return "a free block is in the wrong bin";
       if (b->tag && (b->tag > s->ntags || !s->tagged[b->tag - 1]))
         return "a free block has a tag with no bins";

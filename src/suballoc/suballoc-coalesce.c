@@ -34,7 +34,7 @@ static void uncache_all(cuemm__sa *s, const uint32_t *head)
 {
   uint32_t i;
   while ((i = *head) != NIL) {
-    list_del(s, i);
+    cuemm__sa_list_del(s, i);
     s->b[i].state = CUEMM__SA_FREE;
     s->b[i].tag = 0;
     cuemm__sa_merge_link(s, i, 1);

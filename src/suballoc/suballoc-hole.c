@@ -19,14 +19,14 @@
 static void recolor_tagged(cuemm__sa *s, size_t off, size_t size, uint8_t to, uint32_t tag)
 {
   uint32_t i = cuemm__sa_find(s, off);
-  list_del(s, i);
+  cuemm__sa_list_del(s, i);
   if (s->b[i].off < off) {
     uint32_t j = cuemm__sa_split(s, i, off - s->b[i].off);
-    list_add(s, i);
+    cuemm__sa_list_add(s, i);
     i = j;
   }
   if (s->b[i].size > size)
-    list_add(s, cuemm__sa_split(s, i, size));
+    cuemm__sa_list_add(s, cuemm__sa_split(s, i, size));
   s->b[i].state = to;
   s->b[i].tag = tag;
   s->b[i].seq = 0;

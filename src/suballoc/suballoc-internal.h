@@ -36,7 +36,7 @@
 
 /* ---- bins ----------------------------------------------------------------- */
 
-static inline unsigned bin_of(size_t size)
+static inline unsigned cuemm__sa_bin_of(size_t size)
 {
   size_t u = size / CUEMM__SA_ALIGN;
   if (u < 64)
@@ -47,7 +47,7 @@ static inline unsigned bin_of(size_t size)
   return bin < CUEMM__SA_NBINS ? bin : CUEMM__SA_NBINS - 1;
 }
 
-static inline void bins_init(cuemm__sa_bins *bs)
+static inline void cuemm__sa_bins_init(cuemm__sa_bins *bs)
 {
   memset(bs, 0, sizeof *bs);
   bs->tree = NIL;
@@ -56,7 +56,7 @@ static inline void bins_init(cuemm__sa_bins *bs)
 }
 
 /* The bins of a FREE block's tag (which exist: the block is in them). */
-static inline cuemm__sa_bins *bins_of(const cuemm__sa *s, uint32_t tag)
+static inline cuemm__sa_bins *cuemm__sa_bins_at(const cuemm__sa *s, uint32_t tag)
 {
   return tag ? s->tagged[tag - 1] : (cuemm__sa_bins *)&s->idle;
 }
@@ -64,13 +64,13 @@ static inline cuemm__sa_bins *bins_of(const cuemm__sa *s, uint32_t tag)
 /* ---- lists ---------------------------------------------------------------- */
 
 /* FREE block i joins the bins of its tag (not its tree).  The free and
- * alloc paths' own helper, kept apart from list_add so that they inline it
+ * alloc paths' own helper, kept apart from cuemm__sa_list_add so that they inline it
  * whole. */
-static inline __attribute__((always_inline)) void bins_link(cuemm__sa *s, uint32_t i)
+static inline __attribute__((always_inline)) void cuemm__sa_bins_link(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
-  cuemm__sa_bins *bs = bins_of(s, b->tag);
-  unsigned bin = bin_of(b->size);
+  cuemm__sa_bins *bs = cuemm__sa_bins_at(s, b->tag);
+  unsigned bin = cuemm__sa_bin_of(b->size);
   b->bin = (uint16_t)bin;
   uint32_t *head = &bs->heads[bin];
   bs->bitmap[bin / 64] |= (uint64_t)1 << (bin % 64);
@@ -87,10 +87,10 @@ static inline __attribute__((always_inline)) void bins_link(cuemm__sa *s, uint32
 }
 
 /* FREE block i leaves its bin (not its tree). */
-static inline __attribute__((always_inline)) void bins_unlink(cuemm__sa *s, uint32_t i)
+static inline __attribute__((always_inline)) void cuemm__sa_bins_unlink(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
-  cuemm__sa_bins *bs = bins_of(s, b->tag);
+  cuemm__sa_bins *bs = cuemm__sa_bins_at(s, b->tag);
   uint32_t *head = &bs->heads[b->bin];
   if (b->lprev != NIL)
     s->b[b->lprev].lnext = b->lnext;
@@ -106,7 +106,7 @@ static inline __attribute__((always_inline)) void bins_unlink(cuemm__sa *s, uint
 }
 
 /* Node i leaves the tree of bins bs. */
-static inline void tree_del(cuemm__sa *s, cuemm__sa_bins *bs, uint32_t i)
+static inline void cuemm__sa_tree_del(cuemm__sa *s, cuemm__sa_bins *bs, uint32_t i)
 {
   cuemm__at_remove(s->at, &bs->tree, i);
   bs->tree_count--;
@@ -115,10 +115,10 @@ static inline void tree_del(cuemm__sa *s, cuemm__sa_bins *bs, uint32_t i)
 /* FREE block i joins the bins of its tag, and its tree when large. */
 static inline __attribute__((always_inline)) void free_link(cuemm__sa *s, uint32_t i)
 {
-  bins_link(s, i);
+  cuemm__sa_bins_link(s, i);
   cuemm__sa_block *b = &s->b[i];
   if (b->size >= CUEMM__SA_LOW_FIT) {
-    cuemm__sa_bins *bs = bins_of(s, b->tag);
+    cuemm__sa_bins *bs = cuemm__sa_bins_at(s, b->tag);
     cuemm__at_insert(s->at, &bs->tree, i, b->off, b->size);
     bs->tree_count++;
   }
@@ -127,12 +127,12 @@ static inline __attribute__((always_inline)) void free_link(cuemm__sa *s, uint32
 /* FREE block i leaves its bin, and its tree when large. */
 static inline __attribute__((always_inline)) void free_unlink(cuemm__sa *s, uint32_t i)
 {
-  bins_unlink(s, i);
+  cuemm__sa_bins_unlink(s, i);
   if (s->b[i].size >= CUEMM__SA_LOW_FIT)
-    tree_del(s, bins_of(s, s->b[i].tag), i);
+    cuemm__sa_tree_del(s, cuemm__sa_bins_at(s, s->b[i].tag), i);
 }
 
-static inline void list_add(cuemm__sa *s, uint32_t i)
+static inline void cuemm__sa_list_add(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
   if (b->state == CUEMM__SA_FREE) {
@@ -148,7 +148,7 @@ static inline void list_add(cuemm__sa *s, uint32_t i)
   *head = i;
 }
 
-static inline void list_del(cuemm__sa *s, uint32_t i)
+static inline void cuemm__sa_list_del(cuemm__sa *s, uint32_t i)
 {
   cuemm__sa_block *b = &s->b[i];
   if (b->state == CUEMM__SA_FREE) {

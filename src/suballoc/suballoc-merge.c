@@ -58,16 +58,16 @@ static inline void merge_unlink(cuemm__sa *s, uint32_t x, stale *st)
   if (b->state == CUEMM__SA_FREE && b->bin == DETACHED)
     return; /* out of every list already (move_tag) */
   if (b->state != CUEMM__SA_FREE || b->size < CUEMM__SA_LOW_FIT) {
-    list_del(s, x);
+    cuemm__sa_list_del(s, x);
     return;
   }
-  cuemm__sa_bins *bs = bins_of(s, b->tag);
-  bins_unlink(s, x);
+  cuemm__sa_bins *bs = cuemm__sa_bins_at(s, b->tag);
+  cuemm__sa_bins_unlink(s, x);
   if (st->n < MERGE_STALE) {
     st->i[st->n] = x;
     st->bs[st->n++] = bs;
   } else
-    tree_del(s, bs, x);
+    cuemm__sa_tree_del(s, bs, x);
 }
 
 /* Block i (unlinked, final state set) absorbs its mergeable neighbours
@@ -113,11 +113,11 @@ void cuemm__sa_merge_link(cuemm__sa *s, uint32_t i, int mix)
   cuemm__sa_block *b = &s->b[i];
   b->seq = b->tag ? seq : 0;
   if (b->state != CUEMM__SA_FREE) {
-    list_add(s, i); /* nothing stale: only free blocks merge with free ones */
+    cuemm__sa_list_add(s, i); /* nothing stale: only free blocks merge with free ones */
     return;
   }
-  bins_link(s, i);
-  cuemm__sa_bins *bs = bins_of(s, b->tag);
+  cuemm__sa_bins_link(s, i);
+  cuemm__sa_bins *bs = cuemm__sa_bins_at(s, b->tag);
   uint32_t keep = st.n;
   if (b->size >= CUEMM__SA_LOW_FIT)
     for (keep = 0; keep < st.n && st.bs[keep] != bs; keep++)
@@ -126,7 +126,7 @@ void cuemm__sa_merge_link(cuemm__sa *s, uint32_t i, int mix)
    * stand beside the merged block's. */
   for (uint32_t k = 0; k < st.n; k++)
     if (k != keep)
-      tree_del(s, st.bs[k], st.i[k]);
+      cuemm__sa_tree_del(s, st.bs[k], st.i[k]);
   if (keep < st.n)
     cuemm__at_replace(s->at, &bs->tree, st.i[keep], i, b->off, b->size);
   else if (b->size >= CUEMM__SA_LOW_FIT) {
@@ -156,7 +156,7 @@ int cuemm__sa_bins_make(cuemm__sa *s, uint32_t tag)
   cuemm__sa_bins *bs = malloc(sizeof *bs);
   if (!bs)
     return -1;
-  bins_init(bs);
+  cuemm__sa_bins_init(bs);
   s->tagged[tag - 1] = bs;
   return 0;
 }

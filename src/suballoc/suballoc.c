@@ -24,7 +24,7 @@
  *
  * Tags: a block freed on a stream whose work may still use it is FREE with
  * that stream's tag, in bins of its tag (see suballoc.h); idle free blocks
- * have tag 0.  The caller (stream-tags.c) decides which tags a request may
+ * have tag 0.  The caller (tags.c) decides which tags a request may
  * take from and when a tag's blocks become idle (cuemm__sa_untag).
  *
  * Blocks are descriptors in one array linked in address order; the array
@@ -51,8 +51,8 @@ static inline unsigned bin_above(size_t size)
   unsigned fl = 63u - (unsigned)__builtin_clzll((unsigned long long)u);
   size_t step = (size_t)1 << (fl - 4);
   if ((u & (step - 1)) == 0)
-    return bin_of(size);
-  return bin_of((u + step) * CUEMM__SA_ALIGN) ;
+    return cuemm__sa_bin_of(size);
+  return cuemm__sa_bin_of((u + step) * CUEMM__SA_ALIGN) ;
 }
 
 static inline unsigned first_nonempty(const cuemm__sa_bins *bs, unsigned from)
@@ -137,7 +137,7 @@ int cuemm__sa_init(cuemm__sa *s, size_t span)
 {
   memset(s, 0, sizeof *s);
   s->spare = s->holes = NIL;
-  bins_init(&s->idle);
+  cuemm__sa_bins_init(&s->idle);
   for (unsigned k = 0; k < CUEMM__SA_SMALL / CUEMM__SA_ALIGN; k++)
     s->cache[k] = NIL;
   for (unsigned k = 0; k < CUEMM__SA_LSLOTS; k++)
@@ -148,7 +148,7 @@ int cuemm__sa_init(cuemm__sa *s, size_t span)
     return -1;
   uint32_t i = desc_new(s); /* descriptor 0: the stack hands out the lowest first */
   s->b[i] = (cuemm__sa_block){ .off = 0, .size = span, .prev = NIL, .next = NIL, .state = CUEMM__SA_HOLE };
-  list_add(s, i);
+  cuemm__sa_list_add(s, i);
   s->span = span;
   s->hole_bytes = span;
   return 0;
@@ -194,13 +194,13 @@ static uint32_t find_free(const cuemm__sa *s, const cuemm__sa_bins *bs, size_t s
   if (size >= CUEMM__SA_LOW_FIT)
     return cuemm__at_lowest_fit(s->at, bs->tree, size);
   if (size >= CUEMM__SA_BEST_FIT) {
-    uint32_t i = best_in(s, bs->heads[bin_of(size)], size);
+    uint32_t i = best_in(s, bs->heads[cuemm__sa_bin_of(size)], size);
     if (i != NIL)
       return i;
-    unsigned k = first_nonempty(bs, bin_of(size) + 1);
+    unsigned k = first_nonempty(bs, cuemm__sa_bin_of(size) + 1);
     return k <= top ? best_in(s, bs->heads[k], size) : NIL;
   }
-  unsigned own = bin_of(size);
+  unsigned own = cuemm__sa_bin_of(size);
   uint32_t i = bs->heads[own];
   if (i == NIL || s->b[i].size < size) {
     unsigned k = first_nonempty(bs, bin_above(size));
@@ -229,18 +229,18 @@ static uint32_t cut(cuemm__sa *s, uint32_t i, size_t size)
     return i;
   }
   /* In its tree, the rest takes the block's place. */
-  cuemm__sa_bins *bs = bins_of(s, s->b[i].tag);
-  bins_unlink(s, i);
+  cuemm__sa_bins *bs = cuemm__sa_bins_at(s, s->b[i].tag);
+  cuemm__sa_bins_unlink(s, i);
   uint32_t rest = s->b[i].size > size ? cuemm__sa_split(s, i, size) : NIL;
   if (rest == NIL) {
-    tree_del(s, bs, i);
+    cuemm__sa_tree_del(s, bs, i);
     return i;
   }
-  bins_link(s, rest);
+  cuemm__sa_bins_link(s, rest);
   if (s->b[rest].size >= CUEMM__SA_LOW_FIT)
     cuemm__at_replace(s->at, &bs->tree, i, rest, s->b[rest].off, s->b[rest].size);
   else
-    tree_del(s, bs, i);
+    cuemm__sa_tree_del(s, bs, i);
   return i;
 }
 
@@ -305,7 +305,7 @@ static size_t move_tag(cuemm__sa *s, uint32_t from, uint64_t done, uint32_t to, 
       next = s->b[i].lnext;
       if (s->b[i].seq > done)
         continue;
-      list_del(s, i);
+      cuemm__sa_list_del(s, i);
       s->b[i].tag = to;
       s->b[i].seq = to ? seq : 0;
       s->b[i].bin = DETACHED;
@@ -339,7 +339,7 @@ uint32_t cuemm__sa_fit_below(const cuemm__sa *s, size_t size, uint32_t tag, size
   const cuemm__sa_bins *bs = cuemm__sa_bins_of(s, tag);
   if (!bs || bs->bytes < size || limit <= size)
     return NIL;
-  uint32_t i = find_free(s, bs, size, bin_of(limit - 1));
+  uint32_t i = find_free(s, bs, size, cuemm__sa_bin_of(limit - 1));
   return i != NIL && s->b[i].size < limit ? i : NIL;
 }
 
@@ -405,7 +405,7 @@ void cuemm__sa_free_large(cuemm__sa *s, uint32_t i)
 
 void cuemm__sa_each_free(const cuemm__sa *s, size_t min, void (*fn)(void *arg, const cuemm__sa_block *b), void *arg)
 {
-  for (unsigned k = first_nonempty(&s->idle, bin_of(min)); k < CUEMM__SA_NBINS; k = first_nonempty(&s->idle, k + 1))
+  for (unsigned k = first_nonempty(&s->idle, cuemm__sa_bin_of(min)); k < CUEMM__SA_NBINS; k = first_nonempty(&s->idle, k + 1))
     for (uint32_t i = s->idle.heads[k]; i != NIL; i = s->b[i].lnext)
       if (s->b[i].size >= min)
         fn(arg, &s->b[i]);

@@ -1,4 +1,4 @@
-/* stream-event.c: owns the events of the stream-ordered path: asking
+/* event.c: owns the events of the stream-ordered path: asking
  * which recorded events have completed (a stream's `done`), recording one
  * event for a batch of frees, the heap's cache of idle events, and making
  * a stream wait for the streams cuemm_record_stream named.  The rule they
@@ -10,11 +10,11 @@
 
 #include "base/error.h"
 #include "base/fence.h"
-#include "stream/stream-event.h"
+#include "stream/event.h"
 
 /* Asks the driver which of stream a's recorded events have completed, and
  * moves its `done` forward.  Context current. */
-CUresult cuemm__stream_query(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
+CUresult cuemm__event_query(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
 {
   unsigned k = 0;
   CUresult r = CUDA_SUCCESS;
@@ -41,7 +41,7 @@ CUresult cuemm__stream_query(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a
 
 /* An idle event of the heap's cache, or a new one (room made in the cache
  * first, so that it can always go back).  Context current. */
-CUresult cuemm__stream_event_get(cuemm_manager *m, cuemm__heap *h, CUevent *ev, const char *why)
+CUresult cuemm__event_get(cuemm_manager *m, cuemm__heap *h, CUevent *ev, const char *why)
 {
   if (h->nev) {
     *ev = h->evcache[--h->nev];
@@ -65,12 +65,12 @@ CUresult cuemm__stream_event_get(cuemm_manager *m, cuemm__heap *h, CUevent *ev, 
 /* Records one event on stream a covering every free on it so far.  Context
  * current; `a` must not be retired, and a per-thread stream only by its own
  * thread. */
-CUresult cuemm__stream_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
+CUresult cuemm__event_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
 {
   if (a->covered == a->freed || a->nbatch == CUEMM__HEAP_BATCHES)
     return CUDA_SUCCESS;
   CUevent ev;
-  CUresult r = cuemm__stream_event_get(m, h, &ev, "for a batch of frees");
+  CUresult r = cuemm__event_get(m, h, &ev, "for a batch of frees");
   if (r != CUDA_SUCCESS)
     return r;
   r = m->drv->EventRecord(ev, a->s);
@@ -104,7 +104,7 @@ static int stream_idle(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
     return 0;
   }
   if (!m->drv->StreamQuery || !m->drv->StreamIsCapturing ||
-      (stream_is_own_only(a->s) && h->owner != cuemm__fence_self()))
+      (cuemm__event_own_only(a->s) && h->owner != cuemm__fence_self()))
     return 0;
   CUstreamCaptureStatus cs;
   if (m->drv->StreamIsCapturing(a->s, &cs) != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -123,7 +123,7 @@ static int stream_idle(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a)
   return 1;
 }
 
-CUresult cuemm__stream_learn(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a, uint64_t upto)
+CUresult cuemm__event_learn(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a, uint64_t upto)
 {
 #ifdef CUEMM_BREAK_DELAYED_FREE
   /* Only in the copy of the library tests/test-broken-rule.sh builds:
@@ -134,16 +134,16 @@ CUresult cuemm__stream_learn(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a
   a->done = a->freed;
   return CUDA_SUCCESS;
 #endif
-  CUresult r = cuemm__stream_query(m, h, a);
+  CUresult r = cuemm__event_query(m, h, a);
   if (r != CUDA_SUCCESS || a->done >= upto || a->retired || a->covered >= upto)
     return r;
   /* An event still pending says the stream is busy without asking. */
-  if ((a->nbatch || !stream_idle(m, h, a)) && cuemm__stream_record(m, h, a) == CUDA_SUCCESS)
-    cuemm__stream_query(m, h, a);
+  if ((a->nbatch || !stream_idle(m, h, a)) && cuemm__event_record(m, h, a) == CUDA_SUCCESS)
+    cuemm__event_query(m, h, a);
   return CUDA_SUCCESS;
 }
 
-CUresult cuemm__stream_release_uses(cuemm_manager *m, cuemm__heap *h, CUstream stream)
+CUresult cuemm__event_release_uses(cuemm_manager *m, cuemm__heap *h, CUstream stream)
 {
   uint32_t n = 0;
   for (uint32_t i = 0; i < h->nuses; i++)
@@ -158,7 +158,7 @@ CUresult cuemm__stream_release_uses(cuemm_manager *m, cuemm__heap *h, CUstream s
   CUresult r = CUDA_SUCCESS;
   uint32_t made = 0;
   while (made < n && r == CUDA_SUCCESS) {
-    if ((r = cuemm__stream_event_get(m, h, &evs[made], "for a released stream's use of a block")) != CUDA_SUCCESS)
+    if ((r = cuemm__event_get(m, h, &evs[made], "for a released stream's use of a block")) != CUDA_SUCCESS)
       break;
     if ((r = m->drv->EventRecord(evs[made], stream)) != CUDA_SUCCESS) {
       cuemm__driver_error(r, "cuEventRecord on stream %p (released, named by cuemm_record_stream for a live "
@@ -182,7 +182,7 @@ CUresult cuemm__stream_release_uses(cuemm_manager *m, cuemm__heap *h, CUstream s
 
 /* Destroys the heap's events (with `use_driver`); returns how many the
  * driver refused to destroy (leaked), the first failure's message kept. */
-size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver)
+size_t cuemm__event_drop_all(cuemm_manager *m, cuemm__heap *h, int use_driver)
 {
   size_t failed = 0;
   for (uint32_t k = 0; k < h->nst; k++) {
@@ -209,7 +209,7 @@ size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_drive
  * `hs`: one event on each of those streams, and `hs` waits for them, so
  * stream order on `hs` covers their work too.  Heap locked, owner's thread
  * or the manager's lock held. */
-CUresult cuemm__stream_wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream freeing)
+CUresult cuemm__event_wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream freeing)
 {
   CUresult res = CUDA_SUCCESS;
   cuemm__ctx_guard g;
@@ -253,7 +253,7 @@ CUresult cuemm__stream_wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t 
       continue;
     }
     CUevent ev;
-    if ((res = cuemm__stream_event_get(m, h, &ev, "for cuemm_record_stream")) != CUDA_SUCCESS)
+    if ((res = cuemm__event_get(m, h, &ev, "for cuemm_record_stream")) != CUDA_SUCCESS)
       continue;
     if ((res = m->drv->EventRecord(ev, h->uses[i].s)) != CUDA_SUCCESS)
       cuemm__driver_error(res, "cuEventRecord on stream %p (named by cuemm_record_stream)", (void *)h->uses[i].s);

@@ -1,4 +1,4 @@
-/* pool-share.c: owns what the pool shares with other devices and
+/* share.c: owns what the pool shares with other devices and
  * processes: peer access to its chunks (cuMemSetAccess over every run of
  * accessible chunks when a device is granted access) and the pieces an IPC
  * export names (the chunks a range overlaps, and a chunk found again by its
@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
-#include "pool/pool-share.h"
+#include "pool/share.h"
 
 /* ---- peers ------------------------------------------------------------------- */
 
@@ -37,7 +37,7 @@ static CUresult access_runs(cuemm__pool *p, const CUmemAccessDesc *desc, unsigne
   return CUDA_SUCCESS;
 }
 
-CUresult cuemm__pool_grant(cuemm__pool *p, CUdevice peer)
+CUresult cuemm__share_grant(cuemm__pool *p, CUdevice peer)
 {
   for (unsigned k = 0; k < p->naccess; k++)
     if (p->access[k].location.id == (int)peer)
@@ -69,7 +69,7 @@ CUresult cuemm__pool_grant(cuemm__pool *p, CUdevice peer)
 
 /* ---- IPC ---------------------------------------------------------------------- */
 
-int cuemm__pool_pieces(const cuemm__pool *p, CUdeviceptr a, size_t size, cuemm__pool_piece *out, size_t max,
+int cuemm__share_pieces(const cuemm__pool *p, CUdeviceptr a, size_t size, cuemm__pool_piece *out, size_t max,
                        size_t *n)
 {
   *n = 0;
@@ -92,7 +92,7 @@ int cuemm__pool_pieces(const cuemm__pool *p, CUdeviceptr a, size_t size, cuemm__
   return *n > max ? -2 : 0;
 }
 
-long cuemm__pool_find_serial(const cuemm__pool *p, uint64_t serial)
+long cuemm__share_find_serial(const cuemm__pool *p, uint64_t serial)
 {
   for (size_t u = 0; u < p->nunits;) {
     const cuemm__pool_unit *h = &p->units[u];

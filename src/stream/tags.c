@@ -1,10 +1,10 @@
-/* stream-tags.c: owns the pool's stream tags: a block freed on a stream
- * goes back to the pool tagged with that stream (pool_give_on, exchange.h)
+/* tags.c: owns the pool's stream tags: a block freed on a stream
+ * goes back to the pool tagged with that stream (cuemm__exchange_give_on, exchange.h)
  * and serves that stream at once; this file keeps the pool's table of
  * those streams and their events, makes their blocks idle once their work
  * is done (settle, the release threshold), picks a block from the pool for
  * a stream among its own, the idle and other streams' done ones (the
- * common case inline in stream-tags.h, for the allocation's path in
+ * common case inline in tags.h, for the allocation's path in
  * exchange.c), and under CUEMM_STREAM_REUSE=internal lets a stream adopt
  * other streams' free space.
  */
@@ -13,15 +13,15 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "stream/stream-tags.h"
+#include "stream/tags.h"
 
 /* A block freed on stream S goes back to the pool at once, although work
  * queued on S before the free may still use it: the pool tags it with S
  * (cuemm__sa_free_tagged), merges it with blocks freed on S and with idle
  * space beside it, and serves S's requests from it, which stream order
  * makes safe.  Other requests get it once an event recorded on S after the
- * free has completed (pool_pick, when it would be their best fit;
- * cuemm__exchange_settle, before the pool grows and past the release threshold).  The streams and their events are
+ * free has completed (cuemm__tags_pick, when it would be their best fit;
+ * cuemm__tags_settle, before the pool grows and past the release threshold).  The streams and their events are
  * kept as a heap keeps its own, in m->pstreams, under m's lock; a tag is a
  * stream's index there plus one.  The per-thread default stream never gets
  * a tag: only its own thread may record on it, so its blocks stay in that
@@ -43,7 +43,7 @@ static cuemm__heap *pool_streams(cuemm_manager *m)
 /* The pool's stream table's place for a stream it has not met: a released
  * stream's place, once nothing of it is left, serves anew, so the table
  * stays as small as the streams in use.  NIL when host memory ran out. */
-__attribute__((noinline)) uint32_t cuemm__exchange_stream_add(cuemm_manager *m, CUstream stream)
+__attribute__((noinline)) uint32_t cuemm__tags_stream_add(cuemm_manager *m, CUstream stream)
 {
   cuemm__heap *ps = pool_streams(m);
   if (!ps)
@@ -60,7 +60,7 @@ __attribute__((noinline)) uint32_t cuemm__exchange_stream_add(cuemm_manager *m, 
 
 /* The settle hook: makes idle what the pool holds of streams whose work is
  * done.  m's lock held, context current. */
-void cuemm__exchange_settle(cuemm_manager *m, int synced)
+void cuemm__tags_settle(cuemm_manager *m, int synced)
 {
   cuemm__heap *ps = m->pstreams;
   if (!ps)
@@ -74,7 +74,7 @@ void cuemm__exchange_settle(cuemm_manager *m, int synced)
       cuemm__pool_untag(pool, k + 1, a->freed);
       continue;
     }
-    cuemm__stream_learn(m, ps, a, a->freed);
+    cuemm__event_learn(m, ps, a, a->freed);
     if (a->done)
       cuemm__pool_untag(pool, k + 1, a->done);
   }
@@ -86,7 +86,7 @@ void cuemm__exchange_settle(cuemm_manager *m, int synced)
  * Tried again only once another quarter of the threshold has been freed so
  * (the pool's stream table keeps the mark), so that a stream whose work
  * lags does not cost an event per free.  m's lock held. */
-__attribute__((noinline)) void cuemm__exchange_trim_tagged_now(cuemm_manager *m)
+__attribute__((noinline)) void cuemm__tags_trim_now(cuemm_manager *m)
 {
   cuemm__pool *pool = m->pool;
   cuemm__heap *ps = m->pstreams;
@@ -98,7 +98,7 @@ __attribute__((noinline)) void cuemm__exchange_trim_tagged_now(cuemm_manager *m)
   snprintf(keep, sizeof keep, "%s", cuemm_last_error());
   cuemm__ctx_guard g;
   if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
-    cuemm__exchange_settle(m, 0);
+    cuemm__tags_settle(m, 0);
     if (cuemm__pool_release_due(pool))
       cuemm__pool_release(pool, cuemm__pool_keep(pool));
     cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
@@ -117,13 +117,13 @@ __attribute__((noinline)) void cuemm__exchange_trim_tagged_now(cuemm_manager *m)
  * stream's blocks that are done become idle (and merge) on the way.
  * Returns 0 with the block, or -1 when none fits (the caller's slow path
  * settles, reclaims, grows).  m's lock held. */
-__attribute__((noinline)) int cuemm__exchange_pick_across(cuemm_manager *m, size_t size, uint32_t own,
+__attribute__((noinline)) int cuemm__tags_pick_across(cuemm_manager *m, size_t size, uint32_t own,
                                                          CUstream stream, int wait, uint32_t best, uintptr_t *ptr,
                                                          uint32_t *blk)
 {
   cuemm__pool *pool = m->pool;
   cuemm__heap *ps = m->pstreams;
-  size_t rs = round_block(size);
+  size_t rs = cuemm__pool_round(size);
   uint64_t busy = 0; /* tags (the first 64) whose blocks this request found in use */
   int entered = 0, first = 1;
   cuemm__ctx_guard g;
@@ -150,7 +150,7 @@ __attribute__((noinline)) int cuemm__exchange_pick_across(cuemm_manager *m, size
     if (!entered && cuemm__ctx_enter(m, &g) == CUDA_SUCCESS)
       entered = 1;
     if (entered)
-      cuemm__stream_learn(m, ps, a, seq);
+      cuemm__event_learn(m, ps, a, seq);
     if (a->done >= seq) {
       cuemm__pool_untag(pool, bt, a->done); /* idle now, merged: choose again */
       ps->steals++;
@@ -195,13 +195,13 @@ __attribute__((noinline)) int cuemm__exchange_pick_across(cuemm_manager *m, size
  * live bytes with the GPU 16 allocations behind, 1.58x so).  Returns
  * whether any space moved; *own gets the requesting stream's tag.  m's
  * lock held. */
-int cuemm__exchange_adopt(cuemm_manager *m, CUstream stream, uint32_t *own, size_t rs)
+int cuemm__tags_adopt(cuemm_manager *m, CUstream stream, uint32_t *own, size_t rs)
 {
-  if (stream_is_own_only(stream) || !cuemm__pool_tagged_bytes(m->pool) ||
+  if (cuemm__event_own_only(stream) || !cuemm__pool_tagged_bytes(m->pool) ||
       cuemm__pool_tagged_bytes(m->pool) == cuemm__pool_tag_bytes(m->pool, *own))
     return 0;
   if (!*own) {
-    uint32_t k = cuemm__exchange_stream_add(m, stream);
+    uint32_t k = cuemm__tags_stream_add(m, stream);
     if (k == CUEMM__HEAP_NIL)
       return 0;
     *own = k + 1;
@@ -217,7 +217,7 @@ int cuemm__exchange_adopt(cuemm_manager *m, CUstream stream, uint32_t *own, size
     if (t == *own || !cuemm__pool_tag_bytes(m->pool, t))
       continue;
     cuemm__hstream *a = &ps->st[t - 1];
-    cuemm__stream_learn(m, ps, a, a->freed);
+    cuemm__event_learn(m, ps, a, a->freed);
     if (a->done >= a->freed) {
       moved |= cuemm__pool_untag(m->pool, t, a->done) != 0;
       continue;

@@ -1,4 +1,4 @@
-/* pool-suspend.c: owns the pool's side of a suspension: the walk of the
+/* vacate.c: owns the pool's side of a suspension: the walk of the
  * blocks handed out that suspend.c's host copy follows, the unmapping and
  * release of every chunk, the chunks forgotten because their blocks were
  * all freed meanwhile, the remapping at resumption, and the ranges sent to
@@ -22,13 +22,13 @@
 #include "observe/log.h"
 #include "observe/nvtx.h"
 #include "pool/piece.h"
-#include "pool/pool-share.h"
-#include "pool/pool-suspend.h"
+#include "pool/share.h"
+#include "pool/vacate.h"
 #include "suballoc/suballoc-hole.h"
 
 /* ---- the blocks handed out --------------------------------------------------- */
 
-void cuemm__pool_each_live_in(const cuemm__pool *p, size_t off, size_t size,
+void cuemm__vacate_each_live_in(const cuemm__pool *p, size_t off, size_t size,
                               void (*fn)(void *arg, size_t off, size_t size), void *arg)
 {
   const cuemm__sa *sa = &p->sa;
@@ -56,9 +56,9 @@ void cuemm__pool_each_live_in(const cuemm__pool *p, size_t off, size_t size,
     fn(arg, run, run_end - run);
 }
 
-void cuemm__pool_each_live_run(const cuemm__pool *p, void (*fn)(void *arg, size_t off, size_t size), void *arg)
+void cuemm__vacate_each_live_run(const cuemm__pool *p, void (*fn)(void *arg, size_t off, size_t size), void *arg)
 {
-  cuemm__pool_each_live_in(p, 0, p->reserved, fn, arg);
+  cuemm__vacate_each_live_in(p, 0, p->reserved, fn, arg);
 }
 
 /* ---- the chunks -------------------------------------------------------------- */
@@ -68,7 +68,7 @@ static int holds_memory(const cuemm__pool_unit *h)
   return h->state == CUEMM__CHUNK_CREATED || h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE;
 }
 
-CUresult cuemm__pool_unmap_all(cuemm__pool *p)
+CUresult cuemm__vacate_unmap_all(cuemm__pool *p)
 {
   const cuemm__driver_table *d = p->drv;
   CUresult first = CUDA_SUCCESS;
@@ -122,7 +122,7 @@ CUresult cuemm__pool_unmap_all(cuemm__pool *p)
   return first;
 }
 
-void cuemm__pool_forget_free(cuemm__pool *p)
+void cuemm__vacate_forget_free(cuemm__pool *p)
 {
   uint32_t *cand;
   size_t n;
@@ -232,14 +232,14 @@ static CUresult remap_steps(cuemm__pool *p)
   return CUDA_SUCCESS;
 }
 
-CUresult cuemm__pool_remap_all(cuemm__pool *p)
+CUresult cuemm__vacate_remap_all(cuemm__pool *p)
 {
   CUresult r = remap_steps(p);
   if (r == CUDA_SUCCESS)
     return CUDA_SUCCESS;
   char msg[512];
   snprintf(msg, sizeof msg, "%s", cuemm_last_error());
-  CUresult undo = cuemm__pool_unmap_all(p);
+  CUresult undo = cuemm__vacate_unmap_all(p);
   if (undo != CUDA_SUCCESS)
     return cuemm__error(r, "%s; undoing the resumption: %s", msg, cuemm_last_error());
   return cuemm__error(r, "%s; what the resumption mapped is released again", msg);
@@ -247,7 +247,7 @@ CUresult cuemm__pool_remap_all(cuemm__pool *p)
 
 /* ---- ranges sent to other processes ------------------------------------------ */
 
-int cuemm__pool_note_sent(cuemm__pool *p, CUdeviceptr addr, size_t size, uint64_t serial)
+int cuemm__vacate_note_sent(cuemm__pool *p, CUdeviceptr addr, size_t size, uint64_t serial)
 {
   for (size_t i = 0; i < p->nsent; i++)
     if (p->sent[i].addr == addr && p->sent[i].size == size && p->sent[i].serial == serial)
@@ -264,13 +264,13 @@ int cuemm__pool_note_sent(cuemm__pool *p, CUdeviceptr addr, size_t size, uint64_
   return 0;
 }
 
-size_t cuemm__pool_sent_live(cuemm__pool *p, cuemm__pool_sent *out, size_t max)
+size_t cuemm__vacate_sent_live(cuemm__pool *p, cuemm__pool_sent *out, size_t max)
 {
   size_t n = 0;
   for (size_t i = 0; i < p->nsent;) {
     cuemm__pool_sent *e = &p->sent[i];
     uint32_t b = cuemm__sa_find(&p->sa, (size_t)(e->addr - p->base));
-    long head = cuemm__pool_find_serial(p, e->serial);
+    long head = cuemm__share_find_serial(p, e->serial);
     if (head < 0 || b == CUEMM__SA_NIL || p->sa.b[b].state != CUEMM__SA_USED) {
       *e = p->sent[--p->nsent];
       continue;

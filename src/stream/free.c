@@ -1,4 +1,4 @@
-/* stream-free.c: owns the general free of the stream-ordered path, where
+/* free.c: owns the general free of the stream-ordered path, where
  * a block goes that the owner's fast paths (stream.c) cannot keep: any
  * block, freed by any thread.  Its steps are named and called in order
  * from free_async_slow: kept by the calling thread's own heap; found in
@@ -13,8 +13,8 @@
 #include "base/error.h"
 #include "stream/exchange.h"
 #include "observe/nvtx.h"
-#include "stream/stream-event.h"
-#include "stream/stream-free.h"
+#include "stream/event.h"
+#include "stream/free.h"
 #include "stream/thread-heap.h"
 
 /* Caches LIVE record r of h (the caller's own heap) on `stream`.  Heap
@@ -25,7 +25,7 @@ static CUresult cache_on(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream 
   if (hs == CUEMM__HEAP_NIL && (hs = cuemm__heap_add_stream(h, stream)) == CUEMM__HEAP_NIL)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: no host memory to track stream %p", fn, (void *)stream);
   CUresult res;
-  if (h->b[r].uses && (res = cuemm__stream_wait_recorded(m, h, r, h->st[hs].s)) != CUDA_SUCCESS)
+  if (h->b[r].uses && (res = cuemm__event_wait_recorded(m, h, r, h->st[hs].s)) != CUDA_SUCCESS)
     return res;
   if (cuemm__heap_cache(h, r, hs) != 0)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "%s: no host memory to cache the freed block", fn);
@@ -54,7 +54,7 @@ static int free_own_kept(cuemm_manager *m, cuemm__heap *h, uintptr_t p, CUstream
   cuemm__heap_lock(h);
   uint32_t rec = cuemm__heap_find(h, p);
   if (rec != CUEMM__HEAP_NIL && (h->b[rec].state == CUEMM__HB_CACHED ||
-                                 !heap_surplus(h, h->b[rec].size, cuemm__heap_stream(h, stream), stream))) {
+                                 !cuemm__exchange_surplus(h, h->b[rec].size, cuemm__heap_stream(h, stream), stream))) {
     if (h->b[rec].state == CUEMM__HB_CACHED)
       *r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_free_async: double free of 0x%" PRIxPTR " (%zu bytes): "
                         "it was freed on stream %p already", p, h->b[rec].size, (void *)h->st[h->b[rec].hs].s);
@@ -108,7 +108,7 @@ static int free_remote(cuemm_manager *m, cuemm__heap *h, uintptr_t p, CUstream s
  * cuemm_free_async's name. */
 static CUresult free_not_pooled(cuemm_manager *m, uintptr_t p, size_t *freed)
 {
-  CUresult r = cuemm__free(m, CUEMM__KIND_DEVICE, p, freed);
+  CUresult r = cuemm__manager_free(m, CUEMM__KIND_DEVICE, p, freed);
   if (r != CUDA_SUCCESS && strncmp(cuemm_last_error(), "cuemm_free: ", 12) == 0) {
     char why[512];
     snprintf(why, sizeof why, "%s", cuemm_last_error() + 12);
@@ -128,7 +128,7 @@ static CUresult free_take_out(cuemm_manager *m, freeing *f, CUstream stream)
   f->req = f->e->size;
   f->o = NULL;
   if (f->e->kind != CUEMM__KIND_STREAM) {
-    f->size = round_block(f->e->size), f->blk = f->e->aux;
+    f->size = cuemm__pool_round(f->e->size), f->blk = f->e->aux;
     return CUDA_SUCCESS;
   }
   cuemm__heap *o = m->heaps[f->e->aux];
@@ -141,7 +141,7 @@ static CUresult free_take_out(cuemm_manager *m, freeing *f, CUstream stream)
     cuemm__heap_unlock(o);
     return r;
   }
-  if (o->b[rec].uses && (r = cuemm__stream_wait_recorded(m, o, rec, stream ? stream : CU_STREAM_LEGACY)) !=
+  if (o->b[rec].uses && (r = cuemm__event_wait_recorded(m, o, rec, stream ? stream : CU_STREAM_LEGACY)) !=
                             CUDA_SUCCESS) {
     cuemm__heap_unlock(o);
     return r;
@@ -155,7 +155,7 @@ static CUresult free_take_out(cuemm_manager *m, freeing *f, CUstream stream)
 }
 
 /* Step 4: admission: whether h, the calling thread's heap, keeps the block
- * (heap_admits, heap_takes_large), making room among the stream's kept
+ * (cuemm__exchange_admits, cuemm__exchange_takes_large), making room among the stream's kept
  * large blocks first where it takes a large one.  h is entered as on its
  * fast path, or locked when another thread wants it.  m's lock held. */
 static int free_admitted(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstream stream)
@@ -165,14 +165,14 @@ static int free_admitted(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstream 
   /* A large block no heap takes, known without entering one: past what a
    * heap keeps, or while the threads keep none (CUEMM__KEEP_QUIET).  The
    * per-thread default stream keeps all its blocks. */
-  int large = f->size >= CUEMM__HEAP_LARGE && !stream_is_own_only(stream);
+  int large = f->size >= CUEMM__HEAP_LARGE && !cuemm__event_own_only(stream);
   if (large && (f->size > CUEMM__HEAP_LARGE_MAX || !cuemm__keep_large(m)))
     return 0;
-  int entered = f->o != h ? heap_get(h) : 0;
-  int admit = heap_admits(h, stream, f->size);
+  int entered = f->o != h ? cuemm__thread_heap_get(h) : 0;
+  int admit = cuemm__exchange_admits(h, stream, f->size);
   if (admit && large) {
     uint32_t hs = cuemm__heap_stream(h, stream);
-    if (!heap_takes_large(m, h, hs, f->size))
+    if (!cuemm__exchange_takes_large(m, h, hs, f->size))
       admit = 0;
     else {
       cuemm__exchange_evict_large(m, h, hs);
@@ -180,7 +180,7 @@ static int free_admitted(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstream 
     }
   }
   if (f->o != h)
-    heap_exit(h, entered);
+    cuemm__thread_heap_exit(h, entered);
   return admit;
 }
 
@@ -197,10 +197,10 @@ static void free_to_pool(cuemm_manager *m, freeing *f, CUstream stream)
   }
   cuemm__owned_remove(&m->owned, f->e);
   cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), f->p);
-  pool_return_on(m, f->p, f->size, f->blk, stream); /* a span's block needs its heap, f->o, held */
+  cuemm__exchange_return_on(m, f->p, f->size, f->blk, stream); /* a span's block needs its heap, f->o, held */
   if (f->o)
     cuemm__heap_unlock(f->o);
-  pool_trim_tagged(m);
+  cuemm__exchange_trim_tagged(m);
 }
 
 /* Step 5, admitted: into h, cached on `stream`.  Where host memory for the
@@ -213,7 +213,7 @@ static void free_into_heap(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstrea
     cuemm__heap_unlock(f->o);
   }
   cuemm__exchange_entry_to_heap(m, f->e, h, f->size, f->o == NULL);
-  int entered = heap_get(h);
+  int entered = cuemm__thread_heap_get(h);
   uint32_t hs = cuemm__heap_stream(h, stream);
   if (hs == CUEMM__HEAP_NIL)
     hs = cuemm__heap_add_stream(h, stream);
@@ -229,8 +229,8 @@ static void free_into_heap(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstrea
       cuemm__pool_give(m->pool, f->blk); /* cannot happen in practice; never leak */
   } else
     h->allocs++;
-  heap_exit(h, entered);
-  pool_trim_tagged(m); /* a block evicted for this one counts toward the release threshold */
+  cuemm__thread_heap_exit(h, entered);
+  cuemm__exchange_trim_tagged(m); /* a block evicted for this one counts toward the release threshold */
 }
 
 /* The general free, in the order a block meets its checks: kept by the
@@ -259,7 +259,7 @@ __attribute__((noinline)) CUresult cuemm__free_async_slow(cuemm_manager *m, cuem
     cuemm__lock_release(&m->lock);
     return r;
   }
-  f.e = cuemm__owned_lookup(m, f.p, 0); /* a span's block too, reached by another thread */
+  f.e = cuemm__extensions_owned_lookup(m, f.p, 0); /* a span's block too, reached by another thread */
   if (!f.e || (f.e->kind != CUEMM__KIND_STREAM && f.e->kind != CUEMM__KIND_POOL)) {
     cuemm__lock_release(&m->lock);
     return free_not_pooled(m, f.p, freed);

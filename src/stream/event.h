@@ -1,5 +1,5 @@
-/* stream-event.h: the events of the stream-ordered path: which of a
- * stream's frees are known complete (stream-event.c).  An event is
+/* event.h: the events of the stream-ordered path: which of a
+ * stream's frees are known complete (event.c).  An event is
  * recorded on a stream only when another stream or the pool wants its
  * blocks, one for a batch of frees, and is queried, never waited on by the
  * host.
@@ -9,7 +9,7 @@
 
 #include "core/manager.h"
 
-static inline int stream_is_own_only(CUstream s)
+static inline int cuemm__event_own_only(CUstream s)
 {
   /* The per-thread default stream names a different stream on every thread:
    * only the heap's own thread may record on it. */
@@ -18,15 +18,15 @@ static inline int stream_is_own_only(CUstream s)
 
 /* Asks the driver which of stream a's recorded events have completed, and
  * moves its `done` forward.  Context current. */
-CUresult cuemm__stream_query(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a);
+CUresult cuemm__event_query(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a);
 
 /* An idle event of the heap's cache, or a new one.  Context current. */
-CUresult cuemm__stream_event_get(cuemm_manager *m, cuemm__heap *h, CUevent *ev, const char *why);
+CUresult cuemm__event_get(cuemm_manager *m, cuemm__heap *h, CUevent *ev, const char *why);
 
 /* Records one event on stream a covering every free on it so far.  Context
  * current; `a` must not be retired, and a per-thread stream only by its own
  * thread. */
-CUresult cuemm__stream_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a);
+CUresult cuemm__event_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a);
 
 /* Finds out whether stream a's frees up to `upto` are complete, the
  * cheapest way the driver allows: its recorded events first; then, when
@@ -35,12 +35,12 @@ CUresult cuemm__stream_record(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *
  * else one event recorded for its frees so far, queried at once.  Returns
  * the first driver failure of the recorded events' queries (`done` then
  * stays); a failed record or idleness query only leaves `done` short.
- * Context current; the same conditions as cuemm__stream_record. */
-CUresult cuemm__stream_learn(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a, uint64_t upto);
+ * Context current; the same conditions as cuemm__event_record. */
+CUresult cuemm__event_learn(cuemm_manager *m, cuemm__heap *h, cuemm__hstream *a, uint64_t upto);
 
 /* Destroys the heap's events (with `use_driver`); returns how many the
  * driver refused to destroy (leaked). */
-size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_driver);
+size_t cuemm__event_drop_all(cuemm_manager *m, cuemm__heap *h, int use_driver);
 
 /* cuemm_stream_release of `stream`, for h's live blocks that
  * cuemm_record_stream said it uses: an event recorded on it now stands for
@@ -48,11 +48,11 @@ size_t cuemm__stream_drop_events(cuemm_manager *m, cuemm__heap *h, int use_drive
  * names the stream, which may be destroyed by then.  All or none: on a
  * failure every use still names the stream.  Heap locked, the manager's
  * lock held, context current. */
-CUresult cuemm__stream_release_uses(cuemm_manager *m, cuemm__heap *h, CUstream stream);
+CUresult cuemm__event_release_uses(cuemm_manager *m, cuemm__heap *h, CUstream stream);
 
 /* Makes stream `freeing` wait for the streams cuemm_record_stream named
  * for record r of h.  Heap locked, owner's thread or the manager's lock
  * held. */
-CUresult cuemm__stream_wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream freeing);
+CUresult cuemm__event_wait_recorded(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream freeing);
 
 #endif
