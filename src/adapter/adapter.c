@@ -97,11 +97,12 @@ static CUresult device_manager_slow(int device, cuemm_manager **out)
       cuemm__driver_error(r, "%s: cuCtxPushCurrent(primary context of device %d)", fn, device);
   }
   if (r != CUDA_SUCCESS) {
-    char why[sizeof cfg.env_error];
-    snprintf(why, sizeof why, "%s", cuemm_last_error());
+    cuemm__saved_error why;
+    cuemm__error_save(&why);
     d->DevicePrimaryCtxRelease(dev);
     pthread_mutex_unlock(&dev_lock);
-    return cuemm__error(r, "%s: the manager of device %d's primary context: %s", fn, device, why);
+    cuemm__error_restore(&why, r);
+    return cuemm__error_prefix(r, "%s: the manager of device %d's primary context", fn, device);
   }
   atomic_store_explicit(&dev_mgr[device], m, memory_order_release);
   atomic_fetch_add(&ndevices, 1);
@@ -247,10 +248,8 @@ static CUresult tag_manager_slow(int t, int device, cuemm_manager **out)
   }
   r = cuemm_create(&m, cuemm_context(m0), &cfg);
   if (r != CUDA_SUCCESS) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", cuemm_last_error());
     pthread_mutex_unlock(&dev_lock);
-    return cuemm__error(r, "%s: the manager of tag \"%s\" on device %d: %s", fn, tag_names[t], device, why);
+    return cuemm__error_prefix(r, "%s: the manager of tag \"%s\" on device %d", fn, tag_names[t], device);
   }
   atomic_store_explicit(&tag_mgr[t][device], m, memory_order_release);
   atomic_fetch_add_explicit(&tag_mgrs, 1, memory_order_release);
@@ -373,11 +372,8 @@ CUEMM_EXTERN CUresult cuemm_adapter_suspend(const char *tag, int device, unsigne
     r = tag_manager(t, device, &m);
   if (r != CUDA_SUCCESS)
     return r;
-  if ((r = cuemm_pool_suspend(m, flags)) != CUDA_SUCCESS) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", cuemm_last_error());
-    return cuemm__error(r, "%s(tag \"%s\", device %d): %s", fn, t ? tag_names[t] : "", device, why);
-  }
+  if ((r = cuemm_pool_suspend(m, flags)) != CUDA_SUCCESS)
+    return cuemm__error_prefix(r, "%s(tag \"%s\", device %d)", fn, t ? tag_names[t] : "", device);
   return CUDA_SUCCESS;
 }
 
@@ -392,32 +388,24 @@ CUEMM_EXTERN CUresult cuemm_adapter_resume(const char *tag, int device)
   if (!m)
     return cuemm__error(CUDA_ERROR_ILLEGAL_STATE, "%s(tag \"%s\", device %d): the tag has no manager on the "
                         "device: nothing was suspended", fn, tag ? tag : "", device);
-  if ((r = cuemm_pool_resume(m)) != CUDA_SUCCESS) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", cuemm_last_error());
-    return cuemm__error(r, "%s(tag \"%s\", device %d): %s", fn, t ? tag_names[t] : "", device, why);
-  }
+  if ((r = cuemm_pool_resume(m)) != CUDA_SUCCESS)
+    return cuemm__error_prefix(r, "%s(tag \"%s\", device %d)", fn, t ? tag_names[t] : "", device);
   return CUDA_SUCCESS;
 }
 
 CUEMM_EXTERN CUresult cuemm_adapter_stream_release(int device, CUstream stream)
 {
   int k = atomic_load_explicit(&ntag_names, memory_order_acquire);
-  CUresult first = CUDA_SUCCESS;
-  char msg[512] = "";
+  cuemm__first_error first = CUEMM__FIRST_ERROR_INIT;
   for (int t = 0; t < k; t++) {
     cuemm_manager *m = tag_existing(t, device);
     if (!m || !m->pool)
       continue; /* without a pool no block waits for a stream */
-    CUresult r = cuemm_stream_release(m, stream);
-    if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
-      first = r;
-      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
-    }
+    cuemm__first_note(&first, cuemm_stream_release(m, stream));
   }
-  if (first != CUDA_SUCCESS)
-    return cuemm__error(first, "cuemm_adapter_stream_release(device %d, stream %p): %s", device, (void *)stream,
-                        msg);
+  if (first.r != CUDA_SUCCESS)
+    return cuemm__error_prefix(cuemm__first_end(&first), "cuemm_adapter_stream_release(device %d, stream %p)",
+                               device, (void *)stream);
   return CUDA_SUCCESS;
 }
 
@@ -439,9 +427,7 @@ static void __attribute__((format(printf, 2, 3))) note_failure(fail_kind k, cons
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  char why[512];
-  snprintf(why, sizeof why, "%s", cuemm_last_error());
-  cuemm__error(CUDA_SUCCESS, "%s: %s", what, why);
+  cuemm__error_prefix(CUDA_SUCCESS, "%s", what);
   pthread_mutex_lock(&fail_lock);
   fails[k]++;
   snprintf(last_failure, sizeof last_failure, "%s", cuemm_last_error());

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "managed/managed.h"
 #include "core/manager.h"
+#include "observe/log.h"
 
 void cuemm__account_alloc(cuemm_manager *m, size_t size)
 {
@@ -61,4 +62,39 @@ void cuemm__account_oom_where(cuemm_manager *m, size_t size)
                       bus[0] ? " (PCI " : "", bus, bus[0] ? ")" : "", size, cuemm__account_held_bytes(m));
   if (have_free)
     cuemm__error_append(", %zu free of %zu on the device (cuMemGetInfo)", f, t);
+}
+
+void cuemm__account_oom_retry(cuemm_manager *m, cuemm__oom_retry *o, unsigned how)
+{
+  m->st.oom_retries++;
+  if (how & CUEMM__OOM_DEVICE)
+    cuemm__log_note(m->log, "oom-retry", 0);
+  o->count = m->pending.count;
+  o->bytes = m->pending.bytes;
+  o->how = how;
+  if (how & CUEMM__OOM_KEEP_WHY)
+    cuemm__error_save(&o->why);
+}
+
+CUresult cuemm__account_oom_failed(cuemm_manager *m, cuemm__oom_retry *o, CUresult r, size_t size, const char *steps)
+{
+  if (m->pending.defer_depth)
+    cuemm__error_append(" after %sretrying; a defer scope is open, so %zu pending frees (%zu bytes) were held back",
+                        steps, m->pending.count, m->pending.bytes);
+  else
+    cuemm__error_append(" after flushing %zu pending frees (%zu bytes)%s%sand retrying", o->count, o->bytes,
+                        *steps ? ", " : " ", steps);
+  if (o->how & CUEMM__OOM_KEEP_WHY)
+    cuemm__error_append_saved("; ", &o->why);
+  o->how &= ~CUEMM__OOM_KEEP_WHY;
+  if (o->how & CUEMM__OOM_DEVICE)
+    cuemm__account_oom_where(m, size);
+  return r;
+}
+
+void cuemm__account_oom_served(cuemm__oom_retry *o)
+{
+  if (o->how & CUEMM__OOM_KEEP_WHY)
+    cuemm__error_discard(&o->why);
+  o->how = 0;
 }

@@ -38,7 +38,7 @@ CUEMM_EXTERN CUresult cuemm_host_free(cuemm_manager *m, void *p)
 {
   if (!m)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_host_free: manager is NULL");
-  return cuemm__manager_free(m, CUEMM__KIND_HOST, (uintptr_t)p, NULL);
+  return cuemm__manager_free(m, "cuemm_host_free", CUEMM__KIND_HOST, (uintptr_t)p, NULL);
 }
 
 CUEMM_EXTERN CUresult cuemm_host_get_device_pointer(cuemm_manager *m, CUdeviceptr *dptr, void *p)

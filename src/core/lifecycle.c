@@ -109,14 +109,14 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
   cuemm__pending_init(&m->pending, m->st.max_pending_count, m->st.max_pending_bytes);
   if ((r = cuemm__extensions_attach(m)) != CUDA_SUCCESS) {
     if (m->pool) {
-      char msg[512];
-      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+      cuemm__saved_error why;
+      cuemm__error_save(&why);
       cuemm__ctx_guard g;
       int entered = cuemm__ctx_enter(m, &g) == CUDA_SUCCESS;
       cuemm__pool_destroy(m->pool, entered);
       if (entered)
         cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
-      cuemm__error(r, "%s", msg);
+      cuemm__error_restore(&why, r);
     }
     cuemm__managed_destroy(m, 0); /* holds no segment yet */
     free(m);
@@ -132,16 +132,13 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
 typedef struct destroy_walk {
   cuemm_manager *m;
   size_t outstanding, outstanding_bytes, failed;
-  CUresult first_error;
-  char first_message[256];
+  cuemm__first_error first;
 } destroy_walk;
 
 static void note_failure(destroy_walk *w, CUresult r)
 {
-  if (w->failed++ == 0) {
-    w->first_error = r;
-    snprintf(w->first_message, sizeof w->first_message, "%s", cuemm_last_error());
-  }
+  w->failed++;
+  cuemm__first_note(&w->first, r);
 }
 
 static void destroy_one(cuemm__owned_entry *e, void *arg)
@@ -191,7 +188,7 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
   /* Force: the manager is going away, scopes or not.  On a failing free,
    * skip it and go on: nothing may stay owned by a manager that no longer
    * exists. */
-  destroy_walk w = { .m = m, .first_error = CUDA_SUCCESS };
+  destroy_walk w = { .m = m, .first = CUEMM__FIRST_ERROR_INIT };
   CUresult fr;
   while ((fr = cuemm__manager_flush_all_locked(m)) != CUDA_SUCCESS) {
     note_failure(&w, fr);
@@ -227,9 +224,8 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
   cuemm__log_flush(log);
 
   if (w.failed)
-    return cuemm__error(w.first_error,
-                        "cuemm_destroy: %zu driver frees failed and that memory is leaked in the driver; the first: %s",
-                        w.failed, w.first_message);
+    return cuemm__error_prefix(cuemm__first_end(&w.first), "cuemm_destroy: %zu driver frees failed and that memory "
+                               "is leaked in the driver; the first", w.failed);
   if (r != CUDA_SUCCESS)
     return r;
   if (w.outstanding)

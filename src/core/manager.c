@@ -242,58 +242,105 @@ static int pool_reclaim_take(cuemm_manager *m, int how, size_t want, size_t size
   return cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0;
 }
 
-/* The pool had no free block for `size`: grow it; out of memory, flush the
- * pending frees, trim and try once more.  Without `grow`, it stops before
- * growing and returns CUDA_ERROR_NOT_READY with no message (the caller has
- * another way first).  Lock held. */
-static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p,
-                                                          uint32_t *blk, int grow)
+/* Blocks the pool can have back without growing: those freed on streams
+ * whose work is done, the calling thread's idle ones, and before a growth
+ * past the most the manager has held, the thread's blocks of busy streams
+ * (as freed on them, with events to learn when they are done).  Other
+ * threads' caches stay: taking them costs a handshake with each thread
+ * (docs/design.md, "Reclaim before growth").  1 when the request's block
+ * was taken.  Lock held, context entered. */
+static int pool_take_back(cuemm_manager *m, size_t size, size_t want, uint32_t tag, uintptr_t *p, uint32_t *blk)
+{
+  if (cuemm__pool_tagged_bytes(m->pool)) {
+    cuemm__extensions_settle(m, 0);
+    if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
+      return 1;
+  }
+  if (!cuemm__reclaims_churn(m) && pool_reclaim_take(m, CUEMM__RECLAIM_OWN, want, size, tag, p, blk))
+    return 1;
+  /* The reclaim just made may be the one that makes the caches churn. */
+  if (cuemm__reclaims_churn(m) || cuemm__account_held_bytes(m) + want <= m->st.peak_held_bytes)
+    return 0;
+  size_t given = cuemm__extensions_reclaim(m, CUEMM__RECLAIM_QUEUED, 0);
+  if (!given)
+    return 0;
+  cuemm__log_note(m->log, "reclaim", given);
+  cuemm__extensions_settle(m, 0);
+  return cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0;
+}
+
+/* Out of device memory at a growth: every thread's idle blocks, then all
+ * the caches, the pending frees and the streams' queued work give back,
+ * and the pool grows once more.  1 when the request's block was taken;
+ * else *r is the second growth's result, with the whole story in the
+ * message when it failed.  Lock held, context entered. */
+static int pool_oom_retry(cuemm_manager *m, size_t size, size_t want, uint32_t tag, uintptr_t *p, uint32_t *blk,
+                          CUresult *r)
+{
+  if (pool_reclaim_take(m, CUEMM__RECLAIM_IDLE, want, size, tag, p, blk))
+    return 1;
+  cuemm__oom_retry o;
+  cuemm__account_oom_retry(m, &o, CUEMM__OOM_KEEP_WHY | CUEMM__OOM_DEVICE);
+  cuemm__extensions_reclaim(m, CUEMM__RECLAIM_ALL, 0);
+  (void)flush_locked(m, 0); /* a failed flush leaves its frees queued; the retry decides */
+  /* Blocks freed on streams whose work is still queued: once it is done,
+   * which a synchronization makes sure of, they serve any request. */
+  if (cuemm__pool_tagged_bytes(m->pool) && m->drv->CtxSynchronize() == CUDA_SUCCESS)
+    cuemm__extensions_settle(m, 1);
+  if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0) {
+    cuemm__account_oom_served(&o);
+    return 1;
+  }
+  cuemm__pool_release(m->pool, 0);
+  *r = cuemm__pool_grow(m->pool, size, tag);
+  if (*r != CUDA_ERROR_OUT_OF_MEMORY) {
+    cuemm__account_oom_served(&o);
+    return 0;
+  }
+  char state[160];
+  cuemm__pool_describe(m->pool, state, sizeof state);
+  cuemm__error(*r, "cuemm_alloc: out of pool memory for %zu bytes (%s)", size, state);
+  cuemm__account_oom_failed(m, &o, *r, size, "trimming ");
+  return 0;
+}
+
+/* The pool grew: past the peak, the caches may keep less
+ * (CUEMM__CACHE_HALVINGS), and after a growth for want of free space in
+ * one piece the threads stop keeping large blocks for a while
+ * (CUEMM__KEEP_QUIET); the footprint's figures follow.  Lock held. */
+static void pool_grown(cuemm_manager *m, size_t want, int fragmented)
+{
+  if (cuemm__account_held_bytes(m) > m->st.peak_held_bytes) {
+    if (fragmented) {
+      m->keep_quiet = CUEMM__KEEP_QUIET;
+      atomic_store_explicit(&m->keep_large, 0, memory_order_relaxed);
+    }
+    cuemm__extensions_grown(m, want);
+  }
+  cuemm__account_note_held(m);
+  if (m->nheaps) /* the footprint's other half, at the moment it matters */
+    note_stream_peak(m);
+}
+
+/* The pool had no free block for `size`: what it can have back, else
+ * growth, out of memory the retry.  Without `grow`, it stops before
+ * growing with CUEMM__NEXT (the caller has another way first).  Lock
+ * held. */
+static __attribute__((noinline)) cuemm__result pool_alloc_slow(cuemm_manager *m, size_t size, uint32_t tag,
+                                                               uintptr_t *p, uint32_t *blk, int grow)
 {
   cuemm__ctx_guard g;
   CUresult r = cuemm__ctx_enter(m, &g);
   if (r != CUDA_SUCCESS)
     return r;
-  /* Blocks freed on streams whose work is done, then those idle in the
-   * calling thread's stream cache: the pool never maps more while it could
-   * take those back.  Other threads' idle blocks only once the pool cannot
-   * grow: taking them costs a handshake with each thread and events on
-   * its streams, and they come back at their owners' next requests (16
-   * threads of mixed sizes up to 8 MiB raided each other 154,256 times in
-   * a run while the pool stayed at 256 MiB of an 80 GB card). */
-  if (cuemm__pool_tagged_bytes(m->pool)) {
-    cuemm__extensions_settle(m, 0);
-    if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
-      return leave_after_take(m, &g, blk);
-  }
-  size_t want = (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1);
-  if (!cuemm__reclaims_churn(m) && pool_reclaim_take(m, CUEMM__RECLAIM_OWN, want, size, tag, p, blk))
+  size_t want = cuemm__round_up(size, CUEMM__SA_ALIGN);
+  if (pool_take_back(m, size, want, tag, p, blk))
     return leave_after_take(m, &g, blk);
-  /* A growth past the most the manager has held raises its footprint:
-   * the calling thread's cached blocks go back first, those whose streams
-   * still have work queued as freed on those streams (a program's GPU
-   * runs behind it, so the idle ones the reclaim above takes are few),
-   * with events on those streams to learn when they are done; the
-   * request's stream takes what it freed itself at once, and with
-   * CUEMM_STREAM_REUSE=internal may wait on another stream's event instead
-   * of growing (the caller's cuemm__tags_pick).  Trace corpus replayed with the
-   * GPU 16 allocations behind: numba-kernels 2.44x its live bytes without,
-   * 2.09x with; cupy-array 1.99x, 1.79x; moe-train 1.05x, 1.02x.  Other
-   * threads' caches stay: taking them at every growth past the peak, as
-   * when the pool cannot grow, held the corpus's multi-thread servers at
-   * 1.28x instead of 1.46x and 1.63x, but sixteen threads replacing blocks
-   * of up to 128 KiB on an H100 then did 1/20 of one thread's pairs, every
-   * raid a handshake with each of them. */
-  if (!cuemm__reclaims_churn(m) && cuemm__account_held_bytes(m) + want > m->st.peak_held_bytes) {
-    size_t given = cuemm__extensions_reclaim(m, CUEMM__RECLAIM_QUEUED, 0);
-    if (given) {
-      cuemm__log_note(m->log, "reclaim", given);
-      cuemm__extensions_settle(m, 0);
-      if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
-        return leave_after_take(m, &g, blk);
-    }
+  if (!grow) {
+    if ((r = cuemm__ctx_leave(m, &g, CUDA_SUCCESS)) != CUDA_SUCCESS)
+      return r;
+    return CUEMM__NEXT;
   }
-  if (!grow)
-    return cuemm__ctx_leave(m, &g, CUDA_ERROR_NOT_READY);
   /* Enough is free, only not in one piece: what is wholly free goes back
    * first, so that the growth replaces it rather than adds to it.  Free
    * space of busy streams counts: with the GPU behind, that is most of what
@@ -306,52 +353,10 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
   cuemm__pool_press(m->pool, cuemm__reclaims_churn(m));
   r = cuemm__pool_grow(m->pool, size, tag);
   m->reclaims_at_growth = m->stream_reclaims;
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && pool_reclaim_take(m, CUEMM__RECLAIM_IDLE, want, size, tag, p, blk))
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && pool_oom_retry(m, size, want, tag, p, blk, &r))
     return leave_after_take(m, &g, blk);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    m->st.oom_retries++;
-    cuemm__log_note(m->log, "oom-retry", 0);
-    char why[512];
-    snprintf(why, sizeof why, "%s", cuemm_last_error());
-    cuemm__extensions_reclaim(m, CUEMM__RECLAIM_ALL, 0);
-    size_t count = m->pending.count, bytes = m->pending.bytes;
-    CUresult fr = flush_locked(m, 0);
-    (void)fr; /* a failed flush leaves its frees queued; the retry decides */
-    /* Blocks freed on streams whose work is still queued: once it is done,
-     * which a synchronization makes sure of, they serve any request. */
-    if (cuemm__pool_tagged_bytes(m->pool) && m->drv->CtxSynchronize() == CUDA_SUCCESS)
-      cuemm__extensions_settle(m, 1);
-    if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
-      return leave_after_take(m, &g, blk);
-    cuemm__pool_release(m->pool, 0);
-    r = cuemm__pool_grow(m->pool, size, tag);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-      char state[160];
-      cuemm__pool_describe(m->pool, state, sizeof state);
-      if (m->pending.defer_depth)
-        cuemm__error(r, "cuemm_alloc: out of pool memory for %zu bytes (%s) after trimming and retrying; a defer "
-                     "scope is open, so %zu pending frees (%zu bytes) were held back; %s", size, state,
-                     m->pending.count, m->pending.bytes, why);
-      else
-        cuemm__error(r, "cuemm_alloc: out of pool memory for %zu bytes (%s) after flushing %zu pending frees "
-                     "(%zu bytes), trimming and retrying; %s", size, state, count, bytes, why);
-      cuemm__account_oom_where(m, size);
-    }
-  }
-  if (r == CUDA_SUCCESS) {
-    if (cuemm__account_held_bytes(m) > m->st.peak_held_bytes) {
-      if (fragmented) {
-        /* Past the peak, for want of free space in one piece: the threads
-         * stop keeping large blocks for a while (CUEMM__KEEP_QUIET). */
-        m->keep_quiet = CUEMM__KEEP_QUIET;
-        atomic_store_explicit(&m->keep_large, 0, memory_order_relaxed);
-      }
-      cuemm__extensions_grown(m, want); /* the caches may keep less (CUEMM__CACHE_HALVINGS) */
-    }
-    cuemm__account_note_held(m);
-    if (m->nheaps) /* the footprint's other half, at the moment it matters */
-      note_stream_peak(m);
-  }
+  if (r == CUDA_SUCCESS)
+    pool_grown(m, want, fragmented);
   if (r == CUDA_SUCCESS && cuemm__pool_take_tagged(m->pool, size, tag, p, blk) != 0)
     r = cuemm__error(CUDA_ERROR_UNKNOWN, "internal: the pool grew but has no block of %zu bytes", size);
   else if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY)
@@ -361,7 +366,8 @@ static __attribute__((noinline)) CUresult pool_alloc_slow(cuemm_manager *m, size
   return cuemm__ctx_leave(m, &g, r);
 }
 
-CUresult cuemm__manager_pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk, int grow)
+cuemm__result cuemm__manager_pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk,
+                                            int grow)
 {
   if (cuemm__pool_is_suspended(m->pool))
     return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
@@ -433,14 +439,13 @@ CUresult cuemm__manager_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, u
   if (r != CUDA_SUCCESS)
     goto failed;
   r = kind_alloc(m, kind, size, flags, &p);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+  cuemm__oom_retry o = { .how = 0 };
+  int retried = r == CUDA_ERROR_OUT_OF_MEMORY;
+  if (retried) {
     /* Numba's rule: flush what is pending (a no-op inside a defer scope) and
      * try exactly once more. */
-    m->st.oom_retries++;
-    if (kind == CUEMM__KIND_DEVICE)
-      cuemm__log_note(m->log, "oom-retry", 0);
-    CUresult fr = flush_locked(m, 0);
-    (void)fr; /* a failed flush leaves its frees queued; the retry decides */
+    cuemm__account_oom_retry(m, &o, kind == CUEMM__KIND_DEVICE ? CUEMM__OOM_DEVICE : 0);
+    (void)flush_locked(m, 0); /* a failed flush leaves its frees queued; the retry decides */
     if (m->pool)
       cuemm__pool_release(m->pool, 0); /* the pool's free memory is the driver's again */
     r = kind_alloc(m, kind, size, flags, &p);
@@ -454,13 +459,8 @@ CUresult cuemm__manager_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, u
   if (r != CUDA_SUCCESS) {
     cuemm__ctx_leave(m, &g, r);
     cuemm__driver_error(r, "%s(%zu bytes)", call, size);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-      cuemm__error_append(m->pending.defer_depth ? " after a retry; a defer scope is open, so %zu pending frees (%zu bytes) were held back"
-                                                 : " after flushing %zu pending frees (%zu bytes) and retrying",
-                          m->pending.count, m->pending.bytes);
-      if (kind == CUEMM__KIND_DEVICE)
-        cuemm__account_oom_where(m, size);
-    }
+    if (retried && r == CUDA_ERROR_OUT_OF_MEMORY)
+      cuemm__account_oom_failed(m, &o, r, size, "");
     goto failed;
   }
   /* The allocation is recorded; a failed restore is reported, and the
@@ -560,11 +560,11 @@ static inline CUresult after_queue(cuemm_manager *m)
 }
 
 /* Every free but that of a live pool block: the checks that refuse a
- * foreign pointer, a double free or a mismatched kind.  Lock held. */
-static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, cuemm__kind kind, uintptr_t p,
-                                                       cuemm__owned_entry *e)
+ * foreign pointer, a double free or a mismatched kind, in the name of fn,
+ * the public call.  Lock held. */
+static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, const char *fn, cuemm__kind kind,
+                                                       uintptr_t p, cuemm__owned_entry *e)
 {
-  const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_free" : "cuemm_host_free";
   if (e && e->kind == CUEMM__KIND_STREAM && kind == CUEMM__KIND_DEVICE) {
     CUresult r = cuemm__extensions_give_up(m, e);
     return r == CUDA_SUCCESS ? after_queue(m) : r;
@@ -588,7 +588,7 @@ static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, cuemm__
   return r == CUDA_SUCCESS ? after_queue(m) : r;
 }
 
-CUresult cuemm__manager_free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *freed)
+CUresult cuemm__manager_free(cuemm_manager *m, const char *fn, cuemm__kind kind, uintptr_t p, size_t *freed)
 {
   cuemm__lock_acquire(&m->lock);
   CUresult r;
@@ -602,14 +602,14 @@ CUresult cuemm__manager_free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, si
     if (r == CUDA_SUCCESS)
       r = after_queue(m);
   } else
-    r = free_checked(m, kind, p, e);
+    r = free_checked(m, fn, kind, p, e);
   cuemm__lock_release(&m->lock);
   return r;
 }
 
 CUresult cuemm__manager_free_device(cuemm_manager *m, CUdeviceptr p, size_t *freed)
 {
-  return cuemm__manager_free(m, CUEMM__KIND_DEVICE, (uintptr_t)p, freed);
+  return cuemm__manager_free(m, "cuemm_free", CUEMM__KIND_DEVICE, (uintptr_t)p, freed);
 }
 
 /* ---- the event log's rows ------------------------------------------------------ */

@@ -41,6 +41,7 @@
 #include "cuemm.h"
 #include "base/driver.h"
 #include "base/error.h"
+#include "base/util.h"
 #include "base/lock.h"
 #include "stream/heap.h"
 #include "observe/log.h"
@@ -129,14 +130,16 @@ CUresult cuemm__manager_free_device(cuemm_manager *m, CUdeviceptr p, size_t *fre
 void cuemm__manager_log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call);
 void cuemm__manager_log_free(cuemm_manager *m, uint64_t seq, CUdeviceptr p, size_t size, CUstream s, const char *call);
 
-/* Queues the free of an allocation of the given kind, flushing when due. */
-CUresult cuemm__manager_free(cuemm_manager *m, cuemm__kind kind, uintptr_t p, size_t *freed);
+/* Queues the free of an allocation of the given kind, flushing when due;
+ * a refusal speaks in the name of fn, the public call. */
+CUresult cuemm__manager_free(cuemm_manager *m, const char *fn, cuemm__kind kind, uintptr_t p, size_t *freed);
 
 /* Takes a pool block of at least `size` bytes: from free space, else by
  * growing (after cached stream blocks went back), else after flushing and
- * trimming.  Without `grow`, CUDA_ERROR_NOT_READY (no message) where it
- * would grow.  Lock held. */
-CUresult cuemm__manager_pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk, int grow);
+ * trimming.  Without `grow`, CUEMM__NEXT where it would grow.  Lock
+ * held. */
+cuemm__result cuemm__manager_pool_take_locked(cuemm_manager *m, size_t size, uint32_t tag, uintptr_t *p, uint32_t *blk,
+                                            int grow);
 
 
 /* An extension: a layer above the manager that keeps state of its own per

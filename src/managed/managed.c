@@ -35,16 +35,12 @@
 #include "core/account.h"
 #include "base/ctx.h"
 #include "base/error.h"
+#include "base/util.h"
 #include "managed/managed.h"
 #include "core/manager.h"
 #include "suballoc/suballoc-hole.h"
 
 #define SYSTEM_ALIGN ((size_t)256)
-
-static size_t round_up(size_t v, size_t a)
-{
-  return (v + a - 1) / a * a;
-}
 
 static const char *kind_env(cuemm_memory_kind k)
 {
@@ -210,8 +206,8 @@ static void describe(const cuemm__managed *mp, char *buf, size_t n)
 static CUresult grow(cuemm__managed *mp, size_t size)
 {
   char state[200];
-  size_t need = round_up(size, CUEMM__SA_ALIGN);
-  size_t bytes = round_up(need, mp->unit);
+  size_t need = cuemm__round_up(size, CUEMM__SA_ALIGN);
+  size_t bytes = cuemm__round_up(need, mp->unit);
   if (mp->limit && (bytes > mp->limit || mp->held > mp->limit - bytes)) {
     mp->limit_refusals++;
     describe(mp, state, sizeof state);
@@ -323,7 +319,7 @@ CUresult cuemm__managed_flush_end(cuemm__managed *mp)
 
 static int take(cuemm__managed *mp, size_t size, CUdeviceptr *p, uint32_t *blk)
 {
-  uint32_t i = cuemm__sa_alloc(&mp->sa, round_up(size, CUEMM__SA_ALIGN));
+  uint32_t i = cuemm__sa_alloc(&mp->sa, cuemm__round_up(size, CUEMM__SA_ALIGN));
   if (i == CUEMM__SA_NIL)
     return -1;
   size_t off = mp->sa.b[i].off, head = mp->units[off / mp->unit].head;
@@ -339,26 +335,20 @@ static CUresult take_slow(cuemm_manager *m, size_t size, CUdeviceptr *p, uint32_
   cuemm__managed *mp = m->managed;
   CUresult r = grow(mp, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    m->st.oom_retries++;
-    cuemm__log_note(m->log, "oom-retry", 0);
-    char why[512];
-    snprintf(why, sizeof why, "%s", cuemm_last_error());
-    size_t count = m->pending.count, bytes = m->pending.bytes;
+    cuemm__oom_retry o;
+    cuemm__account_oom_retry(m, &o, CUEMM__OOM_KEEP_WHY | CUEMM__OOM_DEVICE);
     (void)mp->flush(m); /* a failed flush leaves its frees queued; the retry decides */
-    if (take(mp, size, p, blk) == 0)
+    if (take(mp, size, p, blk) == 0) {
+      cuemm__account_oom_served(&o);
       return CUDA_SUCCESS;
+    }
     release(mp, 0);
     r = grow(mp, size);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-      if (m->pending.defer_depth)
-        cuemm__error(r, "cuemm_alloc: out of managed memory for %zu bytes after releasing free segments and "
-                     "retrying; a defer scope is open, so %zu pending frees (%zu bytes) were held back; %s", size,
-                     m->pending.count, m->pending.bytes, why);
-      else
-        cuemm__error(r, "cuemm_alloc: out of managed memory for %zu bytes after flushing %zu pending frees (%zu "
-                     "bytes), releasing free segments and retrying; %s", size, count, bytes, why);
-      cuemm__account_oom_where(m, size);
-    }
+      cuemm__error(r, "cuemm_alloc: out of managed memory for %zu bytes", size);
+      cuemm__account_oom_failed(m, &o, r, size, "releasing free segments ");
+    } else
+      cuemm__account_oom_served(&o);
   }
   if (r == CUDA_SUCCESS)
     cuemm__account_note_held(m);

@@ -200,10 +200,10 @@ static void report_destroy(cuemm_manager *m, char *note, size_t cap)
   if (!m->cfg.stats_at_exit)
     return;
   forget(m);
-  char msg[512];
-  snprintf(msg, sizeof msg, "%s", cuemm_last_error()); /* the table must not change destroy's message */
+  cuemm__saved_error keep; /* the table must not change destroy's message */
+  cuemm__error_save(&keep);
   print_locked(m, stderr);
-  cuemm__error(CUDA_SUCCESS, "%s", msg);
+  cuemm__error_restore(&keep, CUDA_SUCCESS);
 }
 
 static void report_abandon(cuemm_manager *m)

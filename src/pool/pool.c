@@ -63,11 +63,6 @@
 #include "pool/pool.h"
 #include "suballoc/suballoc-hole.h"
 
-static size_t round_up(size_t v, size_t a)
-{
-  return (v + a - 1) / a * a;
-}
-
 CUmemAllocationProp cuemm__pool_chunk_prop(CUdevice dev, int ipc)
 {
   CUmemAllocationProp prop;
@@ -83,17 +78,10 @@ CUmemAllocationProp cuemm__pool_chunk_prop(CUdevice dev, int ipc)
 
 /* ---- creation ---------------------------------------------------------------- */
 
-static uint64_t clock_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Starts a new epoch when the current one is over. */
 static void roll_epoch(cuemm__pool *p)
 {
-  uint64_t now = clock_ns();
+  uint64_t now = cuemm__now_ns();
   if (now - p->epoch_start_ns < p->delay_ns)
     return;
   p->recent_need[1] = now - p->epoch_start_ns < 2 * p->delay_ns ? p->recent_need[0] : 0;
@@ -143,7 +131,7 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "CUEMM_POOL_CHUNK (cuemm_config.pool_chunk) = %zu bytes is not a "
                         "multiple of device %d's allocation granularity, %zu bytes", cfg->pool_chunk, (int)dev, gran);
   size_t unit = gran;
-  size_t reserved = round_up(cfg->pool_reserve ? cfg->pool_reserve : cfg->pool_slab ? total / 4 : total, unit);
+  size_t reserved = cuemm__round_up(cfg->pool_reserve ? cfg->pool_reserve : cfg->pool_slab ? total / 4 : total, unit);
   size_t limit = cfg->pool_limit ? cfg->pool_limit / unit * unit : reserved;
   if (limit == 0)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "CUEMM_POOL_LIMIT (cuemm_config.pool_limit) = %zu bytes is "
@@ -174,7 +162,7 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   p->granularity = gran;
   p->threshold = cfg->pool_release_threshold;
   p->delay_ns = (uint64_t)cfg->pool_release_delay_ms * 1000000u;
-  p->epoch_start_ns = clock_ns();
+  p->epoch_start_ns = cuemm__now_ns();
   p->limit = limit;
   p->limit_hard = cfg->pool_limit_hard != 0;
   p->piece = cfg->pool_piece;
@@ -295,23 +283,23 @@ static CUresult map_piece(cuemm__pool *p, size_t head, size_t n, double *ns)
   CUmemAllocationProp prop = cuemm__pool_chunk_prop(p->dev, p->ipc);
   cuemm__pool_unit *h = &p->units[head];
   CUmemGenericAllocationHandle handle;
-  double t0 = cuemm__pool_now_ns();
+  double t0 = (double)cuemm__now_ns();
   CUresult r = d->MemCreate(&handle, bytes, &prop, 0);
-  double created = cuemm__pool_now_ns() - t0;
+  double created = (double)cuemm__now_ns() - t0;
   if (r != CUDA_SUCCESS)
     return cuemm__driver_error(r, "cuMemCreate(%zu bytes on device %d) growing the pool", bytes, (int)p->dev);
   cuemm__pool_chunk_mark(p, head, n, CUEMM__CHUNK_CREATED);
   h->handle = handle;
   h->has_handle = 1;
   h->serial = ++p->next_serial;
-  t0 = cuemm__pool_now_ns();
+  t0 = (double)cuemm__now_ns();
   r = d->MemMap(at, bytes, 0, handle, 0);
   if (r != CUDA_SUCCESS) {
     cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) growing the pool", (unsigned long long)at, bytes);
     rollback(p, head, n);
     return r;
   }
-  *ns = created + (cuemm__pool_now_ns() - t0);
+  *ns = created + ((double)cuemm__now_ns() - t0);
   h->state = CUEMM__CHUNK_MAPPED;
   return CUDA_SUCCESS;
 }
@@ -348,7 +336,7 @@ size_t cuemm__pool_piece_size(const cuemm__pool *p, size_t bytes)
   /* With IPC a block's handle lists at most CUEMM_IPC_POOL_MAX_PIECES
    * chunks: at most four pieces per growth leave room for the chunk of the
    * free space below and one more. */
-  size_t min_piece = p->ipc ? round_up((bytes + 3) / 4, p->unit) : 0;
+  size_t min_piece = p->ipc ? cuemm__round_up((bytes + 3) / 4, p->unit) : 0;
   size_t piece = p->slab ? bytes : p->piece ? p->piece : cuemm__piece_pick((int)p->dev, p->unit, bytes, min_piece);
   return piece == 0 || piece > bytes ? bytes : piece;
 }
@@ -363,7 +351,7 @@ static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
   size_t pu = piece / p->unit, count = (n + pu - 1) / pu;
   if (count > (UINT32_MAX - 2) / 2 || cuemm__sa_reserve(&p->sa, (uint32_t)(2 * count + 2)) != 0)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for the pool's bookkeeping");
-  int fresh = cuemm__piece_fresh((int)p->dev, cuemm__pool_now_ns()); /* else its pieces are made, not timed */
+  int fresh = cuemm__piece_fresh((int)p->dev, (double)cuemm__now_ns()); /* else its pieces are made, not timed */
   /* The growth's median piece (of the first PIECE_TIMES whole pieces). */
   enum { PIECE_TIMES = 32 };
   double times[PIECE_TIMES];
@@ -411,15 +399,15 @@ size_t cuemm__pool_step(const cuemm__pool *p)
 {
   if (p->ipc || p->slab)
     return p->step;
-  size_t s = round_up(p->mapped / CUEMM__POOL_STEP_DIV, p->unit);
-  size_t least = !p->pressed ? p->unit : CUEMM__POOL_STEP_MIN < p->step ? round_up(CUEMM__POOL_STEP_MIN, p->unit)
+  size_t s = cuemm__round_up(p->mapped / CUEMM__POOL_STEP_DIV, p->unit);
+  size_t least = !p->pressed ? p->unit : CUEMM__POOL_STEP_MIN < p->step ? cuemm__round_up(CUEMM__POOL_STEP_MIN, p->unit)
                                                                           : p->step;
   return s > p->step ? p->step : s < least ? least : s;
 }
 
 CUresult cuemm__pool_grow(cuemm__pool *p, size_t size, uint32_t tag)
 {
-  size_t need = round_up(size, CUEMM__SA_ALIGN);
+  size_t need = cuemm__round_up(size, CUEMM__SA_ALIGN);
   const cuemm__sa *sa = &p->sa;
   if (cuemm__pool_is_suspended(p))
     return cuemm__error(CUDA_ERROR_ILLEGAL_STATE, "the pool is suspended (cuemm_pool_suspend): it maps no memory "
@@ -446,14 +434,14 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size, uint32_t tag)
     for (uint32_t i = sa->holes; i != CUEMM__SA_NIL; i = sa->b[i].lnext) {
       const cuemm__sa_block *h = &sa->b[i];
       size_t before = joinable_size(sa, h->prev, tag), after = joinable_size(sa, h->next, tag);
-      size_t up = round_up(need > before ? need - before : p->unit, p->unit);
-      size_t down = round_up(need > after ? need - after : p->unit, p->unit);
+      size_t up = cuemm__round_up(need > before ? need - before : p->unit, p->unit);
+      size_t down = cuemm__round_up(need > after ? need - after : p->unit, p->unit);
       size_t bytes, off;
       int joins; /* whether the new memory touches free space of the request's tag */
       /* The new memory ends (grows up) or starts (grows down) on a
        * multiple of the step: a large pool keeps the layout of whole steps
        * whatever its first small growths left. */
-      size_t qu = round_up(h->off + up, q) - h->off;
+      size_t qu = cuemm__round_up(h->off + up, q) - h->off;
       size_t qd = h->off + h->size - (h->off + h->size - down) / q * q;
       if (up <= h->size && up <= down) {
         bytes = qu < h->size ? qu : h->size;
@@ -534,7 +522,7 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
       return cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) releasing pool memory",
                                  (unsigned long long)at, bytes);
     h->has_handle = 0;
-    cuemm__piece_released((int)p->dev, cuemm__pool_now_ns());
+    cuemm__piece_released((int)p->dev, (double)cuemm__now_ns());
   }
   cuemm__nvtx_chunk_unmapping(p->nvtx, at);
   CUresult r = p->slab ? CUDA_SUCCESS : d->MemUnmap(at, bytes);
@@ -565,7 +553,7 @@ static void scan_free_block(void *arg, const cuemm__sa_block *b)
 {
   release_scan *rs = arg;
   const cuemm__pool *p = rs->p;
-  size_t u = round_up(b->off, p->unit) / p->unit, end = b->off + b->size;
+  size_t u = cuemm__round_up(b->off, p->unit) / p->unit, end = b->off + b->size;
   while ((u + 1) * p->unit <= end && !rs->oom) {
     size_t head = p->units[u].head;
     size_t next = head + p->units[head].units;
@@ -736,27 +724,18 @@ void cuemm__pool_describe(const cuemm__pool *p, char *buf, size_t n)
 
 CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
 {
-  CUresult first = CUDA_SUCCESS;
-  char msg[512] = "";
+  cuemm__first_error first = CUEMM__FIRST_ERROR_INIT;
   const cuemm__driver_table *d = p->drv;
   cuemm__nvtx_pool_gone(p->nvtx, use_driver);
   p->nvtx = NULL;
   if (p->slab && use_driver) {
     CUresult r = d->MemFree(p->base);
-    if (r != CUDA_SUCCESS) {
-      cuemm__driver_error(r, "cuMemFree(0x%llx, %zu bytes) freeing the pool's slab", (unsigned long long)p->base,
-                          p->reserved);
-      first = r;
-      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
-    }
+    if (r != CUDA_SUCCESS)
+      cuemm__first_note(&first, cuemm__driver_error(r, "cuMemFree(0x%llx, %zu bytes) freeing the pool's slab",
+                                                    (unsigned long long)p->base, p->reserved));
   }
-  if (use_driver && p->norphans) {
-    CUresult r = release_orphans(p);
-    if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
-      first = r;
-      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
-    }
-  }
+  if (use_driver && p->norphans)
+    cuemm__first_note(&first, release_orphans(p));
   for (size_t u = 0; use_driver && !p->slab && u < p->nunits; u++) {
     cuemm__pool_unit *h = &p->units[u];
     if (h->head != u || h->state == CUEMM__CHUNK_EMPTY)
@@ -771,29 +750,19 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
       cuemm__driver_error(r, "cuMemRelease(chunk at 0x%llx, %zu bytes) destroying the pool",
                           (unsigned long long)unit_addr(p, u), bytes);
     else if (h->has_handle)
-      cuemm__piece_released((int)p->dev, cuemm__pool_now_ns());
-    if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
-      first = r;
-      snprintf(msg, sizeof msg, "%s", cuemm_last_error());
-    }
+      cuemm__piece_released((int)p->dev, (double)cuemm__now_ns());
+    cuemm__first_note(&first, r);
   }
   if (use_driver && !p->slab) {
     CUresult r = d->MemAddressFree(p->base, p->reserved);
-    if (r != CUDA_SUCCESS) {
-      cuemm__driver_error(r, "cuMemAddressFree(0x%llx, %zu bytes) destroying the pool", (unsigned long long)p->base,
-                          p->reserved);
-      if (first == CUDA_SUCCESS) {
-        first = r;
-        snprintf(msg, sizeof msg, "%s", cuemm_last_error());
-      }
-    }
+    if (r != CUDA_SUCCESS)
+      cuemm__first_note(&first, cuemm__driver_error(r, "cuMemAddressFree(0x%llx, %zu bytes) destroying the pool",
+                                                    (unsigned long long)p->base, p->reserved));
   }
   cuemm__sa_fini(&p->sa);
   free(p->sent);
   free(p->orphans);
   free(p->units);
   free(p);
-  if (first != CUDA_SUCCESS)
-    cuemm__error(first, "%s", msg);
-  return first;
+  return cuemm__first_end(&first);
 }

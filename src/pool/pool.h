@@ -16,6 +16,7 @@
 
 #include "cuemm.h"
 #include "base/driver.h"
+#include "base/util.h"
 #include "suballoc/suballoc.h"
 
 #define CUEMM__POOL_MAX_DEVICES 64
@@ -131,7 +132,7 @@ static inline size_t cuemm__pool_capacity(const cuemm__pool *p) { return p->limi
  * space.  Returns 0, or -1 when no free block is large enough. */
 static inline int cuemm__pool_take(cuemm__pool *p, size_t size, uintptr_t *ptr, uint32_t *blk)
 {
-  uint32_t i = cuemm__sa_alloc(&p->sa, (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1));
+  uint32_t i = cuemm__sa_alloc(&p->sa, cuemm__round_up(size, CUEMM__SA_ALIGN));
   if (i == CUEMM__SA_NIL)
     return -1;
   *ptr = (uintptr_t)p->base + p->sa.b[i].off;
@@ -146,7 +147,7 @@ static inline int cuemm__pool_take_tagged(cuemm__pool *p, size_t size, uint32_t 
 {
   if (!tag)
     return cuemm__pool_take(p, size, ptr, blk);
-  uint32_t i = cuemm__sa_alloc_tagged(&p->sa, (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1), tag);
+  uint32_t i = cuemm__sa_alloc_tagged(&p->sa, cuemm__round_up(size, CUEMM__SA_ALIGN), tag);
   if (i == CUEMM__SA_NIL)
     return -1;
   *ptr = (uintptr_t)p->base + p->sa.b[i].off;
@@ -172,7 +173,7 @@ static inline void cuemm__pool_give(cuemm__pool *p, uint32_t blk)
  * alignment). */
 static inline size_t cuemm__pool_round(size_t size)
 {
-  return (size + CUEMM__SA_ALIGN - 1) & ~(CUEMM__SA_ALIGN - 1);
+  return cuemm__round_up(size, CUEMM__SA_ALIGN);
 }
 
 /* Free bytes, and those of them freed on streams whose work may still use
@@ -365,14 +366,6 @@ size_t cuemm__pool_piece_size(const cuemm__pool *p, size_t bytes);
  * chunks in *cand (the caller frees it), *n of them.  Returns 0, or -1
  * when host memory ran out, the list then holding those found before. */
 int cuemm__pool_free_chunks(cuemm__pool *p, uint32_t **cand, size_t *n);
-
-/* CLOCK_MONOTONIC now, in ns: what piece.c's times are measured on. */
-static inline double cuemm__pool_now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 /* ---- the suspended state, which every path that hands out pool memory
  * reads (suspend.c sets it with the manager's lock held); what a

@@ -58,10 +58,10 @@ CUresult cuemm__share_grant(cuemm__pool *p, CUdevice peer)
     CUmemAccessDesc none = p->access[p->naccess];
     none.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
     size_t undone;
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+    cuemm__saved_error why;
+    cuemm__error_save(&why);
     access_runs(p, &none, 1, done, &undone);
-    return cuemm__error(r, "%s", msg);
+    return cuemm__error_restore(&why, r);
   }
   p->naccess++;
   return CUDA_SUCCESS;

@@ -283,32 +283,35 @@ CUEMM_EXTERN CUresult cuemm_pool_resume(cuemm_manager *m)
   size_t need = cuemm__pool_suspended_need(pool);
   r = cuemm__vacate_remap_all(pool);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", cuemm_last_error());
+    cuemm__saved_error why;
+    cuemm__error_save(&why);
     size_t free_b = 0, total = 0;
     CUresult q = m->drv->MemGetInfo(&free_b, &total);
     if (q == CUDA_SUCCESS)
       cuemm__error(r, "cuemm_pool_resume: out of device memory: %zu bytes needed, %zu free of %zu (cuMemGetInfo); "
                    "the manager stays suspended (%zu bytes of contents kept in host memory) and can be resumed "
-                   "once memory is free; %s", need, free_b, total, s ? s->kept : 0, why);
+                   "once memory is free", need, free_b, total, s ? s->kept : 0);
     else
       cuemm__error(r, "cuemm_pool_resume: out of device memory: %zu bytes needed (cuMemGetInfo failed too: %d); "
-                   "the manager stays suspended and can be resumed once memory is free; %s", need, (int)q, why);
+                   "the manager stays suspended and can be resumed once memory is free", need, (int)q);
+    cuemm__error_append_saved("; ", &why);
   } else if (r != CUDA_SUCCESS)
     cuemm__error_append("; the manager stays suspended (cuemm_pool_resume)");
   for (size_t i = 0; r == CUDA_SUCCESS && s && i < s->nruns; i++) {
     void *a[3] = { m, &s->runs[i], &r };
     cuemm__vacate_each_live_in(pool, s->runs[i].off, s->runs[i].size, copy_back, a);
     if (r != CUDA_SUCCESS) {
-      char why[512];
-      snprintf(why, sizeof why, "%s", cuemm_last_error());
-      CUresult undo = cuemm__vacate_unmap_all(pool);
-      if (undo != CUDA_SUCCESS)
-        cuemm__error(r, "%s; the manager stays suspended, its contents kept in host memory; undoing the "
-                     "mapping: %s", why, cuemm_last_error());
-      else
-        cuemm__error(r, "%s; the manager stays suspended, its contents kept in host memory, its memory released "
-                     "again", why);
+      cuemm__saved_error why;
+      cuemm__error_save(&why);
+      if (cuemm__vacate_unmap_all(pool) != CUDA_SUCCESS) {
+        cuemm__error_prefix(r, "%s; the manager stays suspended, its contents kept in host memory; undoing the "
+                            "mapping", cuemm__error_saved_text(&why));
+        cuemm__error_discard(&why);
+      } else {
+        cuemm__error_restore(&why, r);
+        cuemm__error_append("; the manager stays suspended, its contents kept in host memory, its memory released "
+                            "again");
+      }
     }
   }
   if (r == CUDA_SUCCESS) {

@@ -71,8 +71,7 @@ static int holds_memory(const cuemm__pool_unit *h)
 CUresult cuemm__vacate_unmap_all(cuemm__pool *p)
 {
   const cuemm__driver_table *d = p->drv;
-  CUresult first = CUDA_SUCCESS;
-  char msg[512] = "";
+  cuemm__first_error first = CUEMM__FIRST_ERROR_INIT;
   size_t held = 0, held_chunks = 0;
   for (size_t u = 0; u < p->nunits; u = cuemm__pool_next_head(p, u)) {
     cuemm__pool_unit *h = &p->units[u];
@@ -98,16 +97,13 @@ CUresult cuemm__vacate_unmap_all(cuemm__pool *p)
                             (unsigned long long)at, bytes);
       else {
         h->has_handle = 0;
-        cuemm__piece_released((int)p->dev, cuemm__pool_now_ns());
+        cuemm__piece_released((int)p->dev, (double)cuemm__now_ns());
       }
     }
     if (r != CUDA_SUCCESS) {
       held += bytes;
       held_chunks++;
-      if (first == CUDA_SUCCESS) {
-        first = r;
-        snprintf(msg, sizeof msg, "%s", cuemm_last_error());
-      }
+      cuemm__first_note(&first, r);
       continue;
     }
     h->state = CUEMM__CHUNK_SUSPENDED;
@@ -116,10 +112,11 @@ CUresult cuemm__vacate_unmap_all(cuemm__pool *p)
     p->chunks_released++;
     cuemm__log_note(p->log, "suspend-release", bytes);
   }
-  if (first != CUDA_SUCCESS)
-    cuemm__error(first, "%s; %zu chunks (%zu bytes) still hold memory: cuemm_pool_suspend tries them again, "
-                 "cuemm_pool_resume maps them back", msg, held_chunks, held);
-  return first;
+  CUresult r = cuemm__first_end(&first);
+  if (r != CUDA_SUCCESS)
+    cuemm__error_append("; %zu chunks (%zu bytes) still hold memory: cuemm_pool_suspend tries them again, "
+                        "cuemm_pool_resume maps them back", held_chunks, held);
+  return r;
 }
 
 void cuemm__vacate_forget_free(cuemm__pool *p)
@@ -237,12 +234,17 @@ CUresult cuemm__vacate_remap_all(cuemm__pool *p)
   CUresult r = remap_steps(p);
   if (r == CUDA_SUCCESS)
     return CUDA_SUCCESS;
-  char msg[512];
-  snprintf(msg, sizeof msg, "%s", cuemm_last_error());
+  cuemm__saved_error why;
+  cuemm__error_save(&why);
   CUresult undo = cuemm__vacate_unmap_all(p);
-  if (undo != CUDA_SUCCESS)
-    return cuemm__error(r, "%s; undoing the resumption: %s", msg, cuemm_last_error());
-  return cuemm__error(r, "%s; what the resumption mapped is released again", msg);
+  if (undo != CUDA_SUCCESS) {
+    cuemm__error_prefix(r, "%s; undoing the resumption", cuemm__error_saved_text(&why));
+    cuemm__error_discard(&why);
+    return r;
+  }
+  cuemm__error_restore(&why, r);
+  cuemm__error_append("; what the resumption mapped is released again");
+  return r;
 }
 
 /* ---- ranges sent to other processes ------------------------------------------ */

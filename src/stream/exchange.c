@@ -271,7 +271,7 @@ static inline __attribute__((always_inline)) CUresult pool_take_for(cuemm_manage
   size_t rs = cuemm__pool_round(size);
   cuemm_stream_reuse reuse = m->cfg.stream_reuse;
   int wait = reuse == CUEMM_STREAM_REUSE_WAIT;
-  CUresult r = cuemm__tags_pick(m, size, tag, stream, wait, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  cuemm__result r = cuemm__tags_pick(m, size, tag, stream, wait, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUEMM__NEXT;
   if (r != CUDA_SUCCESS && own && !cuemm__event_own_only(stream) && !cuemm__reclaims_churn(m)) {
     /* Before the pool settles, reclaims or grows, the blocks this thread
      * cached on this very stream: no event is needed for them. */
@@ -287,7 +287,7 @@ static inline __attribute__((always_inline)) CUresult pool_take_for(cuemm_manage
   }
   if (r != CUDA_SUCCESS)
     r = cuemm__manager_pool_take_locked(m, size, tag, &ptr, &blk, reuse != CUEMM_STREAM_REUSE_INTERNAL);
-  if (r == CUDA_ERROR_NOT_READY) {
+  if (r == CUEMM__NEXT) {
     /* CUEMM_STREAM_REUSE=internal: the pool would grow, and no other way
      * served (blocks of streams known done, the threads' idle ones).  The
      * stream waits on another stream's event instead, where a block of
@@ -295,7 +295,7 @@ static inline __attribute__((always_inline)) CUresult pool_take_for(cuemm_manage
      * Its reclaim may have given this stream its first blocks in the pool:
      * the tag is looked up again. */
     tag = cuemm__tags_tag(m, stream);
-    r = cuemm__tags_pick(m, size, tag, stream, 1, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    r = cuemm__tags_pick(m, size, tag, stream, 1, &ptr, &blk) == 0 ? CUDA_SUCCESS : CUEMM__NEXT;
     if (r != CUDA_SUCCESS && cuemm__tags_adopt(m, stream, &tag, rs) &&
         cuemm__tags_pick(m, size, tag, stream, 1, &ptr, &blk) == 0)
       r = CUDA_SUCCESS;
@@ -305,7 +305,7 @@ static inline __attribute__((always_inline)) CUresult pool_take_for(cuemm_manage
   *out = ptr;
   *outblk = blk;
   *outtag = tag;
-  return r;
+  return (CUresult)r; /* the last way grows: never CUEMM__NEXT */
 }
 
 /* ---- spans (span.h): their pool blocks ----------------------------------------------------- */
@@ -388,7 +388,7 @@ static size_t span_size(const cuemm_manager *m, const cuemm__heap *h, uint32_t h
   return want <= cuemm__pool_capacity(m->pool) / 8 || want == rs ? want : rs;
 }
 
-__attribute__((noinline)) CUresult cuemm__exchange_span_open(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
+__attribute__((noinline)) cuemm__result cuemm__exchange_span_open(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p,
                                                              size_t size, CUstream stream)
 {
   size_t rs = cuemm__pool_round(size);
@@ -404,8 +404,9 @@ __attribute__((noinline)) CUresult cuemm__exchange_span_open(cuemm_manager *m, c
   uint32_t hs = cuemm__heap_stream(h, stream);
   size_t want = hs == CUEMM__HEAP_NIL ? 0 : span_size(m, h, hs, rs);
   cuemm__thread_heap_exit(h, in);
-  CUresult r = want && want <= cuemm__pool_capacity(m->pool)
-                   ? pool_take_for(m, h, want, stream, &base, &pblk, &tag) : CUDA_ERROR_NOT_FOUND;
+  cuemm__result r = CUEMM__NEXT;
+  if (want && want <= cuemm__pool_capacity(m->pool))
+    r = pool_take_for(m, h, want, stream, &base, &pblk, &tag);
   if (r == CUDA_SUCCESS) {
     in = cuemm__thread_heap_get(h);
     hs = cuemm__heap_stream(h, stream);
@@ -420,14 +421,14 @@ __attribute__((noinline)) CUresult cuemm__exchange_span_open(cuemm_manager *m, c
       cuemm__exchange_return_on(m, base, want, pblk, stream);
     cuemm__thread_heap_exit(h, in);
     if (rec == CUEMM__HEAP_NIL)
-      r = CUDA_ERROR_NOT_FOUND;
+      r = CUEMM__NEXT;
     else {
       *p = (CUdeviceptr)h->b[rec].ptr;
       if (m->st.live_bytes + size > m->st.peak_bytes)
         m->st.peak_bytes = m->st.live_bytes + size; /* as cuemm__account_alloc, the block counted in its heap */
     }
-  } else if (r != CUDA_ERROR_NOT_FOUND)
-    r = CUDA_ERROR_NOT_FOUND; /* the pool's own way says why, if it fails too */
+  } else
+    r = CUEMM__NEXT; /* the pool's own way says why, if it fails too */
   cuemm__lock_release(&m->lock);
   if (r == CUDA_SUCCESS)
     cuemm__nvtx_live(cuemm__pool_nvtx(m->pool), (uintptr_t)*p, size);
@@ -546,8 +547,8 @@ void cuemm__exchange_evict_large(cuemm_manager *m, cuemm__heap *h, uint32_t hs)
  * and usable; the free that got here has succeeded either way. */
 __attribute__((noinline)) void cuemm__exchange_trim_heap(cuemm_manager *m, cuemm__heap *h)
 {
-  char keep[512];
-  snprintf(keep, sizeof keep, "%s", cuemm_last_error());
+  cuemm__saved_error keep;
+  cuemm__error_save(&keep);
   cuemm__lock_acquire(&m->lock);
   cuemm__ctx_guard g;
   if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
@@ -570,7 +571,7 @@ __attribute__((noinline)) void cuemm__exchange_trim_heap(cuemm_manager *m, cuemm
   }
   cuemm__exchange_trim_tagged(m);
   cuemm__lock_release(&m->lock);
-  cuemm__error(CUDA_SUCCESS, "%s", keep);
+  cuemm__error_restore(&keep, CUDA_SUCCESS);
 }
 
 void cuemm__exchange_drop_uses(cuemm__heap *h, uint32_t r)

@@ -185,9 +185,9 @@ CUresult cuemm__exchange_alloc_from_pool(cuemm_manager *m, cuemm__heap *h, CUdev
 
 /* The owner's large request on `stream` when its span had no room: a new
  * span taken from the pool, and the block cut from it
- * (CUDA_ERROR_NOT_FOUND, no message, where none could be made: the caller
- * goes to the pool).  Takes the manager's lock; heap not held. */
-CUresult cuemm__exchange_span_open(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p, size_t size, CUstream stream);
+ * (CUEMM__NEXT where none could be made: the caller goes to the pool).
+ * Takes the manager's lock; heap not held. */
+cuemm__result cuemm__exchange_span_open(cuemm_manager *m, cuemm__heap *h, CUdeviceptr *p, size_t size, CUstream stream);
 
 /* Stream hs of h is being retired: its spans serve no more blocks, and go
  * back to the pool through a flush once empty (the empty ones now).  m's

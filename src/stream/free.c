@@ -108,13 +108,7 @@ static int free_remote(cuemm_manager *m, cuemm__heap *h, uintptr_t p, CUstream s
  * cuemm_free_async's name. */
 static CUresult free_not_pooled(cuemm_manager *m, uintptr_t p, size_t *freed)
 {
-  CUresult r = cuemm__manager_free(m, CUEMM__KIND_DEVICE, p, freed);
-  if (r != CUDA_SUCCESS && strncmp(cuemm_last_error(), "cuemm_free: ", 12) == 0) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", cuemm_last_error() + 12);
-    cuemm__error(r, "cuemm_free_async: %s", why);
-  }
-  return r;
+  return cuemm__manager_free(m, "cuemm_free_async", CUEMM__KIND_DEVICE, p, freed);
 }
 
 /* Step 3: the block leaves whoever holds it.  A thread's heap (f->o, left

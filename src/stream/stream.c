@@ -224,9 +224,9 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   }
   cuemm__heap_unlock(h);
   if (span) {
-    r = cuemm__exchange_span_open(m, h, p, size, stream);
-    if (r != CUDA_ERROR_NOT_FOUND)
-      return r;
+    cuemm__result res = cuemm__exchange_span_open(m, h, p, size, stream);
+    if (res != CUEMM__NEXT)
+      return (CUresult)res;
   }
 
   return cuemm__exchange_alloc_from_pool(m, h, p, size, stream);
@@ -268,16 +268,16 @@ static __attribute__((noinline)) CUresult alloc_async_miss(cuemm_manager *m, cue
       r = cuemm__exchange_steal_idle(h, hs, rs, size, &others);
   }
   /* A thread whose pool visits queue on the manager's lock: its own span,
-   * or a new one (span.h; NOT_FOUND where none can be made). */
+   * or a new one (span.h; CUEMM__NEXT where none can be made). */
   int span = r == CUEMM__HEAP_NIL && heap_spans(h, hs, rs, stream);
   if (span)
     r = cuemm__span_cut(h, hs, rs, size);
   if (r != CUEMM__HEAP_NIL)
     return heap_served(m, h, r, p, size);
   cuemm__heap_leave(h);
-  CUresult res;
-  if (span && (res = cuemm__exchange_span_open(m, h, p, size, stream)) != CUDA_ERROR_NOT_FOUND)
-    return res;
+  cuemm__result res;
+  if (span && (res = cuemm__exchange_span_open(m, h, p, size, stream)) != CUEMM__NEXT)
+    return (CUresult)res;
   if (!others && size <= cuemm__pool_capacity(m->pool))
     return cuemm__exchange_alloc_from_pool(m, h, p, size, stream); /* no stream of this heap has a block of this size */
   return alloc_async_slow(m, h, p, size, stream);

@@ -94,8 +94,8 @@ __attribute__((noinline)) void cuemm__tags_trim_now(cuemm_manager *m)
     ps->trim_mark = cuemm__pool_tagged_bytes(pool) + cuemm__pool_threshold(pool) / 4 + cuemm__pool_unit_bytes(pool);
     return;
   }
-  char keep[512];
-  snprintf(keep, sizeof keep, "%s", cuemm_last_error());
+  cuemm__saved_error keep;
+  cuemm__error_save(&keep);
   cuemm__ctx_guard g;
   if (cuemm__ctx_enter(m, &g) == CUDA_SUCCESS) {
     cuemm__tags_settle(m, 0);
@@ -104,7 +104,7 @@ __attribute__((noinline)) void cuemm__tags_trim_now(cuemm_manager *m)
     cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
   }
   ps->trim_mark = cuemm__pool_tagged_bytes(pool) + cuemm__pool_threshold(pool) / 4 + cuemm__pool_unit_bytes(pool);
-  cuemm__error(CUDA_SUCCESS, "%s", keep); /* the free succeeded either way */
+  cuemm__error_restore(&keep, CUDA_SUCCESS); /* the free succeeded either way */
 }
 
 /* Takes the best fit for `size` bytes among the pool's idle blocks, those
