@@ -216,56 +216,27 @@ typedef struct cuemm__extension {
 /* Takings back of cached blocks since the pool's last growth past which
  * the pool grows instead (by at least CUEMM__POOL_STEP_MIN): a pool that
  * its caches fill between growths would otherwise have them give back at
- * nearly every miss.  Measured on simcuda: a thread keeping sixteen blocks
- * of sizes up to 128 KiB / 2 MiB / 8 MiB cost 1,070 / 1,316 / 1,443
- * instructions a replacement with no such bound (its 2 MiB pool took
- * back 1,704 times in 200,000), 484 / 858 / 1,060 at 64; at 8 and 32 the
- * loop was cheaper still, but the trace corpus's multi-thread and Numba
- * logs held up to 0.35x more. */
+ * nearly every miss.  The number's evidence: docs/design.md, "The policy's
+ * constants". */
 #define CUEMM__RECLAIMS_BEFORE_GROWTH 64
 
 /* When the pool grows past the most the manager has held although its
  * free bytes would cover the request (only not in one piece), the threads
- * keep no blocks of 256 KiB to 16 MiB in their caches for a while: a kept
- * block is whole and unmerged and splits the free space around it, so the
- * pool places the next requests elsewhere and grows again.  Once this many
- * allocations from the pool (on the stream path) passed without such a
- * growth, they keep their share of cuemm_config.stream_keep_large again,
- * on the fast path.  A program whose memory has stopped growing (a
- * training loop after its first steps, a server once its requests have
- * been seen) keeps large blocks; one growing through fragmentation gets a
- * pool whose free space merges; a growth for want of free bytes (a live
- * set that grows) changes nothing.  Measured on the trace corpus (simcuda,
- * each thread of a log on its own thread, before the stream's cached
- * blocks went back ahead of such requests too): the two server logs and the
- * Numba log held 1.46 / 1.63 / 1.74 times their live bytes keeping
- * throughout, 1.62 / 1.44 / 1.48 with 4,096, and 1.25 / 1.27 / 1.44 with
- * 16,384 and with 65,536; no log of the corpus held more than before,
- * idle or with the GPU 16 allocations behind.  The cost: until the count
- * runs out, large requests take the pool's locked path: a serving log's
- * replay with three timed passes, all within that window, took 85 to 97
- * ns an event on simcuda against 42 to 50 keeping throughout; with ten
- * timed passes, the later ones past the window, the medians were the
- * same, 43 to 50 against 43 to 49. */
+ * keep no blocks of 256 KiB to 16 MiB in their caches for this many
+ * allocations from the pool: a kept block is whole and unmerged and splits
+ * the free space around it, so the pool would place the next requests
+ * elsewhere and grow again.  A program whose memory has stopped growing
+ * keeps large blocks; one growing through fragmentation gets a pool whose
+ * free space merges.  The number's evidence and cost: docs/design.md,
+ * "The policy's constants". */
 #define CUEMM__KEEP_QUIET 16384
 
 /* Each time the pool grows past the most the manager has held while the
  * threads' caches hold at least the request, the bound on what the caches
- * keep halves, this many times at most (thread-heap.c).  The memory was
- * there, only cached: the churn bound above (the pool has taken cached
- * blocks back often since its last growth) or the rule that a growth does
- * not raid other threads kept it from the request, and a program that
- * repeats its work would grow so again in a later round.  Measured on the
- * trace corpus over 32 passes (simcuda, each log's threads on threads of
- * their own; the same figures on an H100): dask-worker 1.20 -> 1.09 times
- * its live bytes, mt-server 1.68 -> 1.47, mt-server-8 1.63 -> 1.58,
- * serve-mixed 1.39 -> 1.30, every other log and every first pass as
- * before; 3 and 5 halvings held the same.  The cost, on an H100 with both
- * trees replayed in turns, twice: the servers of many threads, whose
- * caches trim to less, 2% to 19% slower (mt-server 1,002 and 895 ns an
- * event against 1,021 and 1,066, mt-server-8 1,276 and 1,256 against 1,419
- * and 1,309); the other logs and bench-heap's mixed sizes within the
- * spread of one tree's runs. */
+ * keep halves, this many times at most (thread-heap.c): the memory was
+ * there, only cached, and a program that repeats its work would grow so
+ * again in a later round.  The number's evidence and cost: docs/design.md,
+ * "The policy's constants". */
 #define CUEMM__CACHE_HALVINGS 3
 
 /* Whether the pool should grow rather than take cached blocks back again. */

@@ -6,7 +6,7 @@
  * and every miss went to the pool under the manager's one lock: the pool's
  * tree, its owned table and its counts are shared, and their cache lines
  * crossed between cores at every pair (two threads did a quarter of one
- * thread's pairs at a 2 MiB maximum; docs/performance.md).  A span is a
+ * thread's pairs at a 2 MiB maximum; docs/design.md).  A span is a
  * run of pool memory that one thread's heap takes from the pool in one
  * visit and cuts, with a sub-allocator of its own (suballoc.h), into the
  * large blocks it hands out on one stream: the span's stream.  A block

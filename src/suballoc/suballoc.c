@@ -18,7 +18,7 @@
  * free space gathers in large runs at the top.  It helps where large sizes
  * come and go at random (CuPy-like logs) and in the deferred path; with the
  * threads' kept large blocks (stream.c) it changes little
- * (docs/performance.md has the footprints measured).  Whatever a chosen
+ * (docs/design.md has the footprints measured).  Whatever a chosen
  * block has beyond the request is split off and stays free, in the block's
  * place in the tree.
  *

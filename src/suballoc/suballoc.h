@@ -32,7 +32,7 @@
  * blocks of this size or more are never cached by size: they merge at once,
  * where the lowest-address fit sees them.  On the trace corpus 16, 64
  * and 256 KiB gave footprints within a pool chunk of one another
- * (docs/performance.md); 64 KiB leaves the smaller traffic to the bins. */
+ * (docs/design.md); 64 KiB leaves the smaller traffic to the bins. */
 #define CUEMM__SA_LOW_FIT ((size_t)64 << 10)
 /* Blocks below this size are exact size classes, cached when freed. */
 #define CUEMM__SA_SMALL ((size_t)64 * CUEMM__SA_ALIGN)
