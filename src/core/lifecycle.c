@@ -195,9 +195,7 @@ CUEMM_EXTERN CUresult cuemm_destroy(cuemm_manager *m)
     const cuemm__pending_entry *e = cuemm__pending_front(&m->pending);
     if (!e)
       break;
-    cuemm__owned_entry *o = cuemm__owned_find(&m->owned, e->ptr);
-    if (o)
-      cuemm__owned_remove(&m->owned, o);
+    cuemm__owned_drop(&m->owned, e->ptr);
     if (e->kind == CUEMM__KIND_POOL)
       m->pool_pending--;
     cuemm__pending_pop(&m->pending);

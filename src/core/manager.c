@@ -163,9 +163,7 @@ static CUresult flush_locked(cuemm_manager *m, int force)
       m->st.free_failures++;
       break;
     }
-    cuemm__owned_entry *o = cuemm__owned_find(&m->owned, e->ptr);
-    if (o)
-      cuemm__owned_remove(&m->owned, o);
+    cuemm__owned_drop(&m->owned, e->ptr);
     cuemm__pending_pop(&m->pending);
     m->st.driver_frees += driver_free;
     released++;

@@ -130,6 +130,17 @@ CUresult cuemm__manager_free_device(cuemm_manager *m, CUdeviceptr p, size_t *fre
 void cuemm__manager_log_alloc(cuemm_manager *m, CUresult r, CUdeviceptr p, size_t size, CUstream s, const char *call);
 void cuemm__manager_log_free(cuemm_manager *m, uint64_t seq, CUdeviceptr p, size_t size, CUstream s, const char *call);
 
+/* Pool block blk (at ptr, `size` bytes) joins the pending queue, whose
+ * flush gives it back to the pool, counted in pool_pending.  0, or -1 when
+ * host memory ran out (nothing changed).  Lock held. */
+static inline int cuemm__manager_defer_block(cuemm_manager *m, uintptr_t ptr, size_t size, uint32_t blk)
+{
+  if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) != 0)
+    return -1;
+  m->pool_pending++;
+  return 0;
+}
+
 /* Queues the free of an allocation of the given kind, flushing when due;
  * a refusal speaks in the name of fn, the public call. */
 CUresult cuemm__manager_free(cuemm_manager *m, const char *fn, cuemm__kind kind, uintptr_t p, size_t *freed);

@@ -93,6 +93,16 @@ static inline void cuemm__owned_remove(cuemm__owned *t, cuemm__owned_entry *e)
   t->used--;
 }
 
+/* The entry of `key` leaves the table, if there is one.  Returns whether
+ * there was. */
+static inline int cuemm__owned_drop(cuemm__owned *t, uintptr_t key)
+{
+  cuemm__owned_entry *e = cuemm__owned_find(t, key);
+  if (e)
+    cuemm__owned_remove(t, e);
+  return e != NULL;
+}
+
 /* Calls fn on every entry once.  fn must not add entries; it may remove the
  * entry it was given (and no other). */
 void cuemm__owned_each(cuemm__owned *t, void (*fn)(cuemm__owned_entry *, void *), void *arg);

@@ -413,13 +413,13 @@ static CUresult managed_alloc(cuemm_manager *m, size_t size, CUdeviceptr *out)
                             (int)mp->dev);
     }
     if (r != CUDA_SUCCESS) {
-      cuemm__owned_remove(&m->owned, cuemm__owned_find(&m->owned, (uintptr_t)p));
+      cuemm__owned_drop(&m->owned, (uintptr_t)p);
       cuemm__sa_free(&mp->sa, blk);
       return entered ? cuemm__ctx_leave(m, &g, r) : r;
     }
   }
   if (entered && (r = cuemm__ctx_leave(m, &g, CUDA_SUCCESS)) != CUDA_SUCCESS) {
-    cuemm__owned_remove(&m->owned, cuemm__owned_find(&m->owned, (uintptr_t)p));
+    cuemm__owned_drop(&m->owned, (uintptr_t)p);
     cuemm__sa_free(&mp->sa, blk);
     return r;
   }

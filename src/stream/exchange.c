@@ -107,9 +107,7 @@ static void heap_forget(cuemm_manager *m, cuemm__heap *h, uint32_t r, uintptr_t 
 {
   cuemm__heap_unbin(h, r);
   cuemm__heap_remove(h, r);
-  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
-  if (e)
-    cuemm__owned_remove(&m->owned, e);
+  cuemm__owned_drop(&m->owned, ptr);
 }
 
 /* Returns cached blocks of h to the pool, oldest first, until at most
@@ -150,9 +148,8 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
     size_t size = b->size;
     uint32_t blk = b->blk;
     if (!idle && all) {
-      if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) != 0)
+      if (cuemm__manager_defer_block(m, ptr, size, blk) != 0)
         continue; /* stays cached: nothing is lost */
-      m->pool_pending++;
     } else if (!idle) {
       if (cuemm__exchange_give_on(m, blk, a->s) != 0)
         continue;
@@ -249,9 +246,7 @@ void cuemm__exchange_to_pool(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstr
   size_t size = h->b[r].size;
   uint32_t blk = h->b[r].blk;
   cuemm__heap_remove(h, r);
-  cuemm__owned_entry *e = cuemm__owned_find(&m->owned, ptr);
-  if (e)
-    cuemm__owned_remove(&m->owned, e);
+  cuemm__owned_drop(&m->owned, ptr);
   cuemm__exchange_return_on(m, ptr, size, blk, stream);
 }
 
@@ -319,9 +314,7 @@ static void span_back(cuemm_manager *m, uint32_t id)
   cuemm__span *sp = cuemm__span_unregister(m, id);
   if (!sp->retired)
     cuemm__exchange_return_on(m, sp->base, sp->size, sp->pblk, sp->s);
-  else if (cuemm__pending_push(&m->pending, sp->base, sp->size, CUEMM__KIND_POOL, sp->pblk) == 0)
-    m->pool_pending++;
-  else
+  else if (cuemm__manager_defer_block(m, sp->base, sp->size, sp->pblk) != 0)
     cuemm__pool_give(m->pool, sp->pblk); /* no memory to queue it: cannot happen in practice */
   cuemm__span_destroy(sp);
 }
@@ -574,6 +567,20 @@ __attribute__((noinline)) void cuemm__exchange_trim_heap(cuemm_manager *m, cuemm
   cuemm__error_restore(&keep, CUDA_SUCCESS);
 }
 
+int cuemm__exchange_defer_record(cuemm_manager *m, cuemm__heap *h, uint32_t r)
+{
+  cuemm__hblock *b = &h->b[r];
+  if (cuemm__manager_defer_block(m, b->ptr, b->size, b->blk) != 0)
+    return -1;
+  cuemm__owned_drop(&m->owned, b->ptr);
+  if (b->state == CUEMM__HB_CACHED)
+    cuemm__heap_unbin(h, r);
+  if (b->uses)
+    cuemm__exchange_drop_uses(h, r);
+  cuemm__heap_remove(h, r);
+  return 0;
+}
+
 void cuemm__exchange_drop_uses(cuemm__heap *h, uint32_t r)
 {
   for (uint32_t i = 0; i < h->nuses;)
@@ -605,7 +612,7 @@ CUresult cuemm__exchange_give_up(cuemm_manager *m, cuemm__owned_entry *e)
   size_t size = b->size;
   uint32_t blk = b->blk;
   uintptr_t p = e->key;
-  if (cuemm__pending_push(&m->pending, p, size, CUEMM__KIND_POOL, blk) != 0) {
+  if (cuemm__manager_defer_block(m, p, size, blk) != 0) {
     cuemm__heap_unlock(o);
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory left to queue the free of 0x%" PRIxPTR, p);
   }
@@ -613,7 +620,6 @@ CUresult cuemm__exchange_give_up(cuemm_manager *m, cuemm__owned_entry *e)
   m->st.allocs++;
   cuemm__heap_remove(o, rec);
   cuemm__heap_unlock(o);
-  m->pool_pending++;
   cuemm__owned_remove(&m->owned, e);
   return CUDA_SUCCESS;
 }
@@ -627,16 +633,8 @@ void cuemm__exchange_reset(cuemm_manager *m)
       cuemm__hblock *b = &h->b[r];
       if (b->state == CUEMM__HB_UNUSED)
         continue;
-      if (cuemm__pending_push(&m->pending, b->ptr, b->size, CUEMM__KIND_POOL, b->blk) != 0)
+      if (cuemm__exchange_defer_record(m, h, r) != 0)
         continue;
-      m->pool_pending++;
-      cuemm__owned_entry *e = cuemm__owned_find(&m->owned, b->ptr);
-      if (e)
-        cuemm__owned_remove(&m->owned, e);
-      if (b->state == CUEMM__HB_CACHED)
-        cuemm__heap_unbin(h, r);
-      cuemm__exchange_drop_uses(h, r);
-      cuemm__heap_remove(h, r);
     }
     cuemm__heap_unlock(h);
   }

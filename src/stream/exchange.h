@@ -46,9 +46,9 @@ static inline __attribute__((always_inline)) void cuemm__exchange_return_on(cuem
 {
   if (__builtin_expect(cuemm__exchange_give_on(m, blk, stream) == 0, 1))
     return;
-  if (cuemm__pending_push(&m->pending, ptr, size, CUEMM__KIND_POOL, blk) == 0)
-    m->pool_pending++;
-  else if (cuemm__span_blk(blk))
+  if (cuemm__manager_defer_block(m, ptr, size, blk) == 0)
+    return;
+  if (cuemm__span_blk(blk))
     cuemm__exchange_span_give(m, blk, stream, 1); /* no memory for either: cannot happen in practice */
   else
     cuemm__pool_give_tagged(m->pool, blk, 0, 0); /* no memory for either: cannot happen in practice */
@@ -201,6 +201,12 @@ void cuemm__exchange_span_close(cuemm_manager *m, cuemm__heap *h, uint32_t id);
 /* Gives h's idle blocks back when it holds more than its cap.  Takes the
  * manager's lock. */
 void cuemm__exchange_trim_heap(cuemm_manager *m, cuemm__heap *h);
+
+/* Record r of h (live or cached) leaves the heap and the owned table for
+ * the pending queue, whose flush synchronizes before the pool reuses it.
+ * 0, or -1 when host memory ran out (nothing changed).  m's lock held, h
+ * held. */
+int cuemm__exchange_defer_record(cuemm_manager *m, cuemm__heap *h, uint32_t r);
 
 /* Forgets the streams cuemm_record_stream named for record r.  Heap
  * locked. */

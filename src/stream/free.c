@@ -217,9 +217,7 @@ static void free_into_heap(cuemm_manager *m, cuemm__heap *h, freeing *f, CUstrea
     if (rec != CUEMM__HEAP_NIL)
       cuemm__heap_remove(h, rec);
     cuemm__owned_remove(&m->owned, f->e);
-    if (cuemm__pending_push(&m->pending, f->p, f->size, CUEMM__KIND_POOL, f->blk) == 0)
-      m->pool_pending++;
-    else
+    if (cuemm__manager_defer_block(m, f->p, f->size, f->blk) != 0)
       cuemm__pool_give(m->pool, f->blk); /* cannot happen in practice; never leak */
   } else
     h->allocs++;

@@ -647,15 +647,8 @@ CUEMM_EXTERN CUresult cuemm_stream_release(cuemm_manager *m, CUstream stream)
       if (r == CUDA_SUCCESS && a->covered < a->freed) {
         /* No room for another event: the blocks go through a flush. */
         for (uint32_t rr = 1; rr < h->nb; rr++)
-          if (h->b[rr].state == CUEMM__HB_CACHED && h->b[rr].hs == k && h->b[rr].seq > a->covered &&
-              cuemm__pending_push(&m->pending, h->b[rr].ptr, h->b[rr].size, CUEMM__KIND_POOL, h->b[rr].blk) == 0) {
-            cuemm__owned_entry *e = cuemm__owned_find(&m->owned, h->b[rr].ptr);
-            if (e)
-              cuemm__owned_remove(&m->owned, e);
-            m->pool_pending++;
-            cuemm__heap_unbin(h, rr);
-            cuemm__heap_remove(h, rr);
-          }
+          if (h->b[rr].state == CUEMM__HB_CACHED && h->b[rr].hs == k && h->b[rr].seq > a->covered)
+            (void)cuemm__exchange_defer_record(m, h, rr); /* no host memory: it stays cached */
       }
       if (r == CUDA_SUCCESS) {
         cuemm__exchange_spans_retire(m, h, k); /* its spans serve no more, and go back through a flush */
