@@ -281,31 +281,50 @@ static void format_value(const knob *k, double v, char *buf, size_t cap)
     snprintf(buf, cap, "%.0f", v);
 }
 
-/* The outcome of parsing one variable. */
-enum { PARSED, INVALID, TOO_LARGE };
+/* The outcome of parsing one variable: UNKNOWN_UNIT is a size whose
+ * number is followed by letters that are no unit (64Mib, 4GB). */
+enum { PARSED, INVALID, TOO_LARGE, UNKNOWN_UNIT };
+
+/* The units of a size, as parse_size accepts them (and the message about
+ * an unknown one lists them). */
+static const struct { const char *suffix; unsigned shift; } size_units[] = {
+  { "", 0 }, { "K", 10 }, { "KiB", 10 }, { "M", 20 }, { "MiB", 20 },
+  { "G", 30 }, { "GiB", 30 }, { "T", 40 }, { "TiB", 40 },
+};
+#define NSIZE_UNITS (sizeof size_units / sizeof size_units[0])
+
+/* The suffix of a size after its digits, when it is made of letters only
+ * (a unit, known or not), else NULL. */
+static const char *size_unit(const char *text)
+{
+  while (*text >= '0' && *text <= '9')
+    text++;
+  if (!*text)
+    return NULL;
+  for (const char *c = text; *c; c++)
+    if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z')))
+      return NULL;
+  return text;
+}
 
 /* "4GiB", "512M", "4096": a whole number with an optional binary suffix. */
 static int parse_size(const char *text, double *out)
 {
-  static const struct { const char *suffix; unsigned shift; } units[] = {
-    { "", 0 }, { "K", 10 }, { "KiB", 10 }, { "M", 20 }, { "MiB", 20 },
-    { "G", 30 }, { "GiB", 30 }, { "T", 40 }, { "TiB", 40 },
-  };
   if (*text < '0' || *text > '9')
     return INVALID;
   char *end = NULL;
   errno = 0;
   unsigned long long v = strtoull(text, &end, 10);
   int overflow = errno == ERANGE;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcmp(end, units[i].suffix) != 0)
+  for (size_t i = 0; i < NSIZE_UNITS; i++) {
+    if (strcmp(end, size_units[i].suffix) != 0)
       continue;
-    if (overflow || (units[i].shift && v > (ULLONG_MAX >> units[i].shift)))
+    if (overflow || (size_units[i].shift && v > (ULLONG_MAX >> size_units[i].shift)))
       return TOO_LARGE;
-    *out = (double)(v << units[i].shift);
+    *out = (double)(v << size_units[i].shift);
     return PARSED;
   }
-  return INVALID;
+  return size_unit(text) ? UNKNOWN_UNIT : INVALID;
 }
 
 static int in_range(const knob *k, double v)
@@ -384,6 +403,14 @@ static void refuse(cuemm_config *cfg, const knob *k, const char *text, int why)
     if (k->type == KNOB_SIZE)
       snprintf(most + strlen(most), sizeof most - strlen(most), " (%.0f bytes)", k->max);
     snprintf(at, cap, "%s%s=\"%.64s\" is too large (at most %s): expected %s", sep, k->env, text, most, k->accepts);
+  } else if (why == UNKNOWN_UNIT) {
+    /* Said as such, not as the knob's whole grammar: 64Mib is a unit away
+     * from a valid value. */
+    char units[128] = "";
+    for (size_t i = 1, n = 0; i < NSIZE_UNITS && n < sizeof units; i++)
+      n += (size_t)snprintf(units + n, sizeof units - n, "%s%s", i > 1 ? ", " : "", size_units[i].suffix);
+    snprintf(at, cap, "%s%s=\"%.64s\" is invalid: unknown unit '%.16s' (units: %s; none for bytes)", sep, k->env,
+             text, size_unit(text), units);
   } else
     snprintf(at, cap, "%s%s=\"%.64s\" is invalid: expected %s", sep, k->env, text, k->accepts);
 }
