@@ -194,7 +194,7 @@ static const cuemm__config_other others[] = {
   { "CUEMM_LIBCUDA", "src/base/driver.c",
     "The CUDA driver to load instead of libcuda.so.1: a path, or a name the dynamic loader searches for; there "
     "is no fallback from one to the other." },
-  { "CUEMM_LIBRARY", "the Python modules cuemm_lib and cuemm_numba",
+  { "CUEMM_LIBRARY", "the Python package cuemm (python/cuemm/_lib.py)",
     "The libcuemm file the Python modules (the Numba plugin, the PyTorch and CuPy adapters) load instead of the "
     "installed one." },
   { "NVTX_INJECTION64_PATH", "src/observe/nvtx.c",
