@@ -3,16 +3,16 @@
 Run on a machine with a GPU and numba-cuda, from the build directory:
 
     CUEMM_LIBRARY=.libs/libcuemm.so.0 PYTHONPATH=python \
-        NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba python3 examples/numba_kernel.py
+        NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba python3 examples/numba_kernel.py
 
-(after `make install`: NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba python3 numba_kernel.py).
+(after `make install`: NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba python3 numba_kernel.py).
 Each step of the loop allocates temporaries that die at once; inside
 cuda.defer_cleanup() none of their frees is released while the kernels run,
 and cuemm releases them in one batch afterwards.
 """
 import os
 
-os.environ.setdefault("NUMBA_CUDA_MEMORY_MANAGER", "cuemm_numba")
+os.environ.setdefault("NUMBA_CUDA_MEMORY_MANAGER", "cuemm.numba")
 
 import numpy as np
 from numba import cuda

@@ -138,8 +138,12 @@ if test -x tools/cuemm-replay; then
   for log in "$out"/cuemm-*.csv; do
     test -s "$log" || continue
     name=$(basename "$log" .csv)
-    timeout 240 tools/cuemm-replay --quiet --quick "$log" > "$out/replay-$name.txt" 2>&1 ||
-      echo "gpu-frameworks: replaying $log failed (see $out/replay-$name.txt)"
+    timeout 240 tools/cuemm-replay --quiet --quick "$log" > "$out/replay-$name.txt" 2>&1
+    case $? in
+      0) ;;
+      3) echo "gpu-frameworks: replaying $log: allocations failed out of memory (see $out/replay-$name.txt)" ;;
+      *) echo "gpu-frameworks: replaying $log failed (see $out/replay-$name.txt)" ;;
+    esac
   done
   { echo; echo "### cuemm's event logs replayed (tools/cuemm-replay --quick)"; echo '```'
     for f in "$out"/replay-cuemm-*.txt; do test -f "$f" && sed -n '/## summary/,$p' "$f" | tail -n +2; done

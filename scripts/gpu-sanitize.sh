@@ -229,11 +229,11 @@ table=$out/kernels.md
 { echo "## kernels: examples/numba_kernel.py through the Numba plugin"; echo; header; } > "$table"
 py=$(command -v python3 2>/dev/null)
 show_tool=yes
-if test -n "$py" && test -f python/cuemm_numba.py && "$py" -c 'import numba.cuda' 2>/dev/null; then
+if test -n "$py" && test -f python/cuemm/numba.py && "$py" -c 'import numba.cuda' 2>/dev/null; then
   for tool in racecheck synccheck memcheck; do
     # shellcheck disable=SC2046
     run "numba_kernel.py" "$tool" "$((start + budget))" env CUEMM_LIBRARY="$tree/.libs/libcuemm.so.0" \
-      PYTHONPATH="$tree/python${SANITIZE_PYTHONPATH:+:$SANITIZE_PYTHONPATH}" NUMBA_CUDA_MEMORY_MANAGER=cuemm_numba $(sanitize "$tool") "$py" \
+      PYTHONPATH="$tree/python${SANITIZE_PYTHONPATH:+:$SANITIZE_PYTHONPATH}" NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba $(sanitize "$tool") "$py" \
       "$srcdir/examples/numba_kernel.py"
   done
 else

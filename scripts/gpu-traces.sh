@@ -68,7 +68,10 @@ for log in "$@"; do
   rc=$?
   cat "$out/replay-$name.txt"
   cat "$out/replay-$name.txt" >> "$out/replay.txt"
-  if test $rc -ne 0; then
+  if test $rc -eq 3; then # replayed, but allocations failed out of memory: the table's oom column
+    echo "gpu-traces: cuemm-replay on $name: allocations failed out of memory" | tee -a "$out/replay.txt" >&2
+    grep 'out of memory' "$out/replay-$name.err" >&2
+  elif test $rc -ne 0; then
     echo "gpu-traces: cuemm-replay on $name: exit $rc" | tee -a "$out/replay.txt" >&2
     tail -n 5 "$out/replay-$name.err" >&2
     status=1

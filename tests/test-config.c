@@ -64,6 +64,24 @@ static void too_large(const char *var, const char *value, const char *most)
   like(cuemm_last_error(), want, "with the same message");
 }
 
+/* A size with letters after its number that are no unit: said as an
+ * unknown unit, with the units the parser accepts, not as the knob's
+ * whole grammar (a chunk's granularity says nothing of "Mib"). */
+static void unknown_unit(const char *var, const char *value, const char *unit)
+{
+  clear_env();
+  setenv(var, value, 1);
+  cuemm_config c;
+  is(cuemm_config_init(&c), CUDA_ERROR_INVALID_VALUE, "%s=\"%s\" refused", var, value);
+  char want[256];
+  snprintf(want, sizeof want, "%s=\"%s\" is invalid: unknown unit '%s' (units: K, KiB, M, MiB, G, GiB, T, TiB; "
+           "none for bytes)", var, value, unit);
+  is_str(cuemm_last_error(), want, "the message names the unknown unit '%s' and the units accepted", unit);
+  cuemm_manager *m = NULL;
+  is(cuemm_create(&m, NULL, NULL), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
+  like(cuemm_last_error(), want, "with the same message");
+}
+
 /* A size knob: the value parsed into the field at `offset`. */
 static void valid_size(const char *var, const char *value, size_t offset, size_t want)
 {
@@ -100,7 +118,9 @@ static void pool_knobs(void)
   valid_size("CUEMM_POOL_LIMIT", "1TiB", offsetof(cuemm_config, pool_limit), (size_t)1 << 40);
   invalid("CUEMM_POOL", "VMM");
   invalid("CUEMM_POOL", "yes");
-  invalid("CUEMM_POOL_RESERVE", "4GB");
+  unknown_unit("CUEMM_POOL_RESERVE", "4GB", "GB");
+  unknown_unit("CUEMM_POOL_CHUNK", "64Mib", "Mib");
+  unknown_unit("CUEMM_POOL_LIMIT", "16g", "g");
   invalid("CUEMM_POOL_RESERVE", "-1");
   invalid("CUEMM_POOL_RESERVE", "1.5G");
   invalid("CUEMM_POOL_RESERVE", "4 GiB");
@@ -108,7 +128,7 @@ static void pool_knobs(void)
   too_large("CUEMM_POOL_RESERVE", "99999999999999999999999", "256TiB (281474976710656 bytes)");
   too_large("CUEMM_POOL_LIMIT", "18446744073709551615K", "256TiB (281474976710656 bytes)");
   too_large("CUEMM_POOL_CHUNK", "281474976710657", "256TiB (281474976710656 bytes)");
-  invalid("CUEMM_POOL_RESERVE", "99999999999999999999999GB");
+  unknown_unit("CUEMM_POOL_RESERVE", "99999999999999999999999GB", "GB");
   invalid("CUEMM_POOL_CHUNK", "0");
   invalid("CUEMM_POOL_LIMIT", "lots");
   like(cuemm_last_error(), "CUEMM_POOL_LIMIT=\"lots\" is invalid: expected a size in bytes", "message says sizes are expected");
@@ -153,8 +173,8 @@ static void pool_knobs(void)
   like(cuemm_last_error(), "cuemm_config.pool_limit_hard", "naming the field");
   valid_size("CUEMM_POOL_PIECE", "1GiB", offsetof(cuemm_config, pool_piece), (size_t)1 << 30);
   valid_size("CUEMM_POOL_PIECE", "0", offsetof(cuemm_config, pool_piece), 0);
-  invalid("CUEMM_POOL_PIECE", "1GB");
-  like(cuemm_last_error(), "CUEMM_POOL_PIECE=\"1GB\" is invalid: expected a size in bytes, a multiple of "
+  invalid("CUEMM_POOL_PIECE", "1.5GiB");
+  like(cuemm_last_error(), "CUEMM_POOL_PIECE=\"1.5GiB\" is invalid: expected a size in bytes, a multiple of "
        "the allocation granularity", "message says what sizes are accepted");
   invalid("CUEMM_POOL_PIECE", "-64M");
   invalid("CUEMM_POOL_PIECE", "0.5G");
@@ -488,6 +508,75 @@ static void adapters_pool(void)
   clear_env();
 }
 
+static void config_init(void *arg)
+{
+  cuemm_config c;
+  *(CUresult *)arg = cuemm_config_init(&c);
+}
+
+/* A CUEMM_ variable that nobody reads is said on stderr, with the nearest
+ * name the library reads, once per variable and process; the library's own,
+ * those read where they act and the test suite's are not. */
+static void unknown_variables(void)
+{
+  static const char *ours[] = { "CUEMM_LIBCUDA", "CUEMM_LIBRARY", "CUEMM_TEST_DRIVER", "CUEMM_TOP_BUILDDIR",
+                                "CUEMM_SIM_DIR", "CUEMM_PYTHON", "CUEMM_PYTHON_INSTALLED", "CUEMM_PLUGIN_SKIP",
+                                "CUEMM_STRESS_SEED", "CUEMM_STRESS_OPS", "CUEMM_FUZZ_SECONDS",
+                                "CUEMM_CORPUS_RECORD", "CUEMM_BUILDDIR", "CUEMM_USE" };
+  char err[4096], *kept[sizeof ours / sizeof ours[0]];
+  CUresult r;
+  clear_env();
+  for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
+    const char *v = getenv(ours[i]);
+    kept[i] = v ? strdup(v) : NULL;
+    if (!v && strcmp(ours[i], "CUEMM_LIBCUDA") != 0) /* the driver file must stay the one the test runs on */
+      setenv(ours[i], "1", 1);
+  }
+  setenv("CUEMM_STATS", "1", 1);
+  setenv(COUNT, "5", 1);
+  capture_stderr(config_init, &r, err, sizeof err);
+  ok(r == CUDA_SUCCESS, "known variables: accepted");
+  is_str(err, "", "the library's variables, those read where they act and the test suite's: nothing said");
+
+  setenv("CUEMM_STAT", "1", 1);
+  capture_stderr(config_init, &r, err, sizeof err);
+  ok(r == CUDA_SUCCESS, "CUEMM_STAT=1 beside them: accepted (a warning, not an error)");
+  is_str(err, "cuemm: CUEMM_STAT is set but cuemm reads no such variable: ignored (did you mean CUEMM_STATS?); "
+         "cuemm(7) lists those it reads\n", "stderr names CUEMM_STAT and suggests CUEMM_STATS");
+  capture_stderr(config_init, &r, err, sizeof err);
+  is_str(err, "", "once per variable and process: nothing the second time");
+  setenv("CUEMM_POOL_CHUNKS", "4MiB", 1);
+  setenv("CUEMM_BANANA", "1", 1);
+  setenv("CUEMM_EMPTY_ONE", "", 1);
+  capture_stderr(config_init, &r, err, sizeof err);
+  like(err, "cuemm: CUEMM_POOL_CHUNKS is set but cuemm reads no such variable: ignored (did you mean "
+       "CUEMM_POOL_CHUNK?)", "another misspelling is said when it is new");
+  like(err, "cuemm: CUEMM_BANANA is set but cuemm reads no such variable: ignored; cuemm(7)",
+       "a name near none: no suggestion");
+  ok(strstr(err, "CUEMM_STAT ") == NULL && strstr(err, "CUEMM_EMPTY_ONE") == NULL,
+     "not CUEMM_STAT again, nor an empty variable (unset, as a knob's)");
+  unsetenv("CUEMM_STAT");
+  unsetenv("CUEMM_POOL_CHUNKS");
+  unsetenv("CUEMM_BANANA");
+  unsetenv("CUEMM_EMPTY_ONE");
+  unsetenv("CUEMM_STATS"); /* no statistics table at the manager's end */
+  setenv("CUEMM_NVTXX", "0", 1);
+  create_args a = { 0 };
+  capture_stderr(create_destroy, &a, err, sizeof err);
+  is(a.r, CUDA_SUCCESS, "cuemm_create from the environment");
+  is_str(err, "cuemm: CUEMM_NVTXX is set but cuemm reads no such variable: ignored (did you mean CUEMM_NVTX?); "
+         "cuemm(7) lists those it reads\n", "says it too");
+  unsetenv("CUEMM_NVTXX");
+  for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
+    if (kept[i])
+      setenv(ours[i], kept[i], 1);
+    else
+      unsetenv(ours[i]);
+    free(kept[i]);
+  }
+  clear_env();
+}
+
 static void valid(const char *var, const char *value, size_t want_count, double want_ratio)
 {
   clear_env();
@@ -568,6 +657,7 @@ int main(void)
   is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "count beyond range refused");
   like(cuemm_last_error(), "max_pending_count", "message names the field");
 
+  unknown_variables();
   pool_knobs();
   nvtx_knob();
   all_reported();

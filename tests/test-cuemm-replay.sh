@@ -542,13 +542,14 @@ check "a model and an allocator side by side, in the order named (exit $rc)" \
 out=$("$replay" --quick "$tmp/split.csv" 2>&1); rc=$?
 check "the default (all) runs the four allocators, no model (exit $rc)" \
   test $rc -eq 0 -a -n "$(row split.csv cuMemAlloc)" -a -z "$(row split.csv model-first-fit)"
-# A size no GPU holds: the models say they skip it, the replay goes on.
+# A size no GPU holds: the models say they skip it, the replay goes on
+# (and cuMemAlloc, which fails it out of memory, makes the exit status 3).
 printf '%s\n' "Thread,Time,Action,Pointer,Size,Stream" "1,0,allocate,0x1000,17592186044417,0x0" \
   "1,0,allocate,0x2000,4096,0x0" > "$tmp/huge.csv"
 out=$("$replay" --quick --backends models,cuMemAlloc "$tmp/huge.csv" 2>&1); rc=$?
 printf '%s\n' "$out" | sed 's/^/# /'
 check "a block past 16 TiB: each model is skipped, saying why, and the replay goes on (exit $rc)" \
-  test $rc -eq 0 -a "$(printf '%s\n' "$out" | grep -c '^model-[a-z-]* *skipped: its blocks reach past 16 TiB of address space placed so (sizes no GPU holds)$')" = 4 \
+  test $rc -eq 3 -a "$(printf '%s\n' "$out" | grep -c '^model-[a-z-]* *skipped: its blocks reach past 16 TiB of address space placed so (sizes no GPU holds)$')" = 4 \
     -a "$(col huge.csv model-pages 1)" = skipped -a "$(col huge.csv model-foresight 1)" = skipped -a -n "$(row huge.csv cuMemAlloc)"
 out=$("$replay" --quick --backends models,model-pages "$tmp/split.csv" 2>&1); rc=$?
 check "a model named twice is a usage error (exit $rc)" \
@@ -591,4 +592,37 @@ out=$("$replay" --quick --lag 4 --backends none,cuMemAlloc "$tmp/split.csv" 2>&1
 check "none with --lag is skipped, saying why, and the replay goes on (exit $rc)" \
   test $rc -eq 0 -a "$(col split.csv none 1)" = skipped -a -n "$(row split.csv cuMemAlloc)" \
     -a -n "$(has "^none  *skipped: --lag queues work on each block, and none's blocks are not memory$" && echo y)"
+
+# Allocations that fail out of memory: the run ends with exit 3, and stderr
+# names each log and backend with its count, the device's size and, on
+# simcuda, SIMCUDA_CAPACITY.  rmm-bare-hex's 256 MiB block on a device of
+# 128 MiB fails in every backend.
+if test "${CUEMM_TEST_DRIVER:-sim}" != system; then
+  out=$(SIMCUDA_CAPACITY=128M "$replay" --quick --backends cuMemAlloc,cuemm-async "$src/bench/traces/rmm-bare-hex.csv" \
+    2>"$tmp/oom.err"); rc=$?
+  err=$(cat "$tmp/oom.err")
+  printf '%s\n' "$err" | sed 's/^/# /'
+  check "allocations out of memory: exit 3, the table printed all the same (exit $rc)" \
+    test $rc -eq 3 -a "$(col rmm-bare-hex.csv cuMemAlloc 7)" = 1 -a "$(col rmm-bare-hex.csv cuemm-async 7)" = 1
+  check "stderr names the log, each backend and its count, and the device's size" \
+    test -n "$(printf '%s\n' "$err" | grep -x "cuemm-replay: $src/bench/traces/rmm-bare-hex.csv: cuMemAlloc: 1 allocation failed out of memory (the log's peak of live bytes is 256 MiB, the device has 128 MiB)")" \
+      -a -n "$(printf '%s\n' "$err" | grep "rmm-bare-hex.csv: cuemm-async: 1 allocation failed out of memory")" \
+      -a -n "$(printf '%s\n' "$err" | grep -x 'cuemm-replay: 2 allocations failed out of memory in all: the figures of those replays leave them out')"
+  check "and how to give simcuda more memory (SIMCUDA_CAPACITY)" \
+    test -n "$(printf '%s\n' "$err" | grep 'on simcuda a device has the memory SIMCUDA_CAPACITY says (1 GiB when unset): run again with SIMCUDA_CAPACITY=80G')"
+else
+  n=$((n + 1)); echo "ok $n # SKIP simcuda's SIMCUDA_CAPACITY (CUEMM_TEST_DRIVER=system): out of memory, exit 3"
+  n=$((n + 1)); echo "ok $n # SKIP simcuda's SIMCUDA_CAPACITY (CUEMM_TEST_DRIVER=system): stderr names the failures"
+  n=$((n + 1)); echo "ok $n # SKIP simcuda's SIMCUDA_CAPACITY (CUEMM_TEST_DRIVER=system): and how to size simcuda"
+fi
+out=$("$replay" --help 2>&1)
+check "--help says how to size simcuda (SIMCUDA_CAPACITY) and what exit 3 is" \
+  test -n "$(has 'SIMCUDA_CAPACITY=80G' && has '^3 done, but allocations failed out of memory' && echo y)"
+# A gzip-compressed log: refused at its first line, saying how to read it.
+gzip -c "$src/bench/traces/two-streams.csv" > "$tmp/two-streams.csv.gz"
+err "a gzip-compressed log" 1 "cuemm-replay: $tmp/two-streams.csv.gz:1: this log is gzip-compressed: gunzip it first, or give it on standard input (zcat LOG.gz | cuemm-replay -)" \
+  "$replay" --quick "$tmp/two-streams.csv.gz"
+out=$(gzip -dc "$tmp/two-streams.csv.gz" | "$replay" --quick --backends cuemm-deferred - 2>&1); rc=$?
+check "and read as the message says, on standard input (exit $rc)" \
+  test $rc -eq 0 -a -n "$(has '10 events replayed on 3 streams; peak live 3153920 bytes' && echo y)"
 echo "1..$n"

@@ -1,7 +1,10 @@
 #!/bin/sh
-# test-examples.sh: the examples build and run, and say what they should.
+# test-examples.sh: the examples build and run, and say what they should;
+# none shows the deprecated module names (cuemm_lib, cuemm_torch,
+# cuemm_cupy, cuemm_numba) where the package's (cuemm.torch, ...) are meant.
 b=${CUEMM_TOP_BUILDDIR:-.}
-echo "1..6"
+src=${top_srcdir:-$(dirname "$0")/..}
+echo "1..7"
 out=$("$b/examples/quickstart" 2>&1); rc=$?
 echo "$out" | sed 's/^/# /'
 if test $rc -eq 0; then echo "ok 1 - quickstart runs"; else echo "not ok 1 - quickstart runs (exit $rc)"; fi
@@ -26,4 +29,13 @@ if echo "$out" | grep -q "consumer changed 65536 bytes of the slice, 0 bytes are
   echo "ok 6 - ipc_share sees data both ways"
 else
   echo "not ok 6 - ipc_share sees data both ways"
+fi
+# A name followed by a letter, a digit or "_" is another (cuemm_torch_alloc,
+# the adapters' entry point, is not the module cuemm_torch).
+old=$(grep -n -E '(^|[^A-Za-z0-9_.])cuemm_(lib|torch|cupy|numba)([^A-Za-z0-9_]|$)' "$src"/examples/* 2>/dev/null)
+if test -z "$old"; then
+  echo "ok 7 - no example names a deprecated module (cuemm_lib, cuemm_torch, cuemm_cupy, cuemm_numba)"
+else
+  echo "$old" | sed 's/^/# /'
+  echo "not ok 7 - no example names a deprecated module (cuemm_lib, cuemm_torch, cuemm_cupy, cuemm_numba): use cuemm.torch, ..."
 fi

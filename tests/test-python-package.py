@@ -1,6 +1,8 @@
 """test-python-package.py: the package cuemm (python/cuemm) apart from its
-framework adapters: its version is configure.ac's AC_INIT and the loaded
-library's cuemm_version_string(); the build's search for cuda.h
+framework adapters: its framework modules are attributes imported on first
+use, which refuse clearly without their frameworks; its version is
+configure.ac's AC_INIT and the loaded library's cuemm_version_string(); the
+build's search for cuda.h
 (python/backend/cuemm_build_backend.py) takes CUDA_HOME, then the toolkit
 roots, then NVIDIA's PyPI package, asks pip for that package only when no
 toolkit has the header, and says what to set when nothing has it;
@@ -12,6 +14,7 @@ package is tested instead of the source tree's.  Prints TAP."""
 import io
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -33,6 +36,54 @@ import cuemm  # noqa: E402
 with open(os.path.join(src, "configure.ac")) as f:
     ac = re.search(r"AC_INIT\(\[cuemm\],\s*\[([^\]]+)\]", f.read()).group(1)
 ok(cuemm.__version__ == ac, "cuemm.__version__ is configure.ac's AC_INIT version (%s, %s)" % (cuemm.__version__, ac))
+
+# ---- the framework modules as attributes -------------------------------------------
+# `import cuemm; cuemm.torch.use()`: each framework module is an attribute of
+# the package, imported on first use, so that `import cuemm` imports no
+# framework; without the framework, use() names it and how to install it.
+# In a fresh interpreter, with None in sys.modules for every framework (an
+# `import torch` then raises ImportError even where torch is installed).
+
+probe = r"""
+import sys
+for name in ("torch", "cupy", "numba", "numba_cuda", "distributed", "dask"):
+    sys.modules[name] = None
+import cuemm
+print("after import:", sorted(m for m in ("cuemm.torch", "cuemm.cupy", "cuemm.numba", "cuemm.dask")
+                              if m in sys.modules))
+for name in ("torch", "cupy", "numba", "dask"):
+    mod = getattr(cuemm, name)
+    print("attribute %s: %s" % (name, mod.__name__))
+print("in dir:", all(n in dir(cuemm) for n in ("torch", "cupy", "numba", "dask")))
+for name in ("torch", "cupy", "numba"):
+    try:
+        getattr(cuemm, name).use()
+        print("use %s: no error" % name)
+    except ImportError as e:
+        print("use %s: ImportError: %s" % (name, e))
+try:
+    cuemm.nosuch
+except AttributeError as e:
+    print("nosuch:", e)
+"""
+env = dict(os.environ)
+if not installed:
+    env["PYTHONPATH"] = os.path.join(src, "python")
+r = subprocess.run([sys.executable, "-c", probe], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                   universal_newlines=True)
+ok(r.returncode == 0 and "after import: []" in r.stdout,
+   "import cuemm imports none of cuemm.torch, cuemm.cupy, cuemm.numba, cuemm.dask", r.stdout)
+ok(all("attribute %s: cuemm.%s" % (n, n) in r.stdout for n in ("torch", "cupy", "numba", "dask"))
+   and "in dir: True" in r.stdout,
+   "cuemm.torch, cuemm.cupy, cuemm.numba and cuemm.dask are attributes of the package", r.stdout)
+ok(re.search(r"use torch: ImportError: cuemm.torch: PyTorch is not importable here .*`pip install torch`",
+             r.stdout) is not None,
+   "cuemm.torch.use() without torch: ImportError naming PyTorch and `pip install torch`", r.stdout)
+ok(re.search(r"use cupy: ImportError: cuemm.cupy: CuPy is not importable .*`pip install cupy-cuda12x`", r.stdout)
+   and re.search(r"use numba: ImportError: cuemm.numba: Numba is not importable .*`pip install numba-cuda`",
+                 r.stdout),
+   "cuemm.cupy.use() and cuemm.numba.use() likewise", r.stdout)
+ok("nosuch: module 'cuemm' has no attribute 'nosuch'" in r.stdout, "another name: AttributeError", r.stdout)
 
 # ---- where the build finds cuda.h ------------------------------------------------
 

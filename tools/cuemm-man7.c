@@ -55,6 +55,11 @@ static void page(void)
        "and what is accepted; a number past the range, or too large for its type, is said to be too large, "
        "with the largest value accepted.");
   printf(".PP\n");
+  line("A CUEMM_ variable that cuemm does not read (a misspelling, such as CUEMM_STAT for CUEMM_STATS) is not an "
+       "error either, but it is not passed over in silence: cuemm_config_init prints one line to stderr naming "
+       "it, and the variable below nearest to it within two edits, once per variable and process.  The "
+       "variables of cuemm's test suite and scripts (CUEMM_TEST_DRIVER, ...) are not said.");
+  printf(".PP\n");
   line("A valid setting that a manager does not act on (a pool knob without a pool, a managed-memory knob "
        "without managed memory) is not an error, since the environment reaches every manager of the process: "
        "the first manager that ignores it prints one line to stderr saying so, once per variable and process.  "

@@ -79,7 +79,8 @@
  *              bytes) is printed beside the replay's
  *   Frees of pointers not live, allocations of size 0, allocations at a
  *   pointer still live (whose free is missing: the earlier one stays live)
- *   are counted and said.
+ *   are counted and said.  A gzip-compressed log is refused, saying so:
+ *   zcat LOG.gz | cuemm-replay - reads it.
  *
  * OPTIONS
  *   --backends LIST        comma-separated backends, in the order to run
@@ -167,10 +168,18 @@
  *   (CUEMM_LIBCUDA, else libcuda.so.1): the program's own driver calls are
  *   resolved from that file at run time, so it links libcuemm alone.
  *
+ *   On simcuda, the suite's simulated driver, a device has 1 GiB unless
+ *   SIMCUDA_CAPACITY says more (SIMCUDA_CAPACITY=80G: an H100's 80 GiB; K,
+ *   M, G and T are units).  Its memory is backed only where written, and a
+ *   replay writes none, so a large device costs no host memory.
+ *
  * EXIT STATUS
  *   0 done; 1 a log unreadable or malformed (file and line named), a
  *   driver or cuemm call failed, or the snapshot could not be taken or
- *   written; 2 a usage error (an unknown option or backend, a bad value).
+ *   written; 2 a usage error (an unknown option or backend, a bad value); 3
+ *   done, but allocations failed out of memory (stderr says how many, of
+ *   which log and backend, and how large the device is): the figures of
+ *   those replays leave them out.
  *
  *   Messages that quote a log, an argument, a file name or the environment
  *   show each byte outside printable ASCII as \xNN and a backslash as \\,
@@ -255,6 +264,10 @@ static struct {
  * whether its queue mode was turned on for it. */
 static unsigned opt_lag;
 static int lag_simulated;
+/* Whether the driver is simcuda (which says how to give it more memory),
+ * and the device's memory. */
+static int on_simcuda;
+static size_t device_total;
 
 static void progress_clear(void);
 
@@ -319,6 +332,7 @@ static void driver_load(cuemm_driver_info *info)
 #undef DRIVER_REQ
 #undef DRIVER_OPT
 #undef DRIVER_RESOLVE
+  on_simcuda = dlsym(h, "simcuda_set_queue_mode") != NULL;
   if (opt_lag) {
     if (!drv.MemsetD8Async || !drv.EventCreate || !drv.EventRecord || !drv.EventSynchronize || !drv.EventDestroy) {
       fprintf(stderr, PROG ": --lag: the CUDA driver %s lacks cuMemsetD8Async or the cuEvent calls\n",
@@ -1256,6 +1270,34 @@ static result replay(const trace *t, const backend *b, int backend_no, int nback
   return res;
 }
 
+/* Allocations that failed out of memory make the figures of their replays
+ * leave them out: said on stderr, each log and backend with its count, and
+ * the exit status 3.  Returns the exit status. */
+static int oom_report(const result *res, int n)
+{
+  size_t total = 0, peak = 0;
+  for (int i = 0; i < n; i++)
+    if (!res[i].skipped && res[i].oom) {
+      total += res[i].oom;
+      if (res[i].t->peak_live > peak)
+        peak = res[i].t->peak_live;
+      fprintf(stderr, PROG ": %s: %s: %zu allocation%s failed out of memory (the log's peak of live bytes is "
+              "%.0f MiB, the device has %.0f MiB)\n", res[i].t->shown, res[i].b->name, res[i].oom,
+              res[i].oom == 1 ? "" : "s", (double)res[i].t->peak_live / MiB, (double)device_total / MiB);
+    }
+  if (!total)
+    return 0;
+  fprintf(stderr, PROG ": %zu allocation%s failed out of memory in all: the figures of those replays leave them "
+          "out\n", total, total == 1 ? "" : "s");
+  if (on_simcuda) {
+    size_t gib = ((peak >> 30) + 1) * 2; /* twice the peak, and an H100's 80 GiB at least */
+    fprintf(stderr, PROG ": on simcuda a device has the memory SIMCUDA_CAPACITY says (1 GiB when unset): run "
+            "again with SIMCUDA_CAPACITY=%zuG, say (simcuda backs only the memory written, and a replay writes none)\n",
+            gib > 80 ? gib : 80);
+  }
+  return 3;
+}
+
 static __attribute__((format(printf, 1, 2), noreturn)) void bad_usage(const char *fmt, ...);
 
 /* Parses --backends LIST into sel (indices into backends, in the order
@@ -1374,10 +1416,14 @@ static const char help_text[] =
     "\n"
     "The cuemm backends always use the pool (as CUEMM_POOL=vmm) and write no log\n"
     "(CUEMM_LOG is not applied); the output says so when the environment differs.\n"
-    "The driver is the one cuemm loads: CUEMM_LIBCUDA, else libcuda.so.1.\n"
+    "The driver is the one cuemm loads: CUEMM_LIBCUDA, else libcuda.so.1.  On\n"
+    "simcuda, the suite's simulated driver, a device has 1 GiB unless\n"
+    "SIMCUDA_CAPACITY says more: SIMCUDA_CAPACITY=80G gives it an H100's 80 GiB (its\n"
+    "memory is backed only where written, and a replay writes none).\n"
     "\n"
     "Exit status: 0 done; 1 a log unreadable or malformed (the file and line are\n"
-    "named), a driver or cuemm call failed, or the snapshot failed; 2 a usage error.\n"
+    "named), a driver or cuemm call failed, or the snapshot failed; 2 a usage error;\n"
+    "3 done, but allocations failed out of memory (stderr says how many, where).\n"
     "Messages show bytes outside printable ASCII of what they quote as \\xNN.\n";
 
 static void usage(void)
@@ -1520,6 +1566,8 @@ int main(int argc, char **argv)
   CHECK(drv.DeviceGetName(devname, sizeof devname, dev));
   CHECK(drv.DevicePrimaryCtxRetain(&ctx, dev));
   CHECK(drv.CtxSetCurrent(ctx));
+  size_t free_now;
+  CHECK(drv.MemGetInfo(&free_now, &device_total));
   printf("# " PROG ": cuemm %s, %s, driver %d (%s)\n", cuemm_version_string(), devname, info.version, shown(info.path));
   printf("# each backend: one pass measuring bytes held, one warm-up pass, then the median of %d timed pass%s\n",
          reps, reps == 1 ? "" : "es");
@@ -1565,10 +1613,12 @@ int main(int argc, char **argv)
     printf("%-28s %-16s %10zu %8zu %12s %14zu %14s %9s %5zu\n", name, r->b->name, r->t->n, r->t->streams, ns,
            r->t->peak_live, held, foot, r->oom);
   }
+  fflush(stdout);
+  int status = oom_report(res, nlogs * nsel);
   for (int i = 0; i < nlogs; i++)
     replay_trace_free(&traces[i]);
   free(traces), free(res), free(logs);
   CHECK(drv.CtxSetCurrent(NULL));
   CHECK(drv.DevicePrimaryCtxRelease(dev));
-  return 0;
+  return status;
 }

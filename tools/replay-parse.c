@@ -293,6 +293,9 @@ static replay_status parse_line(parser *p, char *line, size_t len)
   char *text = line;
   if (t->lines == 1 && len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) /* a byte-order mark */
     text += 3;
+  if (t->lines == 1 && len >= 2 && (unsigned char)line[0] == 0x1f && (unsigned char)line[1] == 0x8b)
+    return fail(p, "this log is gzip-compressed: gunzip it first, or give it on standard input "
+                "(zcat LOG.gz | cuemm-replay -)", NULL);
   if (memchr(line, '\0', len))
     return fail(p, "a NUL byte in the line: not a CSV log", NULL);
   if (*text == '\0')

@@ -1,11 +1,13 @@
 """cuemm: the cuemm device memory manager from Python.
 
-    import cuemm.torch; cuemm.torch.use()     # PyTorch (before its first CUDA tensor)
-    import cuemm.cupy;  cuemm.cupy.use()      # CuPy
+    import cuemm; cuemm.torch.use()           # PyTorch (before its first CUDA tensor)
+    import cuemm; cuemm.cupy.use()            # CuPy
     NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba     # Numba (numba-cuda), an EMM plugin
 
-Each framework module imports without its framework and says what is
-missing when use() is called.  This module holds what needs no framework:
+The framework modules (cuemm.torch, cuemm.cupy, cuemm.numba, cuemm.dask)
+are attributes of the package, imported when first used, so that `import
+cuemm` imports no framework.  Each imports without its framework and says
+what is missing, and how to install it, when use() is called.  This module holds what needs no framework:
 the library (load(), loaded_path(), last_error(), version_string()), the
 statistics of a device's manager (stats() and pool_stats() as dicts,
 held() alone and cheaply, stats_text() and print_stats() as
@@ -18,6 +20,23 @@ from cuemm._version import __version__
 from cuemm._lib import (CuemmError, load, loaded_path, last_error, device_manager, stats, held,
                         pool_stats, adapter_stats, empty_cache)
 from cuemm._report import Block, Chunk, Snapshot, snapshot, stats_text, print_stats
+
+
+# The framework modules, imported on first use as attributes (PEP 562):
+# cuemm.numba imports Numba's driver module where Numba is installed (its
+# plugin class derives from Numba's), which `import cuemm` must not do.
+_SUBMODULES = ("torch", "cupy", "numba", "dask")
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module("cuemm." + name)  # the import sets the attribute too
+    raise AttributeError("module 'cuemm' has no attribute %r" % name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBMODULES))
 
 
 def version_string():

@@ -56,8 +56,9 @@ def _import_cupy():
     try:
         import cupy
     except ImportError as e:
-        raise ImportError("cuemm.cupy: CuPy is not importable here (%s); install cupy (cupy-cuda12x or "
-                          "cupy-cuda13x), or use cuemm.torch or cuemm.numba for the other frameworks" % e) from e
+        raise ImportError("cuemm.cupy: CuPy is not importable here (%s); install it (`pip install "
+                          "cupy-cuda12x`, or cupy-cuda13x for CUDA 13), or use cuemm.torch or cuemm.numba for "
+                          "the other frameworks" % e) from e
     return cupy
 
 

@@ -702,8 +702,8 @@ def use():
     try:
         from numba import cuda
     except ImportError as e:
-        raise ImportError("cuemm.numba: Numba is not importable here (%s); install numba-cuda, or use "
-                          "cuemm.torch or cuemm.cupy for the other frameworks" % e) from e
+        raise ImportError("cuemm.numba: Numba is not importable here (%s); install it (`pip install "
+                          "numba-cuda`), or use cuemm.torch or cuemm.cupy for the other frameworks" % e) from e
     if _nbdrv is None:
         raise ImportError("cuemm.numba: Numba imports but its CUDA driver module does not "
                           "(numba.cuda.cudadrv.driver); install numba-cuda")

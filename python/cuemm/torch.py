@@ -102,7 +102,7 @@ def _torch():
     try:
         import torch
     except ImportError as e:
-        raise ImportError("cuemm.torch: PyTorch is not importable here (%s); install torch, or use "
+        raise ImportError("cuemm.torch: PyTorch is not importable here (%s); install it (`pip install torch`), or use "
                           "cuemm.cupy or cuemm.numba for the other frameworks" % e) from e
     return torch
 

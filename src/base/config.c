@@ -12,6 +12,7 @@
  * (the driver file, ...) are listed here too, for the page.
  */
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -193,7 +194,7 @@ static const cuemm__config_other others[] = {
   { "CUEMM_LIBCUDA", "src/base/driver.c",
     "The CUDA driver to load instead of libcuda.so.1: a path, or a name the dynamic loader searches for; there "
     "is no fallback from one to the other." },
-  { "CUEMM_LIBRARY", "the Python modules cuemm_lib and cuemm_numba",
+  { "CUEMM_LIBRARY", "the Python package cuemm (python/cuemm/_lib.py)",
     "The libcuemm file the Python modules (the Numba plugin, the PyTorch and CuPy adapters) load instead of the "
     "installed one." },
   { "NVTX_INJECTION64_PATH", "src/observe/nvtx.c",
@@ -202,6 +203,20 @@ static const cuemm__config_other others[] = {
 };
 
 #define NOTHERS (sizeof others / sizeof others[0])
+
+/* CUEMM_ variables that the library does not read but the test suite, its
+ * scripts and the GPU scripts do (docs/configuration.md lists them, with
+ * what reads each): a shell that runs `make check` or a script has them
+ * set, and its programs must not hear of them as misspellings.  simcuda's
+ * own variables are SIMCUDA_*.  With the two tables above, this says what
+ * a CUEMM_ name may be. */
+static const char *const not_read_here[] = {
+  "CUEMM_TEST_DRIVER", "CUEMM_TOP_BUILDDIR", "CUEMM_SIM_DIR", "CUEMM_PYTHON", "CUEMM_PYTHON_INSTALLED",
+  "CUEMM_PLUGIN_SKIP", "CUEMM_STRESS_SEED", "CUEMM_STRESS_OPS", "CUEMM_FUZZ_SECONDS", "CUEMM_CORPUS_RECORD",
+  "CUEMM_BUILDDIR", "CUEMM_USE",
+};
+
+#define NNOT_READ_HERE (sizeof not_read_here / sizeof not_read_here[0])
 
 static const char *const *names_of(knob_type t)
 {
@@ -281,31 +296,50 @@ static void format_value(const knob *k, double v, char *buf, size_t cap)
     snprintf(buf, cap, "%.0f", v);
 }
 
-/* The outcome of parsing one variable. */
-enum { PARSED, INVALID, TOO_LARGE };
+/* The outcome of parsing one variable: UNKNOWN_UNIT is a size whose
+ * number is followed by letters that are no unit (64Mib, 4GB). */
+enum { PARSED, INVALID, TOO_LARGE, UNKNOWN_UNIT };
+
+/* The units of a size, as parse_size accepts them (and the message about
+ * an unknown one lists them). */
+static const struct { const char *suffix; unsigned shift; } size_units[] = {
+  { "", 0 }, { "K", 10 }, { "KiB", 10 }, { "M", 20 }, { "MiB", 20 },
+  { "G", 30 }, { "GiB", 30 }, { "T", 40 }, { "TiB", 40 },
+};
+#define NSIZE_UNITS (sizeof size_units / sizeof size_units[0])
+
+/* The suffix of a size after its digits, when it is made of letters only
+ * (a unit, known or not), else NULL. */
+static const char *size_unit(const char *text)
+{
+  while (*text >= '0' && *text <= '9')
+    text++;
+  if (!*text)
+    return NULL;
+  for (const char *c = text; *c; c++)
+    if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z')))
+      return NULL;
+  return text;
+}
 
 /* "4GiB", "512M", "4096": a whole number with an optional binary suffix. */
 static int parse_size(const char *text, double *out)
 {
-  static const struct { const char *suffix; unsigned shift; } units[] = {
-    { "", 0 }, { "K", 10 }, { "KiB", 10 }, { "M", 20 }, { "MiB", 20 },
-    { "G", 30 }, { "GiB", 30 }, { "T", 40 }, { "TiB", 40 },
-  };
   if (*text < '0' || *text > '9')
     return INVALID;
   char *end = NULL;
   errno = 0;
   unsigned long long v = strtoull(text, &end, 10);
   int overflow = errno == ERANGE;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcmp(end, units[i].suffix) != 0)
+  for (size_t i = 0; i < NSIZE_UNITS; i++) {
+    if (strcmp(end, size_units[i].suffix) != 0)
       continue;
-    if (overflow || (units[i].shift && v > (ULLONG_MAX >> units[i].shift)))
+    if (overflow || (size_units[i].shift && v > (ULLONG_MAX >> size_units[i].shift)))
       return TOO_LARGE;
-    *out = (double)(v << units[i].shift);
+    *out = (double)(v << size_units[i].shift);
     return PARSED;
   }
-  return INVALID;
+  return size_unit(text) ? UNKNOWN_UNIT : INVALID;
 }
 
 static int in_range(const knob *k, double v)
@@ -384,14 +418,126 @@ static void refuse(cuemm_config *cfg, const knob *k, const char *text, int why)
     if (k->type == KNOB_SIZE)
       snprintf(most + strlen(most), sizeof most - strlen(most), " (%.0f bytes)", k->max);
     snprintf(at, cap, "%s%s=\"%.64s\" is too large (at most %s): expected %s", sep, k->env, text, most, k->accepts);
+  } else if (why == UNKNOWN_UNIT) {
+    /* Said as such, not as the knob's whole grammar: 64Mib is a unit away
+     * from a valid value. */
+    char units[128] = "";
+    for (size_t i = 1, n = 0; i < NSIZE_UNITS && n < sizeof units; i++)
+      n += (size_t)snprintf(units + n, sizeof units - n, "%s%s", i > 1 ? ", " : "", size_units[i].suffix);
+    snprintf(at, cap, "%s%s=\"%.64s\" is invalid: unknown unit '%.16s' (units: %s; none for bytes)", sep, k->env,
+             text, size_unit(text), units);
   } else
     snprintf(at, cap, "%s%s=\"%.64s\" is invalid: expected %s", sep, k->env, text, k->accepts);
+}
+
+/* ---- CUEMM_ variables nobody reads ------------------------------------------ */
+
+extern char **environ;
+
+static int is_name(const char *name, size_t n, const char *known)
+{
+  return strncmp(name, known, n) == 0 && known[n] == '\0';
+}
+
+/* The edit distance of a and b, case aside (optimal string alignment: an
+ * insertion, a deletion, a change or two letters swapped is one edit), up to
+ * names of 63 bytes; larger is "far". */
+static unsigned distance(const char *a, size_t na, const char *b)
+{
+  size_t nb = strlen(b);
+  if (na > 63 || nb > 63)
+    return UINT_MAX;
+  unsigned char d[64][64]; /* at most 63 edits */
+  for (size_t i = 0; i <= na; i++)
+    d[i][0] = (unsigned char)i;
+  for (size_t j = 0; j <= nb; j++)
+    d[0][j] = (unsigned char)j;
+  for (size_t i = 1; i <= na; i++)
+    for (size_t j = 1; j <= nb; j++) {
+      int ca = toupper((unsigned char)a[i - 1]), cb = toupper((unsigned char)b[j - 1]);
+      unsigned best = d[i - 1][j - 1] + (ca != cb);
+      if (d[i - 1][j] + 1u < best)
+        best = d[i - 1][j] + 1u;
+      if (d[i][j - 1] + 1u < best)
+        best = d[i][j - 1] + 1u;
+      if (i > 1 && j > 1 && ca == toupper((unsigned char)b[j - 2]) && toupper((unsigned char)a[i - 2]) == cb &&
+          d[i - 2][j - 2] + 1u < best)
+        best = d[i - 2][j - 2] + 1u;
+      d[i][j] = (unsigned char)best;
+    }
+  return d[na][nb];
+}
+
+/* The variable the library reads that is nearest name, within two edits;
+ * NULL when none is. */
+static const char *nearest(const char *name, size_t n)
+{
+  const char *best = NULL;
+  unsigned best_d = 3;
+  for (size_t i = 0; i < NKNOBS + NOTHERS; i++) {
+    const char *known = i < NKNOBS ? knobs[i].env : others[i - NKNOBS].env;
+    unsigned d = distance(name, n, known);
+    if (d < best_d) {
+      best_d = d;
+      best = known;
+    }
+  }
+  return best;
+}
+
+/* Whether the variable `name` (n bytes) is said for the first time in the
+ * process: each is remembered by a hash, the first 32 names said. */
+static int first_time(const char *name, size_t n)
+{
+  static _Atomic uint64_t said[32];
+  uint64_t h = 14695981039346656037ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ (unsigned char)name[i]) * 1099511628211ull;
+  h |= 1; /* never 0, an empty slot */
+  for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
+    uint64_t cur = 0;
+    if (atomic_compare_exchange_strong(&said[i], &cur, h))
+      return 1;
+    if (cur == h)
+      return 0;
+  }
+  return 0;
+}
+
+/* Says on stderr, once per variable and process, each CUEMM_ variable of
+ * the environment that neither the library nor its tests read: parsing is
+ * strict, and a misspelled name (CUEMM_STAT=1) would otherwise be ignored
+ * without a word.  An empty one counts as unset, as a knob's does. */
+static void warn_unknown(void)
+{
+  for (char **e = environ; e && *e; e++) {
+    const char *v = *e, *eq = strchr(v, '=');
+    if (strncmp(v, "CUEMM_", 6) != 0 || !eq || !eq[1])
+      continue;
+    size_t n = (size_t)(eq - v), i;
+    for (i = 0; i < NKNOBS && !is_name(v, n, knobs[i].env); i++)
+      ;
+    if (i < NKNOBS)
+      continue;
+    for (i = 0; i < NOTHERS && !is_name(v, n, others[i].env); i++)
+      ;
+    if (i < NOTHERS)
+      continue;
+    for (i = 0; i < NNOT_READ_HERE && !is_name(v, n, not_read_here[i]); i++)
+      ;
+    if (i < NNOT_READ_HERE || !first_time(v, n))
+      continue;
+    const char *near = nearest(v, n);
+    fprintf(stderr, "cuemm: %.*s is set but cuemm reads no such variable: ignored%s%s%s; cuemm(7) lists those "
+            "it reads\n", (int)(n < 64 ? n : 64), v, near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
+  }
 }
 
 CUEMM_EXTERN CUresult cuemm_config_init(cuemm_config *cfg)
 {
   if (!cfg)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_config_init: cfg is NULL");
+  warn_unknown();
   memset(cfg, 0, sizeof *cfg);
   for (size_t i = 0; i < NKNOBS; i++)
     set_field(cfg, &knobs[i], knobs[i].def);

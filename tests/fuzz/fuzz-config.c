@@ -9,8 +9,9 @@
  * at its default; a refused one sets env_status and a message naming the
  * variable, in env_error and in cuemm_last_error, and leaves every field at
  * its default.  A refusal says "is too large" exactly when the value is a
- * number of the right form past the knob's range or 64 bits, and "is
- * invalid" otherwise.
+ * number of the right form past the knob's range or 64 bits, "is invalid:
+ * unknown unit" when a size's digits are followed by letters that are no
+ * unit, and "is invalid: expected" otherwise.
  */
 #include <errno.h>
 #include <math.h>
@@ -60,7 +61,8 @@ static int digits(const char *s, const char **end, uint64_t *v, int *over)
 }
 
 /* 1 and *want when the reference grammar accepts text for v; 0 when it
- * refuses it, 2 when it refuses it as too large. */
+ * refuses it, 2 when it refuses it as too large, 3 as a size of an unknown
+ * unit. */
 static int reference(const struct var *v, const char *text, double *want)
 {
   const char *end;
@@ -104,7 +106,13 @@ static int reference(const struct var *v, const char *text, double *want)
       *want = (double)x;
       return 1;
     }
-    return 0;
+    /* Letters alone after the digits: a unit, not one of those. */
+    if (!*end)
+      return 0;
+    for (const char *c = end; *c; c++)
+      if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z')))
+        return 0;
+    return 3;
   }
   case RATIO:
     /* The grammar is C's strtod from a digit or a point; only the range and
@@ -163,7 +171,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     want = d;
   }
   FUZZ_ASSERT((r == CUDA_SUCCESS) == (ref == 1), "%s=\"%s\": cuemm says %d, the grammar says %s", v->name, text,
-              (int)r, ref ? "valid" : "invalid");
+              (int)r, ref == 1 ? "valid" : "invalid");
   if (r == CUDA_SUCCESS) {
     FUZZ_ASSERT(c.env_status == CUDA_SUCCESS, "accepted with env_status %d", (int)c.env_status);
     FUZZ_ASSERT(field(&c, v) == want, "%s=\"%s\" gave %.17g, expected %.17g", v->name, text, field(&c, v), want);
@@ -176,9 +184,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_ASSERT(field(&c, v) == field(&def, v), "a refused %s changed its field", v->name);
     char head[160];
     snprintf(head, sizeof head, "%s=\"%.64s\" %s", v->name, text,
-             ref == 2 ? "is too large (at most " : "is invalid: expected ");
+             ref == 2 ? "is too large (at most " : ref == 3 ? "is invalid: unknown unit '" : "is invalid: expected ");
     FUZZ_ASSERT(strncmp(c.env_error, head, strlen(head)) == 0, "%s=\"%s\": the grammar says %s, the message: %s",
-                v->name, text, ref == 2 ? "too large" : "malformed", c.env_error);
+                v->name, text, ref == 2 ? "too large" : ref == 3 ? "an unknown unit" : "malformed", c.env_error);
   }
   for (size_t i = 0; i < NVARS; i++)
     if (&vars[i] != v)

@@ -1,0 +1,4 @@
+#!/bin/sh
+# test-corpus-1.sh: part 1 of 5 of the corpus's footprint gate
+# (tests/test-corpus.sh says what it checks, and why in parts).
+exec sh "${top_srcdir:-$(dirname "$0")/..}/tests/test-corpus.sh" --part 1/5

@@ -1,0 +1,4 @@
+#!/bin/sh
+# test-tracegen-1.sh: part 1 of 2 of tests/test-tracegen.sh (which says what
+# it checks, and why in parts).
+exec sh "${top_srcdir:-$(dirname "$0")/..}/tests/test-tracegen.sh" --part 1/2
