@@ -24,11 +24,11 @@ void cuemm__account_alloc(cuemm_manager *m, size_t size)
 
 size_t cuemm__account_held_bytes(const cuemm_manager *m)
 {
-  size_t h = __atomic_load_n(&m->driver_bytes, __ATOMIC_RELAXED);
-  if (m->pool) /* a slab is held whole from creation */
-    h += m->pool->slab ? m->pool->reserved : __atomic_load_n(&m->pool->mapped, __ATOMIC_RELAXED);
+  size_t h = atomic_load_explicit(&m->driver_bytes, memory_order_relaxed);
+  if (m->pool)
+    h += cuemm__pool_held_from_driver(m->pool);
   if (m->managed)
-    h += __atomic_load_n(&m->managed->held, __ATOMIC_RELAXED);
+    h += cuemm__managed_held(m->managed);
   return h;
 }
 

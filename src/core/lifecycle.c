@@ -94,7 +94,7 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
     if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
       r = cuemm__pool_create(&m->pool, d, m->dev, cfg, m->st.total_bytes);
       if (m->pool)
-        m->pool->log = log;
+        cuemm__pool_set_log(m->pool, log);
       r = cuemm__ctx_leave(m, &g, r);
     }
     if (r != CUDA_SUCCESS) {

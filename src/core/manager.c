@@ -59,7 +59,7 @@ static CUresult kind_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsi
     CUresult r = m->drv->MemAlloc(&p, size);
     *out = (uintptr_t)p;
     if (r == CUDA_SUCCESS) {
-      __atomic_add_fetch(&m->driver_bytes, size, __ATOMIC_RELAXED);
+      atomic_fetch_add_explicit(&m->driver_bytes, size, memory_order_relaxed);
       cuemm__account_note_held(m);
     }
     return r;
@@ -77,7 +77,7 @@ CUresult cuemm__manager_kind_release(cuemm_manager *m, cuemm__kind kind, uintptr
   case CUEMM__KIND_DEVICE:
     r = m->drv->MemFree((CUdeviceptr)p);
     if (r == CUDA_SUCCESS)
-      __atomic_sub_fetch(&m->driver_bytes, size, __ATOMIC_RELAXED);
+      atomic_fetch_sub_explicit(&m->driver_bytes, size, memory_order_relaxed);
     return r == CUDA_SUCCESS ? r : cuemm__driver_error(r, "cuMemFree(0x%" PRIxPTR ", %zu bytes)", p, size);
   case CUEMM__KIND_HOST:
     r = m->drv->MemFreeHost((void *)p);
@@ -150,7 +150,7 @@ static CUresult flush_locked(cuemm_manager *m, int force)
   const cuemm__pending_entry *e;
   while ((e = cuemm__pending_front(&m->pending)) != NULL) {
     if (e->kind == CUEMM__KIND_POOL) {
-      cuemm__nvtx_dead(m->pool->nvtx, e->ptr);
+      cuemm__nvtx_dead(cuemm__pool_nvtx(m->pool), e->ptr);
       cuemm__pool_give(m->pool, e->aux);
       cuemm__pending_pop(&m->pending);
       m->pool_pending--;
@@ -380,7 +380,7 @@ static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t si
   uint32_t blk;
   CUresult r;
   cuemm__lock_acquire(&m->lock);
-  if (__builtin_expect(pool->suspended, 0)) {
+  if (__builtin_expect(cuemm__pool_is_suspended(pool), 0)) {
     r = cuemm__pool_refuse_suspended(pool, "cuemm_alloc");
     goto failed;
   }
@@ -392,7 +392,7 @@ static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t si
     goto failed;
   }
   cuemm__account_alloc(m, size);
-  cuemm__nvtx_live(pool->nvtx, p, size);
+  cuemm__nvtx_live(cuemm__pool_nvtx(pool), p, size);
   cuemm__lock_release(&m->lock);
   *out = p;
   return CUDA_SUCCESS;
@@ -514,7 +514,7 @@ CUresult cuemm__manager_alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t si
   cuemm__pool *pool = m->pool;
   if (pool && size - 1 < cuemm__pool_capacity(pool))
     r = pool_alloc(m, pool, size, &out);
-  else if (pool && pool->limit_hard && size) /* CUEMM_POOL_LIMIT_HARD */
+  else if (pool && cuemm__pool_limit_is_hard(pool) && size) /* CUEMM_POOL_LIMIT_HARD */
     r = pool_refuse(m, pool, size);
   else
     r = cuemm__manager_alloc(m, CUEMM__KIND_DEVICE, size, 0, &out);
@@ -567,7 +567,7 @@ static __attribute__((noinline)) CUresult free_checked(cuemm_manager *m, const c
     CUresult r = cuemm__extensions_give_up(m, e);
     return r == CUDA_SUCCESS ? after_queue(m) : r;
   }
-  if (!e && m->pool && cuemm__pending_holds(&m->pending, p))
+  if (!e && m->pool && cuemm__pending_find(&m->pending, p, 0))
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s: double free of 0x%" PRIxPTR ": it is already freed and "
                         "waiting in the pending queue", fn, p);
   if (!e)

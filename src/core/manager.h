@@ -93,7 +93,7 @@ struct cuemm_manager {
   uint8_t stream_inline;      /* stream_ready and no event log: their inline hit paths may serve (stream.c) */
   struct cuemm__managed *managed;  /* managed.c: CUEMM_MEMORY=managed|system, else NULL */
   cuemm__log *log;            /* the event log (log.c), NULL: none; set at creation, read without the lock */
-  size_t driver_bytes;        /* cuMemAlloc memory held (live or pending); written atomically, for the log */
+  _Atomic size_t driver_bytes; /* cuMemAlloc memory held (live or pending); the log reads it without the lock */
   struct cuemm__suspend *suspend;  /* suspend.c: the host copy of a suspension, NULL until the first */
 };
 

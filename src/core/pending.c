@@ -40,10 +40,12 @@ int cuemm__pending_reserve(cuemm__pending *q, size_t need)
   return 0;
 }
 
-int cuemm__pending_holds(const cuemm__pending *q, uintptr_t ptr)
+const cuemm__pending_entry *cuemm__pending_find(const cuemm__pending *q, uintptr_t ptr, int inside)
 {
-  for (size_t i = 0; i < q->count; i++)
-    if (q->ring[(q->head + i) & (q->cap - 1)].ptr == ptr)
-      return 1;
-  return 0;
+  for (size_t i = 0; i < q->count; i++) {
+    const cuemm__pending_entry *e = &q->ring[(q->head + i) & (q->cap - 1)];
+    if (e->ptr == ptr || (inside && ptr > e->ptr && ptr - e->ptr < e->size))
+      return e;
+  }
+  return NULL;
 }

@@ -55,8 +55,10 @@ static inline int cuemm__pending_push(cuemm__pending *q, uintptr_t ptr, size_t s
   return 0;
 }
 
-/* Whether an entry of `ptr` is queued (a walk: for error messages only). */
-int cuemm__pending_holds(const cuemm__pending *q, uintptr_t ptr);
+/* The queued entry that starts at `ptr` or, with `inside`, whose range
+ * holds it; NULL if none.  A walk of the queue: for error messages and
+ * snapshots only. */
+const cuemm__pending_entry *cuemm__pending_find(const cuemm__pending *q, uintptr_t ptr, int inside);
 
 /* After a push: whether the thresholds ask for a flush (strictly more than
  * max_count entries or max_bytes bytes).  Deferral is not considered here. */

@@ -30,17 +30,6 @@ static cuemm__owned_entry *find_containing(cuemm__owned *t, uintptr_t p)
   return NULL;
 }
 
-/* The pending entry whose range holds p, or NULL (a walk: error path only). */
-static const cuemm__pending_entry *pending_containing(const cuemm__pending *q, uintptr_t p)
-{
-  for (size_t i = 0; i < q->count; i++) {
-    const cuemm__pending_entry *e = &q->ring[(q->head + i) & (q->cap - 1)];
-    if (p >= e->ptr && p - e->ptr < e->size)
-      return e;
-  }
-  return NULL;
-}
-
 /* Why p is not a live allocation of m that cuemm_alloc handed out, as the
  * message's tail.  Lock held. */
 static CUresult not_found(cuemm_manager *m, uintptr_t p, const cuemm__owned_entry *e)
@@ -55,7 +44,7 @@ static CUresult not_found(cuemm_manager *m, uintptr_t p, const cuemm__owned_entr
                         "(0x%" PRIxPTR ", %zu bytes) that was freed already and waits in the pending queue", fn,
                         p, e->key, e->size);
   if (m->pool && cuemm__pool_contains(m->pool, (CUdeviceptr)p)) {
-    const cuemm__pending_entry *q = pending_containing(&m->pending, p);
+    const cuemm__pending_entry *q = cuemm__pending_find(&m->pending, p, 1);
     if (q)
       return cuemm__error(CUDA_ERROR_NOT_FOUND, "%s: 0x%" PRIxPTR " lies in a pool block of this manager "
                           "(0x%" PRIxPTR ", %zu bytes) that was freed already and waits in the pending queue", fn,

@@ -69,7 +69,7 @@ static CUresult pool_block_locked(cuemm_manager *m, CUdeviceptr p, const char *f
 CUresult cuemm__ipc_describe_pool(cuemm_manager *m, CUdeviceptr p, size_t size, cuemm_ipc_handle *h)
 {
   cuemm__pool *pool = m->pool;
-  if (!pool->ipc)
+  if (!cuemm__pool_is_ipc(pool))
     return cuemm__error(CUDA_ERROR_NOT_SUPPORTED,
                         "cuemm_ipc_export: 0x%llx is pool memory (CUEMM_POOL=vmm), made with cuMemCreate, which "
                         "legacy CUDA IPC cannot export, and this pool's chunks were not made exportable; enable "
@@ -276,7 +276,7 @@ static CUresult export_fds_locked(cuemm_manager *m, const cuemm_ipc_handle *h, i
   cuemm__pool *pool = m->pool;
   const cuemm_ipc_pieces *pc = &h->pieces;
   *n = 0;
-  if (!pool || !pool->ipc)
+  if (!pool || !cuemm__pool_is_ipc(pool))
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_send: the handle is pool memory, but this manager has "
                         "%s: send it with the manager that exported it", pool ? "a pool without IPC" : "no pool");
   if (!m->drv->MemExportToShareableHandle)

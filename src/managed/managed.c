@@ -250,7 +250,7 @@ static CUresult grow(cuemm__managed *mp, size_t size)
   mp->units[head].base = base;
   mp->units[head].units = (uint32_t)n;
   cuemm__sa_fill(&mp->sa, at, bytes);
-  __atomic_add_fetch(&mp->held, bytes, __ATOMIC_RELAXED);
+  atomic_fetch_add_explicit(&mp->held, bytes, memory_order_relaxed);
   cuemm__log_note(mp->log, "grow", bytes);
   mp->segments++;
   mp->segments_allocated++;
@@ -296,7 +296,7 @@ static CUresult release(cuemm__managed *mp, size_t keep)
     cuemm__sa_drain(&mp->sa, off, bytes);
     h->base = 0;
     h->units = 0;
-    __atomic_sub_fetch(&mp->held, bytes, __ATOMIC_RELAXED);
+    atomic_fetch_sub_explicit(&mp->held, bytes, memory_order_relaxed);
     cuemm__log_note(mp->log, "release", bytes);
     mp->segments--;
     mp->segments_released++;

@@ -20,6 +20,7 @@
 #ifndef CUEMM_MANAGED_H
 #define CUEMM_MANAGED_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,7 +59,8 @@ typedef struct cuemm__managed {
   size_t span, nunits;
   cuemm__sa sa;             /* over [0, span): segments, with a hole unit between any two */
   cuemm__managed_unit *units;
-  size_t held, peak_held, segments;
+  _Atomic size_t held;      /* the event log reads it without the lock */
+  size_t peak_held, segments;
   size_t release_floor;
   size_t pending;           /* managed and system blocks in the pending queue */
   size_t system_bytes, system_count;
@@ -66,6 +68,12 @@ typedef struct cuemm__managed {
   uint64_t prefetches, advises;
   char warning[256];
 } cuemm__managed;
+
+/* Device memory the managed pool holds.  Any thread, no lock. */
+static inline size_t cuemm__managed_held(const cuemm__managed *mp)
+{
+  return atomic_load_explicit(&mp->held, memory_order_relaxed);
+}
 
 /* Creates m->managed for m->cfg.memory (MANAGED or SYSTEM); checks that the
  * driver and the device support it; `flush` is the manager's flush of its

@@ -87,17 +87,6 @@ static const cuemm__stream_block *stream_find(const sblocks *s, uintptr_t p)
   return lo < s->n && s->v[lo].ptr == p ? &s->v[lo] : NULL;
 }
 
-/* The pending queue's entry for a pool block at p, or NULL. */
-static const cuemm__pending_entry *pending_find(const cuemm__pending *q, uintptr_t p)
-{
-  for (size_t i = 0; i < q->count; i++) {
-    const cuemm__pending_entry *e = &q->ring[(q->head + i) & (q->cap - 1)];
-    if (e->ptr == p)
-      return e;
-  }
-  return NULL;
-}
-
 static int chunk_of(const cuemm_snapshot *s, CUdeviceptr p)
 {
   size_t lo = 0, hi = s->nchunks;
@@ -111,58 +100,71 @@ static int chunk_of(const cuemm_snapshot *s, CUdeviceptr p)
   return lo < s->nchunks && s->chunks[lo].base <= p ? (int)lo : -1;
 }
 
+/* What cuemm__span_each's walk of one span needs. */
+typedef struct span_walk {
+  cuemm_manager *m;
+  const cuemm_snapshot *s;
+  blocks *out;
+  const sblocks *sb;
+  CUstream stream;
+} span_walk;
+
+static void span_block(uintptr_t ptr, size_t size, int cut, void *arg)
+{
+  span_walk *w = arg;
+  cuemm_snapshot_block x = { .ptr = (CUdeviceptr)ptr, .size = size, .stream_ordered = 1 };
+  x.chunk = chunk_of(w->s, x.ptr);
+  const cuemm__stream_block *sbk = cut ? stream_find(w->sb, ptr) : NULL;
+  const cuemm__pending_entry *q;
+  if (!cut) {
+    x.state = CUEMM_BLOCK_CACHED;
+    x.stream = w->stream;
+  } else if (sbk) {
+    x.stream = sbk->stream;
+    x.requested = sbk->req;
+    x.state = sbk->cached ? CUEMM_BLOCK_CACHED : CUEMM_BLOCK_LIVE;
+  } else if ((q = cuemm__pending_find(&w->m->pending, ptr, 0)) != NULL) {
+    x.requested = q->size;
+    x.state = CUEMM_BLOCK_PENDING;
+  } else
+    x.state = CUEMM_BLOCK_LIVE;
+  push(w->out, x);
+}
+
 /* The blocks of a thread's span (span.h), which the pool holds as one
  * block: those cut from it as the thread's records say, and its free
  * space as cached (the thread keeps it for the span's stream).  Lock
  * held. */
 static void take_span(cuemm_manager *m, cuemm_snapshot *s, blocks *out, const sblocks *sb, const cuemm__span *sp)
 {
-  /* Its owner cuts and takes back blocks under its heap alone. */
-  cuemm__heap_lock(sp->h);
-  for (uint32_t i = 0; i != CUEMM__SA_NIL && i < sp->sa.cap; i = sp->sa.b[i].next) {
-    const cuemm__sa_block *b = &sp->sa.b[i];
-    if (b->state == CUEMM__SA_HOLE || b->state == CUEMM__SA_SPARE || !b->size)
-      continue;
-    cuemm_snapshot_block x = { .ptr = (CUdeviceptr)(sp->base + b->off), .size = b->size, .stream_ordered = 1 };
-    x.chunk = chunk_of(s, x.ptr);
-    const cuemm__stream_block *sbk = b->state == CUEMM__SA_USED ? stream_find(sb, (uintptr_t)x.ptr) : NULL;
-    const cuemm__pending_entry *q;
-    if (b->state != CUEMM__SA_USED) {
-      x.state = CUEMM_BLOCK_CACHED;
-      x.stream = sp->retired || sp->s == CU_STREAM_LEGACY ? NULL : sp->s;
-    } else if (sbk) {
-      x.stream = sbk->stream;
-      x.requested = sbk->req;
-      x.state = sbk->cached ? CUEMM_BLOCK_CACHED : CUEMM_BLOCK_LIVE;
-    } else if ((q = pending_find(&m->pending, (uintptr_t)x.ptr)) != NULL) {
-      x.requested = q->size;
-      x.state = CUEMM_BLOCK_PENDING;
-    } else
-      x.state = CUEMM_BLOCK_LIVE;
-    push(out, x);
-  }
-  cuemm__heap_unlock(sp->h);
+  span_walk w = { m, s, out, sb, cuemm__span_stream(sp) };
+  cuemm__span_each(sp, span_block, &w);
 }
 
 /* The pool: its chunks, then its blocks in address order.  Lock held. */
 static int take_pool(cuemm_manager *m, cuemm_snapshot *s, blocks *out, const sblocks *sb)
 {
   const cuemm__pool *p = m->pool;
-  size_t n = 0;
-  for (size_t u = 0; u < p->nunits; u++)
-    n += p->units[u].head == u && p->units[u].units && p->units[u].state == CUEMM__CHUNK_ACCESSIBLE;
+  size_t n = cuemm__pool_list_chunks(p, NULL, NULL, 0);
   s->chunks = calloc(n ? n : 1, sizeof *s->chunks);
-  if (!s->chunks)
+  CUdeviceptr *base = calloc(n ? n : 1, sizeof *base);
+  size_t *size = calloc(n ? n : 1, sizeof *size);
+  if (!s->chunks || !base || !size) {
+    free(base);
+    free(size);
     return -1;
-  for (size_t u = 0; u < p->nunits; u++)
-    if (p->units[u].head == u && p->units[u].units && p->units[u].state == CUEMM__CHUNK_ACCESSIBLE)
-      s->chunks[s->nchunks++] = (cuemm_snapshot_chunk){ cuemm__pool_unit_addr(p, u), (size_t)p->units[u].units * p->unit };
+  }
+  cuemm__pool_list_chunks(p, base, size, n);
+  for (size_t k = 0; k < n; k++)
+    s->chunks[s->nchunks++] = (cuemm_snapshot_chunk){ base[k], size[k] };
+  free(base);
+  free(size);
 
   for (uint32_t i = 0; i != CUEMM__SA_NIL && i < cuemm__pool_descriptors(p); i = cuemm__pool_block(p, i)->next) {
     const cuemm__sa_block *b = cuemm__pool_block(p, i);
     if (b->state == CUEMM__SA_HOLE || b->state == CUEMM__SA_SPARE || !b->size)
       continue;
-    cuemm_snapshot_block x = { .ptr = (CUdeviceptr)(p->base + b->off), .size = b->size };
+    cuemm_snapshot_block x = { .ptr = (CUdeviceptr)(cuemm__pool_base(p) + b->off), .size = b->size };
     x.chunk = chunk_of(s, x.ptr);
     if (b->state != CUEMM__SA_USED) {
       x.state = CUEMM_BLOCK_FREE;
@@ -191,7 +193,7 @@ static int take_pool(cuemm_manager *m, cuemm_snapshot *s, blocks *out, const sbl
         x.stream_ordered = 1;
         x.stream = (CUstream)(uintptr_t)b->seq == CU_STREAM_LEGACY ? NULL : (CUstream)(uintptr_t)b->seq;
       }
-    } else if ((q = pending_find(&m->pending, (uintptr_t)x.ptr)) != NULL) {
+    } else if ((q = cuemm__pending_find(&m->pending, (uintptr_t)x.ptr, 0)) != NULL) {
       x.requested = q->size;
       x.state = CUEMM_BLOCK_PENDING;
     } else

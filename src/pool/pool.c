@@ -246,7 +246,7 @@ static void rollback(cuemm__pool *p, size_t head, size_t n)
       cuemm__error_append("; undoing it, cuMemUnmap failed too: the chunk (%zu bytes) stays mapped, unused, "
                           "until the manager is destroyed", bytes);
       cuemm__sa_quarantine(&p->sa, head * p->unit, bytes);
-      __atomic_add_fetch(&p->mapped, bytes, __ATOMIC_RELAXED);
+      atomic_fetch_add_explicit(&p->mapped, bytes, memory_order_relaxed);
       p->chunks++;
       return;
     }
@@ -493,7 +493,7 @@ CUresult cuemm__pool_grow(cuemm__pool *p, size_t size, uint32_t tag)
     cuemm__sa_fill_tagged(&p->sa, best_off, best_bytes, tag);
   else
     cuemm__sa_fill(&p->sa, best_off, best_bytes);
-  __atomic_add_fetch(&p->mapped, best_bytes, __ATOMIC_RELAXED);
+  atomic_fetch_add_explicit(&p->mapped, best_bytes, memory_order_relaxed);
   if (p->mapped > p->recent_need[0])
     p->recent_need[0] = p->mapped;
   cuemm__log_note(p->log, "grow", best_bytes);
@@ -534,7 +534,7 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
   cuemm__sa_drain(&p->sa, head * p->unit, bytes);
   h->state = CUEMM__CHUNK_EMPTY;
   h->units = 0;
-  __atomic_sub_fetch(&p->mapped, bytes, __ATOMIC_RELAXED);
+  atomic_fetch_sub_explicit(&p->mapped, bytes, memory_order_relaxed);
   cuemm__log_note(p->log, "release", bytes);
   p->chunks--;
   p->chunks_released++;
@@ -718,6 +718,21 @@ void cuemm__pool_describe(const cuemm__pool *p, char *buf, size_t n)
 {
   snprintf(buf, n, "%zu bytes mapped, %zu used, largest free block %zu bytes", p->mapped, p->sa.used_bytes,
            cuemm__sa_largest_free(&p->sa));
+}
+
+size_t cuemm__pool_list_chunks(const cuemm__pool *p, CUdeviceptr *base, size_t *size, size_t cap)
+{
+  size_t n = 0;
+  for (size_t u = 0; u < p->nunits; u++) {
+    if (p->units[u].head != u || !p->units[u].units || p->units[u].state != CUEMM__CHUNK_ACCESSIBLE)
+      continue;
+    if (base && n < cap) {
+      base[n] = cuemm__pool_unit_addr(p, u);
+      size[n] = (size_t)p->units[u].units * p->unit;
+    }
+    n++;
+  }
+  return n;
 }
 
 /* ---- destruction ------------------------------------------------------------- */

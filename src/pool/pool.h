@@ -10,6 +10,7 @@
 #ifndef CUEMM_POOL_H
 #define CUEMM_POOL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -58,7 +59,7 @@ typedef struct cuemm__pool {
   int limit_hard;         /* CUEMM_POOL_LIMIT_HARD: nothing past the limit goes to cuMemAlloc */
   size_t piece;           /* CUEMM_POOL_PIECE: pinned piece size; 0: chosen by measurement (piece.c) */
   size_t last_piece;      /* the piece size of the last growth */
-  size_t mapped;          /* written atomically: the event log reads it without the lock */
+  _Atomic size_t mapped;  /* the event log reads it without the lock */
   struct cuemm__log *log; /* the manager's event log, for notes of growth and release; NULL: none */
   size_t chunks;
   size_t release_floor;   /* free bytes at their low point since the last release attempt */
@@ -89,7 +90,7 @@ typedef struct cuemm__pool {
   /* Suspension (suspend.c decides, vacate.c moves the chunks).
    * `suspended` is written under the manager's lock and read atomically
    * by the slow paths that refuse to hand out blocks while it is set. */
-  int suspended;
+  _Atomic int suspended;
   size_t kept_bytes;      /* block contents held in host memory (CUEMM_SUSPEND_KEEP) */
   uint64_t suspends, resumes;
   /* Ranges whose chunks were sent to other processes (ipc-fd.c), which a
@@ -127,6 +128,8 @@ static inline int cuemm__pool_contains(const cuemm__pool *p, CUdeviceptr a)
 /* The largest request the pool serves; larger ones go to cuMemAlloc, or
  * are refused when the limit is hard. */
 static inline size_t cuemm__pool_capacity(const cuemm__pool *p) { return p->limit; }
+/* The start of the pool's reserved range: a block's offset is from here. */
+static inline CUdeviceptr cuemm__pool_base(const cuemm__pool *p) { return p->base; }
 
 /* Takes a block of at least `size` bytes (256-byte aligned) from mapped free
  * space.  Returns 0, or -1 when no free block is large enough. */
@@ -367,21 +370,44 @@ size_t cuemm__pool_piece_size(const cuemm__pool *p, size_t bytes);
  * when host memory ran out, the list then holding those found before. */
 int cuemm__pool_free_chunks(cuemm__pool *p, uint32_t **cand, size_t *n);
 
+/* The pool's chunks that are mapped and accessible, in address order:
+ * their starts and sizes into base[] and size[] (at most cap of them;
+ * NULL arrays: only counted).  Returns how many there are.  Lock held. */
+size_t cuemm__pool_list_chunks(const cuemm__pool *p, CUdeviceptr *base, size_t *size, size_t cap);
+
 /* ---- the suspended state, which every path that hands out pool memory
  * reads (suspend.c sets it with the manager's lock held); what a
  * suspension does to the chunks is vacate.h's ---- */
 
 static inline int cuemm__pool_is_suspended(const cuemm__pool *p)
 {
-  return __atomic_load_n(&p->suspended, __ATOMIC_ACQUIRE);
+  return atomic_load_explicit(&p->suspended, memory_order_acquire);
 }
 static inline void cuemm__pool_set_suspended(cuemm__pool *p, int on)
 {
-  __atomic_store_n(&p->suspended, on, __ATOMIC_RELEASE);
+  atomic_store_explicit(&p->suspended, on, memory_order_release);
 }
 static inline void cuemm__pool_set_kept(cuemm__pool *p, size_t bytes) { p->kept_bytes = bytes; }
-/* Bytes of physical memory the pool holds (0 once wholly suspended). */
-static inline size_t cuemm__pool_held(const cuemm__pool *p) { return __atomic_load_n(&p->mapped, __ATOMIC_RELAXED); }
+/* Bytes of physical memory the pool holds (0 once wholly suspended).  Any
+ * thread, no lock. */
+static inline size_t cuemm__pool_held(const cuemm__pool *p) { return atomic_load_explicit(&p->mapped, memory_order_relaxed); }
+/* Device memory the pool holds from the driver: a slab whole from its
+ * creation, else what is mapped.  Any thread, no lock. */
+static inline size_t cuemm__pool_held_from_driver(const cuemm__pool *p) { return p->slab ? p->reserved : cuemm__pool_held(p); }
+/* Whether the hard limit (CUEMM_POOL_LIMIT_HARD) keeps requests past it
+ * from cuMemAlloc; chunks exportable to other processes. */
+static inline int cuemm__pool_limit_is_hard(const cuemm__pool *p) { return p->limit_hard; }
+static inline int cuemm__pool_is_ipc(const cuemm__pool *p) { return p->ipc; }
+/* The allocation granularity every mapping is a multiple of. */
+static inline size_t cuemm__pool_granule(const cuemm__pool *p) { return p->unit; }
+/* Where growth and release are noted (the manager's event log). */
+static inline void cuemm__pool_set_log(cuemm__pool *p, struct cuemm__log *log) { p->log = log; }
+/* Where descriptors of blocks cut by the threads (span.h) go back. */
+static inline void cuemm__pool_set_span_give(cuemm__pool *p, void (*give)(void *, uint32_t), void *arg)
+{
+  p->span_give = give;
+  p->span_arg = arg;
+}
 static inline int cuemm__pool_is_slab(const cuemm__pool *p) { return p->slab; }
 static inline void cuemm__pool_count(cuemm__pool *p, int resumed)
 {

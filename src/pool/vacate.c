@@ -107,7 +107,7 @@ CUresult cuemm__vacate_unmap_all(cuemm__pool *p)
       continue;
     }
     h->state = CUEMM__CHUNK_SUSPENDED;
-    __atomic_sub_fetch(&p->mapped, bytes, __ATOMIC_RELAXED);
+    atomic_fetch_sub_explicit(&p->mapped, bytes, memory_order_relaxed);
     p->chunks--;
     p->chunks_released++;
     cuemm__log_note(p->log, "suspend-release", bytes);
@@ -160,7 +160,7 @@ static CUresult remap_run(cuemm__pool *p, size_t head, size_t n)
     h->has_handle = 1;
     h->state = CUEMM__CHUNK_CREATED;
     h->serial = ++p->next_serial; /* new memory: what was sent of the old is no longer it */
-    __atomic_add_fetch(&p->mapped, kb, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&p->mapped, kb, memory_order_relaxed);
     p->chunks++;
     p->chunks_mapped++;
     r = d->MemMap(at, kb, 0, h->handle, 0);

@@ -144,7 +144,7 @@ static size_t heap_give_back(cuemm_manager *m, cuemm__heap *h, int all, size_t k
     int idle = b->seq <= a->done;
     if (!idle && !all && (want || a->retired || cuemm__event_own_only(a->s)))
       continue;
-    uintptr_t ptr = b->ptr;
+    uintptr_t ptr = cuemm__hb_ptr(b);
     size_t size = b->size;
     uint32_t blk = b->blk;
     if (!idle && all) {
@@ -182,7 +182,7 @@ static size_t heap_give_back_stream(cuemm_manager *m, cuemm__heap *h, CUstream s
     next = b->newer;
     if (b->hs != hs)
       continue;
-    uintptr_t ptr = b->ptr;
+    uintptr_t ptr = cuemm__hb_ptr(b);
     size_t size = b->size;
     if (cuemm__exchange_give_on(m, b->blk, s) != 0)
       break;
@@ -242,7 +242,7 @@ size_t cuemm__exchange_reclaim(cuemm_manager *m, int how, size_t want)
  * locks held (or h entered by its owner, with the manager's lock). */
 void cuemm__exchange_to_pool(cuemm_manager *m, cuemm__heap *h, uint32_t r, CUstream stream)
 {
-  uintptr_t ptr = h->b[r].ptr;
+  uintptr_t ptr = cuemm__hb_ptr(&h->b[r]);
   size_t size = h->b[r].size;
   uint32_t blk = h->b[r].blk;
   cuemm__heap_remove(h, r);
@@ -376,7 +376,7 @@ static size_t span_size(const cuemm_manager *m, const cuemm__heap *h, uint32_t h
   size_t capacity = cuemm__pool_capacity(m->pool) / 8;
   if (want > capacity)
     want = capacity > rs ? capacity : rs;
-  size_t unit = m->pool->unit;
+  size_t unit = cuemm__pool_granule(m->pool);
   want = (want + unit - 1) / unit * unit;
   return want <= cuemm__pool_capacity(m->pool) / 8 || want == rs ? want : rs;
 }
@@ -416,7 +416,7 @@ __attribute__((noinline)) cuemm__result cuemm__exchange_span_open(cuemm_manager 
     if (rec == CUEMM__HEAP_NIL)
       r = CUEMM__NEXT;
     else {
-      *p = (CUdeviceptr)h->b[rec].ptr;
+      *p = (CUdeviceptr)cuemm__hb_ptr(&h->b[rec]);
       if (m->st.live_bytes + size > m->st.peak_bytes)
         m->st.peak_bytes = m->st.live_bytes + size; /* as cuemm__account_alloc, the block counted in its heap */
     }
@@ -570,9 +570,10 @@ __attribute__((noinline)) void cuemm__exchange_trim_heap(cuemm_manager *m, cuemm
 int cuemm__exchange_defer_record(cuemm_manager *m, cuemm__heap *h, uint32_t r)
 {
   cuemm__hblock *b = &h->b[r];
-  if (cuemm__manager_defer_block(m, b->ptr, b->size, b->blk) != 0)
+  uintptr_t ptr = cuemm__hb_ptr(b);
+  if (cuemm__manager_defer_block(m, ptr, b->size, b->blk) != 0)
     return -1;
-  cuemm__owned_drop(&m->owned, b->ptr);
+  cuemm__owned_drop(&m->owned, ptr);
   if (b->state == CUEMM__HB_CACHED)
     cuemm__heap_unbin(h, r);
   if (b->uses)

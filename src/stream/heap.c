@@ -137,17 +137,17 @@ static int map_grow(cuemm__heap *h)
   cuemm__hmap *hm = malloc(sizeof *hm + cap * sizeof hm->slot[0]);
   if (!hm)
     return -1;
-  uint32_t *map = hm->slot;
+  _Atomic uint32_t *map = hm->slot;
   hm->cap = cap;
   memset(map, 0xff, cap * sizeof *map);
   for (size_t i = 0; i < h->mapcap; i++) {
-    uint32_t r = h->map[i];
+    uint32_t r = atomic_load_explicit(&h->map[i], memory_order_relaxed);
     if (r == CUEMM__HEAP_NIL)
       continue;
-    size_t j = cuemm__heap_hash(h->b[r].ptr, cap);
-    while (map[j] != CUEMM__HEAP_NIL)
+    size_t j = cuemm__heap_hash(cuemm__hb_ptr(&h->b[r]), cap);
+    while (atomic_load_explicit(&map[j], memory_order_relaxed) != CUEMM__HEAP_NIL)
       j = (j + 1) & (cap - 1);
-    map[j] = r;
+    atomic_store_explicit(&map[j], r, memory_order_relaxed);
   }
   /* The old map stays until the heap goes: a thread freeing one of its
    * blocks may be reading it.  Their sizes halve down the chain. */
@@ -263,12 +263,12 @@ uint32_t cuemm__heap_insert(cuemm__heap *h, uintptr_t ptr, size_t size, uint32_t
   b->older = b->newer = 0;
   b->state = CUEMM__HB_LIVE;
   b->uses = b->lpos = 0;
-  __atomic_store_n(&b->remote, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&b->ptr, ptr, __ATOMIC_RELAXED);
+  atomic_store_explicit(&b->remote, 0, memory_order_relaxed);
+  atomic_store_explicit(&b->ptr, ptr, memory_order_relaxed);
   size_t i = cuemm__heap_hash(ptr, h->mapcap);
-  while (h->map[i] != CUEMM__HEAP_NIL)
+  while (atomic_load_explicit(&h->map[i], memory_order_relaxed) != CUEMM__HEAP_NIL)
     i = (i + 1) & (h->mapcap - 1);
-  __atomic_store_n(&h->map[i], r, __ATOMIC_RELAXED);
+  atomic_store_explicit(&h->map[i], r, memory_order_relaxed);
   h->mapused++;
   h->live_bytes += req;
   h->live_count++;
@@ -283,20 +283,22 @@ void cuemm__heap_remove(cuemm__heap *h, uint32_t r)
     h->live_count--;
   }
   /* Backward-shift deletion from the pointer map (no tombstones). */
-  size_t mask = h->mapcap - 1, hole = cuemm__heap_hash(b->ptr, h->mapcap);
-  while (h->map[hole] != r)
+  size_t mask = h->mapcap - 1, hole = cuemm__heap_hash(cuemm__hb_ptr(b), h->mapcap);
+  while (atomic_load_explicit(&h->map[hole], memory_order_relaxed) != r)
     hole = (hole + 1) & mask;
-  for (size_t j = (hole + 1) & mask; h->map[j] != CUEMM__HEAP_NIL; j = (j + 1) & mask) {
-    size_t home = cuemm__heap_hash(h->b[h->map[j]].ptr, h->mapcap);
+  for (size_t j = (hole + 1) & mask; atomic_load_explicit(&h->map[j], memory_order_relaxed) != CUEMM__HEAP_NIL;
+       j = (j + 1) & mask) {
+    uint32_t rj = atomic_load_explicit(&h->map[j], memory_order_relaxed);
+    size_t home = cuemm__heap_hash(cuemm__hb_ptr(&h->b[rj]), h->mapcap);
     if (((j - home) & mask) >= ((j - hole) & mask)) {
-      __atomic_store_n(&h->map[hole], h->map[j], __ATOMIC_RELAXED);
+      atomic_store_explicit(&h->map[hole], rj, memory_order_relaxed);
       hole = j;
     }
   }
-  __atomic_store_n(&h->map[hole], CUEMM__HEAP_NIL, __ATOMIC_RELAXED);
+  atomic_store_explicit(&h->map[hole], CUEMM__HEAP_NIL, memory_order_relaxed);
   h->mapused--;
   b->state = CUEMM__HB_UNUSED;
-  __atomic_store_n(&b->ptr, 0, __ATOMIC_RELAXED);
+  atomic_store_explicit(&b->ptr, 0, memory_order_relaxed);
   b->next = h->spare;
   h->spare = r;
 }
@@ -311,10 +313,10 @@ int cuemm__heap_remote_free(cuemm__heap *h, uintptr_t p, CUstream stream, size_t
     return 0;
   uint32_t r = CUEMM__HEAP_NIL;
   for (size_t i = cuemm__heap_hash(p, hm->cap), n = 0; n < hm->cap; i = (i + 1) & (hm->cap - 1), n++) {
-    uint32_t c = __atomic_load_n(&hm->slot[i], __ATOMIC_RELAXED);
+    uint32_t c = atomic_load_explicit(&hm->slot[i], memory_order_relaxed);
     if (c == CUEMM__HEAP_NIL)
       break;
-    if (c < FIXED_RECORDS && __atomic_load_n(&h->b[c].ptr, __ATOMIC_RELAXED) == p) {
+    if (c < FIXED_RECORDS && cuemm__hb_ptr(&h->b[c]) == p) {
       r = c;
       break;
     }
@@ -328,7 +330,7 @@ int cuemm__heap_remote_free(cuemm__heap *h, uintptr_t p, CUstream stream, size_t
   if (b->state != CUEMM__HB_LIVE || b->uses || b->size >= CUEMM__HEAP_LARGE)
     return 0;
   uint8_t was = 0;
-  if (!__atomic_compare_exchange_n(&b->remote, &was, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+  if (!atomic_compare_exchange_strong_explicit(&b->remote, &was, 1, memory_order_acq_rel, memory_order_relaxed))
     return -1;
   *req = b->req;
   b->seq = (uint64_t)(uintptr_t)stream;
@@ -361,7 +363,7 @@ void cuemm__heap_drain_remote_list(cuemm__heap *h)
     if (hs == CUEMM__HEAP_NIL)
       hs = cuemm__heap_add_stream(h, s);
     if (hs != CUEMM__HEAP_NIL && cuemm__heap_cache(h, r, hs) == 0)
-      __atomic_store_n(&b->remote, 0, __ATOMIC_RELAXED);
+      atomic_store_explicit(&b->remote, 0, memory_order_relaxed);
     else {
       b->next = kept; /* no host memory for a stream or a bin: it waits for the next drain */
       kept = r;
@@ -400,7 +402,7 @@ const char *cuemm__heap_check(const cuemm__heap *h)
     if (b->state == CUEMM__HB_UNUSED)
       continue;
     mapped++;
-    if (cuemm__heap_find(h, b->ptr) != r)
+    if (cuemm__heap_find(h, cuemm__hb_ptr(b)) != r)
       return "a record is not found through the pointer map";
     if (b->hs >= h->nst)
       return "a record names a stream the heap does not have";

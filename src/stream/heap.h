@@ -67,7 +67,7 @@ typedef enum cuemm__hblock_state {
 } cuemm__hblock_state;
 
 typedef struct cuemm__hblock {
-  uintptr_t ptr;
+  _Atomic uintptr_t ptr; /* read by other threads (cuemm__heap_remote_free): cuemm__hb_ptr */
   size_t size;          /* the pool block's size (a multiple of 256) */
   size_t req;           /* LIVE: the bytes the program asked for */
   uint64_t seq;         /* CACHED: its stream's free number */
@@ -79,8 +79,17 @@ typedef struct cuemm__hblock {
   uint8_t state;
   uint8_t uses;         /* LIVE: streams named by cuemm_record_stream wait in the heap's `uses` */
   uint8_t lpos;         /* CACHED and large: its slot in its stream's `large`, or CUEMM__HEAP_UNLISTED */
-  uint8_t remote;       /* LIVE: freed by another thread, waiting in the heap's remote list (atomic) */
+  _Atomic uint8_t remote; /* LIVE: freed by another thread, waiting in the heap's remote list */
 } cuemm__hblock;
+
+/* A record's address.  The fields other threads read while the owner
+ * writes them (`ptr`, `remote`, the map's slots) are C11 atomics, read and
+ * written with explicit orders; the owner's reads are relaxed loads,
+ * plain moves on x86-64 and arm64. */
+static inline uintptr_t cuemm__hb_ptr(const cuemm__hblock *b)
+{
+  return atomic_load_explicit(&b->ptr, memory_order_relaxed);
+}
 
 /* A stream besides its own that used a live block (cuemm_record_stream).
  * Once the stream is released (cuemm_stream_release), `ev`, recorded on it
@@ -152,7 +161,7 @@ typedef struct cuemm__heap {
   uint8_t fixed;
   uint32_t nb, capb, spare;
   /* pointer -> record, for every block the heap holds (open addressing) */
-  uint32_t *map;
+  _Atomic uint32_t *map;
   size_t mapcap, mapused;
   /* The map as other threads read it (its slots and their count in one
    * allocation), and the maps it replaced, freed with the heap: a thread
@@ -207,14 +216,14 @@ typedef struct cuemm__heap {
 static inline int cuemm__heap_freeable(const cuemm__heap *h, uint32_t r)
 {
   const cuemm__hblock *b = &h->b[r];
-  return b->state == CUEMM__HB_LIVE && !b->uses && !__atomic_load_n(&b->remote, __ATOMIC_RELAXED);
+  return b->state == CUEMM__HB_LIVE && !b->uses && !atomic_load_explicit(&b->remote, memory_order_relaxed);
 }
 
 /* The pointer map's published form (pubmap). */
 typedef struct cuemm__hmap {
   struct cuemm__hmap *older;
   size_t cap;
-  uint32_t slot[];      /* written with atomic stores while other threads may read them */
+  _Atomic uint32_t slot[]; /* written while other threads may read them */
 } cuemm__hmap;
 
 void cuemm__heap_init(cuemm__heap *h, struct cuemm_manager *m, uint32_t index);
@@ -285,10 +294,10 @@ static inline uint32_t cuemm__heap_find(const cuemm__heap *h, uintptr_t p)
   if (!h->mapcap)
     return CUEMM__HEAP_NIL;
   for (size_t i = cuemm__heap_hash(p, h->mapcap);; i = (i + 1) & (h->mapcap - 1)) {
-    uint32_t r = h->map[i];
+    uint32_t r = atomic_load_explicit(&h->map[i], memory_order_relaxed);
     if (r == CUEMM__HEAP_NIL)
       return CUEMM__HEAP_NIL;
-    if (h->b[r].ptr == p)
+    if (cuemm__hb_ptr(&h->b[r]) == p)
       return r;
   }
 }

@@ -285,3 +285,14 @@ void cuemm__span_live_runs(const cuemm_manager *m, uintptr_t base, size_t off, s
     at = s0 + next->size;
   }
 }
+
+void cuemm__span_each(const cuemm__span *sp, void (*fn)(uintptr_t ptr, size_t size, int cut, void *arg), void *arg)
+{
+  cuemm__heap_lock(sp->h);
+  for (uint32_t i = 0; i != CUEMM__SA_NIL && i < sp->sa.cap; i = sp->sa.b[i].next) {
+    const cuemm__sa_block *b = &sp->sa.b[i];
+    if (b->state != CUEMM__SA_HOLE && b->state != CUEMM__SA_SPARE && b->size)
+      fn(sp->base + b->off, b->size, b->state == CUEMM__SA_USED, arg);
+  }
+  cuemm__heap_unlock(sp->h);
+}

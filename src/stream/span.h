@@ -86,6 +86,18 @@ static inline uint32_t cuemm__span_id(uint32_t blk)
 }
 static inline uint32_t cuemm__span_desc(uint32_t blk) { return blk & CUEMM__SPAN_DESC_MASK; }
 
+/* Calls fn on every block of span sp in address order: those cut from it
+ * (`cut`) and its free space, under its owner's heap lock (its owner cuts
+ * and takes back blocks under the heap alone).  m's lock held. */
+void cuemm__span_each(const cuemm__span *sp, void (*fn)(uintptr_t ptr, size_t size, int cut, void *arg), void *arg);
+
+/* The stream whose requests sp serves, as a program names it: NULL for
+ * the legacy stream and once the stream was retired. */
+static inline CUstream cuemm__span_stream(const cuemm__span *sp)
+{
+  return sp->retired || sp->s == CU_STREAM_LEGACY ? NULL : sp->s;
+}
+
 /* A block of `rs` bytes (rounded) cut from stream hs's current span of h,
  * recorded LIVE in h for `req` bytes, or NIL (no span, no room, no host
  * memory for the record).  Heap entered by its owner or locked. */

@@ -120,8 +120,7 @@ static CUresult stream_attach(cuemm_manager *m)
   m->stream_inline = m->stream_ready && !m->log;
   atomic_store_explicit(&m->keep_large, (uint32_t)m->cfg.stream_keep_large, memory_order_relaxed);
   if (m->pool) {
-    m->pool->span_give = cuemm__span_give_idle;
-    m->pool->span_arg = m;
+    cuemm__pool_set_span_give(m->pool, cuemm__span_give_idle, m);
   }
   return CUDA_SUCCESS;
 }
@@ -217,7 +216,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
   if (span)
     got = cuemm__span_cut(h, hs, rs, size);
   if (got != CUEMM__HEAP_NIL) {
-    *p = (CUdeviceptr)h->b[got].ptr;
+    *p = (CUdeviceptr)cuemm__hb_ptr(&h->b[got]);
     cuemm__heap_unlock(h);
     cuemm__nvtx_live(cuemm__pool_nvtx(m->pool), (uintptr_t)*p, size);
     return CUDA_SUCCESS;
@@ -236,7 +235,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
 static inline __attribute__((always_inline)) CUresult heap_served(cuemm_manager *m, cuemm__heap *h, uint32_t r,
                                                                  CUdeviceptr *p, size_t size)
 {
-  *p = (CUdeviceptr)h->b[r].ptr;
+  *p = (CUdeviceptr)cuemm__hb_ptr(&h->b[r]);
   cuemm__heap_leave(h);
   cuemm__nvtx_live(cuemm__pool_nvtx(m->pool), (uintptr_t)*p, size);
   return CUDA_SUCCESS;
@@ -695,7 +694,7 @@ void cuemm__stream_each(cuemm_manager *m, void (*fn)(void *arg, const cuemm__str
         continue;
       const cuemm__hstream *st = &h->st[b->hs];
       cuemm__stream_block out = {
-        .ptr = b->ptr, .size = b->size, .req = b->state == CUEMM__HB_LIVE ? b->req : 0,
+        .ptr = cuemm__hb_ptr(b), .size = b->size, .req = b->state == CUEMM__HB_LIVE ? b->req : 0,
         .stream = st->retired || st->s == CU_STREAM_LEGACY ? NULL : st->s,
         .cached = b->state == CUEMM__HB_CACHED, .retired = st->retired,
       };
