@@ -1,5 +1,5 @@
 #!/bin/sh
-# gpu-nvtx.sh: the GPU proof of the NVTX annotations (src/observe/nvtx.c): a write
+# gpu-nvtx.sh: the GPU proof of the NVTX annotations (src/trace/nvtx.c): a write
 # one element past a pool block, inside the pool's memory, is reported by
 # compute-sanitizer's memcheck when the pool's blocks are annotated
 # (CUEMM_NVTX=1) and not when they are not (CUEMM_NVTX=0).

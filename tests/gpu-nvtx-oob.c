@@ -1,4 +1,4 @@
-/* gpu-nvtx-oob.c: the GPU proof of the NVTX annotations (src/observe/nvtx.c), run
+/* gpu-nvtx-oob.c: the GPU proof of the NVTX annotations (src/trace/nvtx.c), run
  * by scripts/gpu-nvtx.sh under compute-sanitizer's memcheck.
  *
  * A manager with the pool (CUEMM_POOL=vmm; CUEMM_NVTX from the

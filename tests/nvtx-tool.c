@@ -26,7 +26,7 @@
  *
  * The layouts below are written from the NVTX headers on their own and
  * checked against the sizes those headers give on LP64, so that cuemm's
- * declarations (src/observe/nvtx.c) are checked by a second reading.
+ * declarations (src/trace/nvtx.c) are checked by a second reading.
  *
  * NVTX_TOOL_FAIL makes it misbehave as a broken or foreign tool would:
  * "core" (InitializeInjectionNvtx2 returns 0), "ext" (the extension's

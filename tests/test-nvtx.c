@@ -1,5 +1,5 @@
 /* test-nvtx.c: pool blocks annotated for tools through NVTX's memory API
- * (src/observe/nvtx.c), against tests/nvtx-tool.c, a stand-in tool that logs the
+ * (src/trace/nvtx.c), against tests/nvtx-tool.c, a stand-in tool that logs the
  * calls it receives and refuses what a tool would refuse.
  *
  * In this process, with the tool attached: it is loaded when the first

@@ -197,7 +197,7 @@ static const cuemm__config_other others[] = {
   { "CUEMM_LIBRARY", "the Python package cuemm (python/cuemm/_lib.py)",
     "The libcuemm file the Python modules (the Numba plugin, the PyTorch and CuPy adapters) load instead of the "
     "installed one." },
-  { "NVTX_INJECTION64_PATH", "src/observe/nvtx.c",
+  { "NVTX_INJECTION64_PATH", "src/trace/nvtx.c",
     "Set by a tool such as compute-sanitizer: the library cuemm loads, when the first pool with CUEMM_NVTX=1 is "
     "created, to annotate pool blocks (NVTX_INJECTION32_PATH in a 32-bit process)." },
 };

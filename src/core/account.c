@@ -7,9 +7,9 @@
  */
 #include "core/account.h"
 #include "base/error.h"
-#include "managed/managed.h"
+#include "core/managed.h"
 #include "core/manager.h"
-#include "observe/log.h"
+#include "trace/log.h"
 
 void cuemm__account_alloc(cuemm_manager *m, size_t size)
 {

@@ -13,10 +13,10 @@
 
 #include "base/error.h"
 #include "ipc/ipc.h"
-#include "core/registry.h"
+#include "lifecycle/registry.h"
 #include "observe/report.h"
 #include "stream/stream.h"
-#include "pool/suspend.h"
+#include "suspend/suspend.h"
 
 static const cuemm__extension *const extensions[] = {
   &cuemm__registry_extension,

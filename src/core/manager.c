@@ -26,9 +26,9 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "managed/managed.h"
+#include "core/managed.h"
 #include "core/manager.h"
-#include "observe/nvtx.h"
+#include "trace/nvtx.h"
 #include "pool/share.h"
 
 CUEMM_EXTERN const char *cuemm_version_string(void)

@@ -37,14 +37,14 @@
 #include <stdint.h>
 
 #include "core/account.h"
-#include "base/ctx.h"
+#include "core/ctx.h"
 #include "cuemm.h"
 #include "base/driver.h"
 #include "base/error.h"
 #include "base/util.h"
 #include "base/lock.h"
 #include "stream/heap.h"
-#include "observe/log.h"
+#include "trace/log.h"
 #include "core/owned.h"
 #include "core/pending.h"
 #include "pool/pool.h"

@@ -57,9 +57,9 @@
 #include <time.h>
 
 #include "base/error.h"
-#include "observe/nvtx.h"
+#include "trace/nvtx.h"
 #include "pool/piece.h"
-#include "observe/log.h"
+#include "trace/log.h"
 #include "pool/pool.h"
 #include "suballoc/suballoc-hole.h"
 

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 
 #include "base/error.h"
-#include "observe/log.h"
-#include "observe/nvtx.h"
+#include "trace/log.h"
+#include "trace/nvtx.h"
 #include "pool/piece.h"
 #include "pool/share.h"
 #include "pool/vacate.h"

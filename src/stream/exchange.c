@@ -14,7 +14,7 @@
 
 #include "base/error.h"
 #include "stream/exchange.h"
-#include "observe/nvtx.h"
+#include "trace/nvtx.h"
 #include "stream/tags.h"
 #include "stream/thread-heap.h"
 

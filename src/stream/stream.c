@@ -48,7 +48,7 @@
 
 #include "base/error.h"
 #include "stream/exchange.h"
-#include "observe/nvtx.h"
+#include "trace/nvtx.h"
 #include "stream/event.h"
 #include "stream/span.h"
 #include "stream/free.h"

@@ -13,7 +13,7 @@
 
 #include "base/config.h"
 #include "base/error.h"
-#include "managed/managed.h"
+#include "core/managed.h"
 #include "core/manager.h"
 
 /* ---- creation ------------------------------------------------------------- */

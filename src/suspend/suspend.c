@@ -34,7 +34,7 @@
 #include "stream/exchange.h"
 #include "pool/vacate.h"
 #include "stream/span.h"
-#include "pool/suspend.h"
+#include "suspend/suspend.h"
 
 typedef struct kept_run {
   size_t off, size;  /* in the pool, from its base */

@@ -6,7 +6,7 @@
  * tags.c and exchange.c, suspend.c, ipc.c, ipc-fd.c) and calls none
  * of them.
  */
-#include "base/ctx.h"
+#include "core/ctx.h"
 #include "base/error.h"
 #include "core/manager.h"
 

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "observe/log.h"
+#include "trace/log.h"
 
 #define LOG_BUFFER (64 * 1024)
 #define ROW_MAX 256    /* a row without its notes fits in this */

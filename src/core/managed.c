@@ -33,10 +33,10 @@
 #include <string.h>
 
 #include "core/account.h"
-#include "base/ctx.h"
+#include "core/ctx.h"
 #include "base/error.h"
 #include "base/util.h"
-#include "managed/managed.h"
+#include "core/managed.h"
 #include "core/manager.h"
 #include "suballoc/suballoc-hole.h"
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "base/error.h"
-#include "core/registry.h"
+#include "lifecycle/registry.h"
 
 typedef struct slot {
   unsigned long long ctx_id;

@@ -67,7 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "observe/nvtx.h"
+#include "trace/nvtx.h"
 
 /* ---- the NVTX ABI ------------------------------------------------------------------ */
 
