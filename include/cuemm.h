@@ -192,6 +192,12 @@ typedef enum cuemm_location {
 } cuemm_location;
 
 typedef struct cuemm_config {
+  /* sizeof(cuemm_config) as the program's cuemm.h declares it, set by
+   * cuemm_config_init.  cuemm_create reads only these bytes: fields a
+   * smaller (older) struct lacks take their defaults, and a size no
+   * version of the struct has (0, or more than this library's) is refused. */
+  size_t size;
+
   /* A flush runs when, after a free is queued, more than this many frees are
    * pending.  0 frees at once (every free flushes). Default 10. */
   size_t max_pending_count;
@@ -387,17 +393,19 @@ typedef struct cuemm_config {
   int nvtx;
 
   /* Set by cuemm_config_init: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE when
-   * an environment variable was invalid, with env_error saying which (every
-   * invalid one, each in the sentence cuemm_config_init's errors describe,
-   * separated by "; ").  cuemm_create refuses a configuration that carries
-   * an error, so an invalid variable cannot pass unnoticed even when the
-   * result of cuemm_config_init is ignored. */
+   * an environment variable was invalid, with env_invalid saying which.
+   * cuemm_create refuses a configuration that carries an error, with the
+   * message cuemm_config_init gave (every invalid variable, each in the
+   * sentence cuemm_config_init's errors describe, separated by "; "), so an
+   * invalid variable cannot pass unnoticed even when the result of
+   * cuemm_config_init is ignored. */
   CUresult env_status;
-  char env_error[8192];
-  /* Set by cuemm_config_init: which knobs the environment set (one bit per
-   * variable, in the order of cuemm(7)'s table).  cuemm_create reads it to
-   * tell which settings a manager ignores; programs leave it alone. */
+  /* Set by cuemm_config_init: which knobs the environment set, and which
+   * of them it refused (one bit per variable, in the order of cuemm(7)'s
+   * table).  cuemm_create reads them to tell which settings a manager
+   * ignores and to name the refused ones; programs leave them alone. */
   uint64_t env_set;
+  uint64_t env_invalid;
 
   /* Not read from the environment; cuemm_config_init sets 0.  1: the
    * manager is not its context's manager (cuemm_get and the drop-ins do not
@@ -421,8 +429,8 @@ typedef struct cuemm_config {
  *   CUEMM_POOL_LIMIT="300TiB" is too large (at most 256TiB (281474976710656
  *   bytes)): expected ...
  * Every invalid variable is reported, not only the first: their sentences
- * follow one another, separated by "; ", in cuemm_last_error() and in
- * cfg->env_error.  The other fields are still filled (an invalid variable's
+ * follow one another, separated by "; ", in cuemm_last_error(), and
+ * cfg->env_invalid has their bits.  The other fields are still filled (an invalid variable's
  * field keeps its default).
  * A valid variable is applied whatever else is set: whether a manager acts
  * on it is cuemm_create's to say (a pool knob without a pool, ...).

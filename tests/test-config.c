@@ -276,8 +276,9 @@ static void all_reported(void)
                          "of frees from 0 to 4294967295" };
   for (size_t i = 0; i < 3; i++) {
     like(cuemm_last_error(), want[i], "cuemm_last_error has the whole sentence of variable %zu", i);
-    like(c.env_error, want[i], "env_error too");
   }
+  ok(c.env_invalid != 0 && __builtin_popcountll(c.env_invalid) == 3, "env_invalid has their three bits");
+  ok((c.env_invalid & c.env_set) == 0, "and env_set none of them");
   like(cuemm_last_error(), "\"; CUEMM_STATS=", "one after the other, separated by \"; \"");
   is(c.pool_chunk, (size_t)64 << 20, "the valid one is applied");
   is(c.pool, CUEMM_POOL_NONE, "an invalid one keeps its default");
@@ -304,16 +305,21 @@ static void all_reported(void)
   for (size_t i = 0; i < nall; i++) {
     char key[96];
     snprintf(key, sizeof key, "%s=\"99999", all[i]);
-    named += strstr(cuemm_last_error(), key) != NULL && strstr(c.env_error, key) != NULL;
+    named += strstr(cuemm_last_error(), key) != NULL;
   }
-  is(named, nall, "every one is named, in the message and in env_error");
+  is(named, nall, "every one is named in the message");
+  is(__builtin_popcountll(c.env_invalid), (int)nall, "and has its bit in env_invalid");
   const char *tail = "expected a whole number of frees from 0 to 4294967295"; /* the first knob's sentence */
   like(cuemm_last_error(), tail, "the first sentence is whole");
-  size_t n = strlen(c.env_error);
-  ok(n > 0 && n + 1 < sizeof c.env_error, "with room to spare in env_error (%zu of %zu bytes)", n,
-     sizeof c.env_error);
-  ok(strcmp(c.env_error, cuemm_last_error()) == 0, "and cuemm_last_error is env_error whole");
-  like(c.env_error + n - 12, "0 or 1", "the last knob's sentence ends the text: %s", c.env_error + n - 40);
+  size_t n = strlen(cuemm_last_error());
+  char *whole = malloc(n + 1);
+  memcpy(whole, cuemm_last_error(), n + 1);
+  ok(n > 1024, "the message is long (%zu bytes)", n);
+  like(whole + n - 12, "0 or 1", "the last knob's sentence ends the text: %s", whole + n - 40);
+  cuemm_manager *cm = NULL;
+  is(cuemm_create(&cm, NULL, &c), CUDA_ERROR_INVALID_VALUE, "creation from that config is refused");
+  ok(strcmp(whole, cuemm_last_error()) == 0, "with the very message cuemm_config_init gave");
+  free(whole);
 
   /* Context appended to such a message is kept whole too. */
   cuemm_manager *dm = NULL;
@@ -498,6 +504,64 @@ static void valid(const char *var, const char *value, size_t want_count, double 
      "%s=\"%s\" accepted (count %zu, ratio %g)", var, value, c.max_pending_count, c.max_pending_ratio);
 }
 
+/* cuemm_config.size: a struct of an older cuemm.h (smaller) takes defaults
+ * for the fields it lacks; a size no struct has is refused, naming it. */
+static void sizes(void)
+{
+  clear_env();
+  cuemm_config c;
+  cuemm_manager *m = NULL, *g = NULL;
+  cuemm_config_init(&c);
+  is(c.size, sizeof(cuemm_config), "cuemm_config_init sets size to sizeof(cuemm_config)");
+
+  /* An older struct ending before `memory`: what lies past it is not the
+   * program's, and would be refused (memory, log_file) or change the
+   * manager (secondary) if it were read. */
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_chunk = (size_t)4 << 20;
+  c.size = offsetof(cuemm_config, memory);
+  c.memory = (cuemm_memory_kind)99;
+  c.log_file = "/nonexistent/dir/cuemm.csv";
+  c.secondary = 1;
+  c.env_status = CUDA_ERROR_INVALID_VALUE;
+  is(cuemm_create(&m, NULL, &c), CUDA_SUCCESS, "size = offsetof(cuemm_config, memory): accepted");
+  if (m) {
+    cuemm_pool_stats ps;
+    CHECK_CU(cuemm_pool_get_stats(m, &ps));
+    ok(ps.enabled && ps.chunk_bytes == (size_t)4 << 20, "the fields within it are the program's (pool, 4 MiB chunk)");
+    cuemm_managed_stats ms;
+    CHECK_CU(cuemm_managed_get_stats(m, &ms));
+    is(ms.memory, CUEMM_MEMORY_DEVICE, "memory past it takes its default (device)");
+    CHECK_CU(cuemm_get(&g));
+    ok(g == m, "secondary past it takes its default (0: the context's manager)");
+    CHECK_CU(cuemm_destroy(m));
+    m = NULL;
+  }
+
+  /* A late field alone missing. */
+  cuemm_config_init(&c);
+  c.secondary = 1;
+  c.size = offsetof(cuemm_config, secondary);
+  is(cuemm_create(&m, NULL, &c), CUDA_SUCCESS, "size = offsetof(cuemm_config, secondary): accepted");
+  if (m) {
+    CHECK_CU(cuemm_get(&g));
+    ok(g == m, "secondary takes its default");
+    CHECK_CU(cuemm_destroy(m));
+    m = NULL;
+  }
+
+  cuemm_config_init(&c);
+  c.size = 0;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "size 0 refused");
+  like(cuemm_last_error(), "cuemm_config.size = 0 is invalid", "naming the field: %s", cuemm_last_error());
+  ok(m == NULL, "and creates nothing");
+  c.size = sizeof c + 8;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a size larger than this library's refused");
+  like(cuemm_last_error(), "cuemm_config.size", "naming the field");
+  c.size = (size_t)0xdeadbeefcafe;
+  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a garbage size refused");
+}
+
 int main(void)
 {
   sim_init();
@@ -571,6 +635,7 @@ int main(void)
   pool_knobs();
   nvtx_knob();
   all_reported();
+  sizes();
   ignored();
   adapters_pool();
   clear_env();

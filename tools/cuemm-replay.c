@@ -658,7 +658,7 @@ static cuemm_config cuemm_cfg;
 static void cuemm_config_read(void)
 {
   if (cuemm_config_init(&cuemm_cfg) != CUDA_SUCCESS) {
-    fprintf(stderr, PROG ": the CUEMM_* environment: %s\n", shown(cuemm_cfg.env_error));
+    fprintf(stderr, PROG ": the CUEMM_* environment: %s\n", shown(cuemm_last_error()));
     exit(1);
   }
   if (cuemm_cfg.pool != CUEMM_POOL_VMM) {

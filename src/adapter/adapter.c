@@ -97,11 +97,12 @@ static CUresult device_manager_slow(int device, cuemm_manager **out)
       cuemm__driver_error(r, "%s: cuCtxPushCurrent(primary context of device %d)", fn, device);
   }
   if (r != CUDA_SUCCESS) {
-    char why[sizeof cfg.env_error];
-    snprintf(why, sizeof why, "%s", cuemm_last_error());
+    char *why = strdup(cuemm_last_error());
     d->DevicePrimaryCtxRelease(dev);
     pthread_mutex_unlock(&dev_lock);
-    return cuemm__error(r, "%s: the manager of device %d's primary context: %s", fn, device, why);
+    r = cuemm__error(r, "%s: the manager of device %d's primary context: %s", fn, device, why ? why : "");
+    free(why);
+    return r;
   }
   atomic_store_explicit(&dev_mgr[device], m, memory_order_release);
   atomic_fetch_add(&ndevices, 1);

@@ -52,7 +52,7 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
   if (!out)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_create: m is NULL");
   *out = NULL;
-  cuemm_config envcfg;
+  cuemm_config envcfg, whole;
   CUresult r;
   if (!cfg) {
     r = cuemm_config_init(&envcfg);
@@ -60,6 +60,9 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
       return r;
     cfg = &envcfg;
   }
+  if ((r = cuemm__config_copy(cfg, &whole)) != CUDA_SUCCESS)
+    return r;
+  cfg = &whole;
   if ((r = cuemm__config_validate(cfg)) != CUDA_SUCCESS)
     return r;
   const cuemm__driver_table *d = cuemm__driver(&r);
