@@ -76,6 +76,16 @@ extern "C" {
 #define CUEMM_EXTERN
 #endif
 
+/* Marks the deprecated names (the last section); define
+ * CUEMM_NO_DEPRECATION_WARNINGS to use them without a warning. */
+#if defined(CUEMM_NO_DEPRECATION_WARNINGS)
+#define CUEMM_DEPRECATED(msg)
+#elif defined(__GNUC__) || defined(__clang__)
+#define CUEMM_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define CUEMM_DEPRECATED(msg)
+#endif
+
 #define CUEMM_VERSION_MAJOR 0
 #define CUEMM_VERSION_MINOR 1
 #define CUEMM_VERSION_PATCH 0
@@ -478,7 +488,7 @@ typedef struct cuemm_manager cuemm_manager;
  * managed segments' size and release); CUEMM_MANAGED_* only with
  * CUEMM_MEMORY=managed.  The others always act.  Values a program sets in
  * the struct itself are its own choice and are not reported. */
-CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **m, CUcontext ctx, const cuemm_config *cfg);
+CUEMM_EXTERN CUresult cuemm_manager_create(CUcontext ctx, const cuemm_config *cfg, cuemm_manager **m);
 
 /* Destroys a manager: releases every pending free (defer scopes or not),
  * frees every allocation it still owns, unpins what it pinned, and
@@ -537,7 +547,7 @@ CUEMM_EXTERN CUcontext cuemm_context(const cuemm_manager *m);
  * the memory is managed or system memory instead (see "Managed and system
  * memory" below, for its errors too: managed_limit, a failing prefetch, the
  * oversubscription warning left as the thread's message on success). */
-CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size);
+CUEMM_EXTERN CUresult cuemm_allocate(cuemm_manager *m, size_t size, CUdeviceptr *p);
 
 /* Frees device memory allocated by cuemm_alloc on this manager: queues it,
  * then flushes the whole queue when a threshold is passed (see
@@ -572,7 +582,7 @@ CUEMM_EXTERN CUresult cuemm_free(cuemm_manager *m, CUdeviceptr p);
  * written only on success.
  * Thread-safety: holds m's lock; an interior pointer costs a walk of m's
  * table of live allocations, a start one lookup. */
-CUEMM_EXTERN CUresult cuemm_mem_get_address_range(cuemm_manager *m, CUdeviceptr *base, size_t *size, CUdeviceptr p);
+CUEMM_EXTERN CUresult cuemm_address_range(cuemm_manager *m, CUdeviceptr p, CUdeviceptr *base, size_t *size);
 
 /* Releases every pending free now, in the order they were queued, with the
  * manager's context current.  A no-op while a defer scope is open.  If a
@@ -863,7 +873,7 @@ CUEMM_EXTERN CUresult cuemm_pool_resume(cuemm_manager *m);
  * Errors: CUDA_ERROR_INVALID_VALUE for m or p NULL or size 0;
  * CUDA_ERROR_NOT_SUPPORTED without a pool, or on a driver without events;
  * CUDA_ERROR_OUT_OF_MEMORY as cuemm_alloc, the message naming the stream. */
-CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream);
+CUEMM_EXTERN CUresult cuemm_allocate_async(cuemm_manager *m, size_t size, CUstream stream, CUdeviceptr *p);
 
 /* Frees a block of this manager (from cuemm_alloc_async or cuemm_alloc) in
  * stream order: work queued on `stream` before this call may still use it;
@@ -1009,7 +1019,7 @@ CUEMM_EXTERN CUresult cuemm_advise(cuemm_manager *m, CUdeviceptr p, size_t size,
  * CU_MEMHOSTALLOC_WRITECOMBINED, or 0.  Out of memory is handled as for
  * cuemm_alloc.  Errors: CUDA_ERROR_INVALID_VALUE for p == NULL, size 0 or
  * unknown flags. */
-CUEMM_EXTERN CUresult cuemm_host_alloc(cuemm_manager *m, void **p, size_t size, unsigned int flags);
+CUEMM_EXTERN CUresult cuemm_host_allocate(cuemm_manager *m, size_t size, unsigned int flags, void **p);
 
 /* Frees memory from cuemm_host_alloc.  Deferred like device memory: the
  * pointer joins the same queue and counts toward the same thresholds.
@@ -1020,7 +1030,7 @@ CUEMM_EXTERN CUresult cuemm_host_free(cuemm_manager *m, void *p);
 /* *dptr = the device address of host memory mapped by this manager
  * (cuemm_host_alloc with CU_MEMHOSTALLOC_DEVICEMAP, or cuemm_host_pin with
  * CU_MEMHOSTREGISTER_DEVICEMAP).  Interior pointers are accepted. */
-CUEMM_EXTERN CUresult cuemm_host_get_device_pointer(cuemm_manager *m, CUdeviceptr *dptr, void *p);
+CUEMM_EXTERN CUresult cuemm_host_device_pointer(cuemm_manager *m, void *p, CUdeviceptr *dptr);
 
 /* Page-locks existing host memory [p, p + size) with cuMemHostRegister.
  * flags: CU_MEMHOSTREGISTER_PORTABLE, _DEVICEMAP, _IOMEMORY, _READ_ONLY, 0.
@@ -1401,7 +1411,7 @@ CUEMM_EXTERN CUresult cuemm_ipc_export(cuemm_manager *m, CUdeviceptr p, size_t s
  * to alloc_size, nonzero bytes past the count, or a range that does not
  * start in the first chunk and end in the last.  CUDA_ERROR_NOT_SUPPORTED
  * for a well-formed handle of a kind this version of cuemm cannot open. */
-CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const void *bytes, size_t len);
+CUEMM_EXTERN CUresult cuemm_ipc_handle_parse(const void *bytes, size_t len, cuemm_ipc_handle *h);
 
 /* *p = the exported pointer (the allocation's start + offset), mapped in m's
  * context; m NULL: the manager of the calling thread's current context
@@ -1458,7 +1468,7 @@ CUEMM_EXTERN CUresult cuemm_ipc_close(cuemm_manager *m, CUdeviceptr p);
  * message gives the system's reason; part of the bytes may have gone);
  * driver errors of cuMemExportToShareableHandle.  No descriptor stays open
  * in this process after the call, whatever its result. */
-CUEMM_EXTERN CUresult cuemm_ipc_send(int sock, cuemm_manager *m, const cuemm_ipc_handle *h);
+CUEMM_EXTERN CUresult cuemm_ipc_handle_send(cuemm_manager *m, const cuemm_ipc_handle *h, int sock);
 
 /* Receives one message of cuemm_ipc_send from `sock` into *h: reads exactly
  * 128 bytes (waiting for all of them) and the file descriptors sent with
@@ -1703,6 +1713,30 @@ CUEMM_EXTERN CUresult cuemm_adapter_resume(const char *tag, int device);
  * before it destroys a stream).  Errors: the first manager's failure, with
  * its message; the other managers are still asked. */
 CUEMM_EXTERN CUresult cuemm_adapter_stream_release(int device, CUstream stream);
+
+/* ------------------------------------------------------------------------ */
+/* Deprecated names                                                          */
+
+/* The names before the argument convention (the manager first, inputs next,
+ * outputs last).  Each does exactly what the function named in its
+ * deprecation message does, with the arguments in the old order; they stay
+ * exported for programs built against older headers. */
+CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **m, CUcontext ctx, const cuemm_config *cfg)
+    CUEMM_DEPRECATED("use cuemm_manager_create(ctx, cfg, &m)");
+CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
+    CUEMM_DEPRECATED("use cuemm_allocate(m, size, &p)");
+CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
+    CUEMM_DEPRECATED("use cuemm_allocate_async(m, size, stream, &p)");
+CUEMM_EXTERN CUresult cuemm_host_alloc(cuemm_manager *m, void **p, size_t size, unsigned int flags)
+    CUEMM_DEPRECATED("use cuemm_host_allocate(m, size, flags, &p)");
+CUEMM_EXTERN CUresult cuemm_mem_get_address_range(cuemm_manager *m, CUdeviceptr *base, size_t *size, CUdeviceptr p)
+    CUEMM_DEPRECATED("use cuemm_address_range(m, p, &base, &size)");
+CUEMM_EXTERN CUresult cuemm_host_get_device_pointer(cuemm_manager *m, CUdeviceptr *dptr, void *p)
+    CUEMM_DEPRECATED("use cuemm_host_device_pointer(m, p, &dptr)");
+CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const void *bytes, size_t len)
+    CUEMM_DEPRECATED("use cuemm_ipc_handle_parse(bytes, len, &h)");
+CUEMM_EXTERN CUresult cuemm_ipc_send(int sock, cuemm_manager *m, const cuemm_ipc_handle *h)
+    CUEMM_DEPRECATED("use cuemm_ipc_handle_send(m, h, sock)");
 
 #ifdef __cplusplus
 }

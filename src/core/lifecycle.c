@@ -47,7 +47,7 @@ static CUresult read_context(cuemm_manager *m, CUcontext ctx)
   return cuemm__ctx_leave(m, &g, r);
 }
 
-CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cuemm_config *cfg)
+CUEMM_EXTERN CUresult cuemm_manager_create(CUcontext ctx, const cuemm_config *cfg, cuemm_manager **out)
 {
   if (!out)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_create: m is NULL");
