@@ -1,7 +1,7 @@
 /* bench-core.c: what deferred deallocation costs and what it saves.
  *
  * 1. Alloc+free pair latency by size, 256 B .. 256 MiB: cuMemAlloc+cuMemFree
- *    against cuemm_alloc+cuemm_free with the default thresholds.  cuemm's
+ *    against cuemm_allocate+cuemm_free with the default thresholds.  cuemm's
  *    cost comes in cycles: max_pending_count cheap pairs, then one pair that
  *    flushes the whole queue, so each sample times a whole cycle of
  *    (max_pending_count + 1) pairs and divides; the median over samples is
@@ -48,7 +48,7 @@ static void pair_latency(cuemm_manager *m, int quick)
       for (int k = 0; k < cycle; k++) {
         CUdeviceptr p;
         double t1 = now_ns();
-        CHECK(cuemm_alloc(m, &p, size));
+        CHECK(cuemm_allocate(m, size, &p));
         CHECK(cuemm_free(m, p));
         if (nones < MAXS * 16)
           one[nones++] = now_ns() - t1;
@@ -96,7 +96,7 @@ int main(int argc, char **argv)
   CUcontext ctx;
   int quick = bench_start(argc, argv, &dev, &ctx);
   cuemm_manager *m;
-  CHECK(cuemm_create(&m, ctx, NULL));
+  CHECK(cuemm_manager_create(ctx, NULL, &m));
   pair_latency(m, quick);
   pipelines(m, quick);
   CHECK(cuemm_destroy(m));

@@ -87,7 +87,7 @@ static cuemm_manager *pool_manager(void)
   if (!getenv("CUEMM_STREAM_REUSE"))
     c.stream_reuse = CUEMM_STREAM_REUSE_EVENT;
   cuemm_manager *m;
-  CHECK(cuemm_create(&m, ctx, &c));
+  CHECK(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -97,7 +97,7 @@ static inline CUdeviceptr heap_alloc(backend b, cuemm_manager *m, size_t size, C
 {
   CUdeviceptr p = 0;
   if (b == B_CUEMM)
-    CHECK(cuemm_alloc_async(m, &p, size, s));
+    CHECK(cuemm_allocate_async(m, size, s, &p));
   else if (b == B_DRIVER)
     CHECK(cuMemAllocAsync(&p, size, s));
   else {

@@ -27,7 +27,7 @@ static cuemm_manager *manager(const char *log)
   c.pool = CUEMM_POOL_VMM;
   c.log_file = log;
   cuemm_manager *m = NULL;
-  CHECK(cuemm_create(&m, ctx, &c));
+  CHECK(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -37,7 +37,7 @@ static double pairs_async(cuemm_manager *m, CUstream s, int n)
   CUdeviceptr p;
   double t0 = now_ns();
   for (int i = 0; i < n; i++) {
-    CHECK(cuemm_alloc_async(m, &p, 4096, s));
+    CHECK(cuemm_allocate_async(m, 4096, s, &p));
     CHECK(cuemm_free_async(m, p, s));
   }
   return (now_ns() - t0) / n;
@@ -48,7 +48,7 @@ static double pairs_deferred(cuemm_manager *m, int n)
   CUdeviceptr p;
   double t0 = now_ns();
   for (int i = 0; i < n; i++) {
-    CHECK(cuemm_alloc(m, &p, 4096));
+    CHECK(cuemm_allocate(m, 4096, &p));
     CHECK(cuemm_free(m, p));
   }
   return (now_ns() - t0) / n;

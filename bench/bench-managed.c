@@ -42,7 +42,7 @@ static cuemm_manager *manager(CUcontext c, cuemm_memory_kind kind, int prefetch)
   cfg.pool_release_threshold = (size_t)1 << 46;
   cfg.managed_prefetch = prefetch;
   cuemm_manager *m;
-  CHECK(cuemm_create(&m, c, &cfg));
+  CHECK(cuemm_manager_create(c, &cfg, &m));
   return m;
 }
 
@@ -52,7 +52,7 @@ static double cycle_ns(cuemm_manager *m, size_t size, int cycle)
   double t0 = now_ns();
   for (int k = 0; k < cycle; k++) {
     CUdeviceptr p;
-    CHECK(cuemm_alloc(m, &p, size));
+    CHECK(cuemm_allocate(m, size, &p));
     CHECK(cuemm_free(m, p));
   }
   return (now_ns() - t0) / cycle;
@@ -187,7 +187,7 @@ static int first_access(CUdevice dev, CUcontext primary, int quick)
     CUdeviceptr p;
     /* (a) a block never touched: a fresh segment each time (trim gave the
      * last one back). */
-    CHECK(cuemm_alloc(m, &p, n));
+    CHECK(cuemm_allocate(m, n, &p));
     a[r] = gpu_read(m, p, dst, n, dev, s, 0).copy_ms;
     /* (b) the host writes it, the GPU reads it. */
     memset((void *)(uintptr_t)p, r + 1, n);
@@ -241,13 +241,13 @@ static void system_detection(CUcontext primary)
   cfg.memory = CUEMM_MEMORY_SYSTEM;
   cfg.pool = CUEMM_POOL_NONE;
   cuemm_manager *m = NULL;
-  CUresult r = cuemm_create(&m, primary, &cfg);
+  CUresult r = cuemm_manager_create(primary, &cfg, &m);
   if (r != CUDA_SUCCESS) {
     printf("# a CUEMM_MEMORY=system manager: refused (%d): %s\n", (int)r, cuemm_last_error());
     return;
   }
   CUdeviceptr p;
-  CHECK(cuemm_alloc(m, &p, MiB));
+  CHECK(cuemm_allocate(m, MiB, &p));
   memset((void *)(uintptr_t)p, 7, MiB);
   CUdeviceptr d;
   CHECK(cuMemAlloc(&d, MiB));

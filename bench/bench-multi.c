@@ -3,7 +3,7 @@
  * Each device has its own manager (a pool over its primary context) and its
  * own thread; the thread works on 4 streams of its device in turn, each
  * stream keeping 16 live blocks: it allocates a block with
- * cuemm_alloc_async and frees the stream's oldest with cuemm_free_async (a
+ * cuemm_allocate_async and frees the stream's oldest with cuemm_free_async (a
  * pair), at sizes 256 B .. 1 MiB in a fixed mix.  Measured for a fixed time,
  * after a warm-up that fills the pools:
  *   - device 0 alone (one thread), device 1 alone;
@@ -69,7 +69,7 @@ static void alloc_on(const worker *w, CUdeviceptr *p, size_t size, CUstream s)
   if (w->driver)
     CHECK(cuMemAllocAsync(p, size, s));
   else
-    CHECK(cuemm_alloc_async(w->d->m, p, size, s));
+    CHECK(cuemm_allocate_async(w->d->m, size, s, p));
 }
 
 static void free_on(const worker *w, CUdeviceptr p, CUstream s)
@@ -284,7 +284,7 @@ int main(int argc, char **argv)
     CHECK(cuemm_config_init(&c));
     c.pool = CUEMM_POOL_VMM;
     c.pool_release_threshold = (size_t)1 << 46;
-    CHECK(cuemm_create(&x->m, x->ctx, &c));
+    CHECK(cuemm_manager_create(x->ctx, &c, &x->m));
     for (int s = 0; s < STREAMS; s++)
       CHECK(cuStreamCreate(&x->s[s], CU_STREAM_NON_BLOCKING));
     x->driver_pool = bench_async_setup(x->dev);

@@ -50,7 +50,7 @@ static cuemm_manager *pool_manager(size_t chunk, size_t reserve)
   c.pool_reserve = reserve;
   c.pool_release_threshold = (size_t)1 << 46;
   cuemm_manager *m;
-  CHECK(cuemm_create(&m, ctx, &c));
+  CHECK(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -64,7 +64,7 @@ static void warm_pairs(cuemm_manager *m, size_t size, int cycle, double ns)
   for (int n = 0; n < 5 || now_ns() - t0 < ns; n++)
     for (int k = 0; k < cycle; k++) {
       CUdeviceptr p;
-      CHECK(cuemm_alloc(m, &p, size));
+      CHECK(cuemm_allocate(m, size, &p));
       CHECK(cuemm_free(m, p));
     }
 }
@@ -113,7 +113,7 @@ static void pairs(CUdevice dev, int quick)
         double t0 = now_ns();
         for (int k = 0; k < cycle; k++) {
           CUdeviceptr p;
-          CHECK(cuemm_alloc(m, &p, size));
+          CHECK(cuemm_allocate(m, size, &p));
           CHECK(cuemm_free(m, p));
         }
         cyc[i] = (now_ns() - t0) / cycle;
@@ -126,7 +126,7 @@ static void pairs(CUdevice dev, int quick)
       for (int k = 0; k < cycle; k++) {
         CUdeviceptr p;
         double t1 = now_ns();
-        CHECK(cuemm_alloc(m, &p, size));
+        CHECK(cuemm_allocate(m, size, &p));
         CHECK(cuemm_free(m, p));
         one[nones++] = now_ns() - t1;
       }
@@ -172,18 +172,18 @@ static void flush_cost(int quick)
   c.pool_release_threshold = (size_t)1 << 46;
   c.max_pending_count = 1000;
   cuemm_manager *m;
-  CHECK(cuemm_create(&m, ctx, &c));
+  CHECK(cuemm_manager_create(ctx, &c, &m));
   int cycle = 1001, n = quick ? 5 : 200;
   for (int k = 0; k < cycle; k++) { /* warm */
     CUdeviceptr p;
-    CHECK(cuemm_alloc(m, &p, 4096));
+    CHECK(cuemm_allocate(m, 4096, &p));
     CHECK(cuemm_free(m, p));
   }
   for (int i = 0; i < n; i++) {
     double t0 = now_ns();
     for (int k = 0; k < cycle; k++) {
       CUdeviceptr p;
-      CHECK(cuemm_alloc(m, &p, 4096));
+      CHECK(cuemm_allocate(m, 4096, &p));
       CHECK(cuemm_free(m, p));
     }
     v[i] = (now_ns() - t0) / cycle;
@@ -330,7 +330,7 @@ static void growth_table(int quick, long pause)
         } else {
           cuemm_manager *m = pool_manager(0, 2 * n);
           double t0 = now_ns();
-          CHECK(cuemm_alloc(m, &p, n));
+          CHECK(cuemm_allocate(m, n, &p));
           double t = (now_ns() - t0) / 1e3;
           cuemm_pool_stats ps;
           CHECK(cuemm_pool_get_stats(m, &ps));
@@ -419,7 +419,7 @@ static void growth(int quick)
     CUdeviceptr *p = malloc(steps * sizeof *p);
     double t0 = now_ns();
     for (size_t i = 0; i < steps; i++)
-      CHECK(cuemm_alloc(m, &p[i], unit));
+      CHECK(cuemm_allocate(m, unit, &p[i]));
     double t = (now_ns() - t0) / 1e3;
     printf("%10zu %8zu %12.1f %12.2f\n", unit, steps, t / (double)steps, t / 1e3 * (double)((size_t)1 << 30) / (double)total);
     free(p);

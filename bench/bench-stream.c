@@ -2,7 +2,7 @@
  * own stream-ordered pool in the same run.
  *
  * 1. Same-stream alloc+free pair by size, 256 B .. 16 MiB, one thread:
- *    cuemm_alloc_async+cuemm_free_async against cuMemAllocAsync+
+ *    cuemm_allocate_async+cuemm_free_async against cuMemAllocAsync+
  *    cuMemFreeAsync (default memory pool, release threshold at the maximum).
  *    A sample times 100 pairs (the clock read would be a third of a pair);
  *    the two sides take turns in blocks of samples, and the sizes in turn.  Medians.
@@ -13,7 +13,7 @@
  *    once A's event has completed (the first alloc on B records it; the
  *    stream is synchronized before the timed part), against the same-stream
  *    pair; and the same with CUEMM_STREAM_REUSE=wait, no synchronization.
- * 4. The deferred path's pair (cuemm_alloc+cuemm_free, flush included), for
+ * 4. The deferred path's pair (cuemm_allocate+cuemm_free, flush included), for
  *    the record.
  *
  * Usage: bench-stream [--quick]
@@ -41,7 +41,7 @@ static cuemm_manager *pool_manager(cuemm_stream_reuse reuse)
   c.pool_release_threshold = (size_t)1 << 46;
   c.stream_reuse = reuse;
   cuemm_manager *m;
-  CHECK(cuemm_create(&m, ctx, &c));
+  CHECK(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -51,7 +51,7 @@ static double cuemm_batch(cuemm_manager *m, size_t size, CUstream s)
   double t0 = now_ns();
   for (int k = 0; k < BATCH; k++) {
     CUdeviceptr p;
-    CHECK(cuemm_alloc_async(m, &p, size, s));
+    CHECK(cuemm_allocate_async(m, size, s, &p));
     CHECK(cuemm_free_async(m, p, s));
   }
   return (now_ns() - t0) / BATCH;
@@ -228,19 +228,19 @@ static void cross_stream(int quick)
     CHECK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
     for (int r = 0; r < rounds; r++) {
       for (int i = 0; i < n; i++)
-        CHECK(cuemm_alloc_async(m, &v[i], 4096, a));
+        CHECK(cuemm_allocate_async(m, 4096, a, &v[i]));
       double t0 = now_ns();
       for (int i = 0; i < n; i++)
         CHECK(cuemm_free_async(m, v[i], a));
       double tf = now_ns() - t0;
       if (!mode) {
         /* The first alloc on B records A's event; let it complete. */
-        CHECK(cuemm_alloc_async(m, &v[0], 4096, b));
+        CHECK(cuemm_allocate_async(m, 4096, b, &v[0]));
         CHECK(cuStreamSynchronize(a));
       }
       t0 = now_ns();
       for (int i = mode ? 0 : 1; i < n; i++)
-        CHECK(cuemm_alloc_async(m, &v[i], 4096, b));
+        CHECK(cuemm_allocate_async(m, 4096, b, &v[i]));
       double ta = now_ns() - t0;
       (mode ? waitv : cross)[r] = (tf + ta) / n;
       for (int i = 0; i < n; i++)
@@ -250,7 +250,7 @@ static void cross_stream(int quick)
       if (!mode) {
         t0 = now_ns();
         for (int i = 0; i < n; i++)
-          CHECK(cuemm_alloc_async(m, &v[i], 4096, b));
+          CHECK(cuemm_allocate_async(m, 4096, b, &v[i]));
         for (int i = 0; i < n; i++)
           CHECK(cuemm_free_async(m, v[i], b));
         same[r] = (now_ns() - t0) / n;
@@ -291,7 +291,7 @@ static void deferred_pair(int quick)
     double t0 = now_ns();
     for (int k = 0; k < 110; k++) {
       CUdeviceptr p;
-      CHECK(cuemm_alloc(m, &p, 4096));
+      CHECK(cuemm_allocate(m, 4096, &p));
       CHECK(cuemm_free(m, p));
     }
     v[i] = (now_ns() - t0) / 110;

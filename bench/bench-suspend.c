@@ -17,7 +17,7 @@
  *   (3) device memory used (cuMemGetInfo) before and after a suspension
  *       (target: what stays, beyond what was used before the manager was
  *       made, at most 1% of what the manager held);
- *   (4) a cuemm_alloc_async + cuemm_free_async pair on one stream after a
+ *   (4) a cuemm_allocate_async + cuemm_free_async pair on one stream after a
  *       suspend/resume cycle, 4 KiB .. 8 MiB, against the same on a
  *       manager that never suspended, taking turns (target: at most 25 ns,
  *       as outside a suspendable region).
@@ -135,14 +135,14 @@ static double cuemm_cycle(cuemm_manager *m, double *sus, int c)
   return now_ns() - t0;
 }
 
-/* Median ns of a cuemm_alloc_async + cuemm_free_async pair of `size` on
+/* Median ns of a cuemm_allocate_async + cuemm_free_async pair of `size` on
  * `s`, over `iters` pairs. */
 static double pair_ns(cuemm_manager *m, size_t size, CUstream s, long iters)
 {
   double t0 = now_ns();
   for (long i = 0; i < iters; i++) {
     CUdeviceptr q;
-    cuemm_alloc_async(m, &q, size, s);
+    cuemm_allocate_async(m, size, s, &q);
     cuemm_free_async(m, q, s);
   }
   return (now_ns() - t0) / (double)iters;
@@ -202,10 +202,10 @@ int main(int argc, char **argv)
   cfg.pool_reserve = size + 2 * GiB;
   cfg.pool_release_threshold = size + 2 * GiB; /* the pool keeps what it maps: the figures are the suspension's */
   cuemm_manager *m;
-  CHECK(cuemm_create(&m, ctx, &cfg));
+  CHECK(cuemm_manager_create(ctx, &cfg, &m));
   CUdeviceptr *p = calloc(nblocks, sizeof *p);
   for (size_t i = 0; i < nblocks; i++)
-    CHECK(cuemm_alloc(m, &p[i], block));
+    CHECK(cuemm_allocate(m, block, &p[i]));
   size_t free1;
   CHECK(cuMemGetInfo(&free1, &total));
   cuemm_pool_stats grown;
@@ -305,7 +305,7 @@ int main(int argc, char **argv)
   pc.pool_reserve = pc.pool_release_threshold = 2 * GiB;
   pc.secondary = 1;
   cuemm_manager *plain;
-  CHECK(cuemm_create(&plain, ctx, &pc));
+  CHECK(cuemm_manager_create(ctx, &pc, &plain));
   static const size_t sizes[] = { 4096, 65536, 1 << 20, 8 << 20 };
   enum { NS = sizeof sizes / sizeof sizes[0], MAXSAMPLES = 201 };
   const int samples = quick ? 5 : MAXSAMPLES;

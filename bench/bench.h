@@ -118,7 +118,7 @@ static inline double bench_pipeline(cuemm_manager *m, bench_pipeline_kind kind, 
     if (kind == RAW_FREE)
       CHECK(cuMemAlloc(&p, 1 << 20));
     else if (kind != WORK_ONLY)
-      CHECK(cuemm_alloc(m, &p, 1 << 20));
+      CHECK(cuemm_allocate(m, 1 << 20, &p));
     CHECK(cuMemsetD32Async(work, (unsigned)i, work_words, s));
     CHECK(cuMemsetD8Async(p, 1, 1 << 20, s));
     if (kind == RAW_FREE)

@@ -88,7 +88,7 @@ static int consumer(int rfd, int wfd)
     return 1;
   }
   cuemm_ipc_handle h;
-  CHECK(cuemm_ipc_handle_from_bytes(&h, bytes, sizeof bytes));
+  CHECK(cuemm_ipc_handle_parse(bytes, sizeof bytes, &h));
   CUdeviceptr p;
   CHECK(cuemm_ipc_open(NULL, &h, &p)); /* NULL: the current context's manager */
 
@@ -119,7 +119,7 @@ int main(int argc, char **argv)
   cuemm_manager *m;
   CHECK(cuemm_get(&m));
   CUdeviceptr buf;
-  CHECK(cuemm_alloc(m, &buf, BYTES));
+  CHECK(cuemm_allocate(m, BYTES, &buf));
   unsigned char *host = malloc(BYTES);
   for (size_t i = 0; i < BYTES; i++)
     host[i] = value_at(i);

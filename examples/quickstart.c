@@ -67,7 +67,7 @@ int main(int argc, char **argv)
   cuemm_config cfg;
   CHECK(cuemm_config_init(&cfg));
   cuemm_manager *m;
-  CHECK(cuemm_create(&m, ctx, &cfg));
+  CHECK(cuemm_manager_create(ctx, &cfg, &m));
   cuemm_stats s;
   cuemm_get_stats(m, &s);
   printf("manager: %zu bytes of device memory; flush after %zu pending frees or %zu pending bytes\n",
@@ -78,7 +78,7 @@ int main(int argc, char **argv)
   CUdeviceptr buf[N];
   size_t n = s.max_pending_count + 1 < N ? s.max_pending_count + 1 : N;
   for (size_t i = 0; i < n; i++)
-    CHECK(cuemm_alloc(m, &buf[i], 1 << 20));
+    CHECK(cuemm_allocate(m, 1 << 20, &buf[i]));
   print_stats("after allocating:", m);
   for (size_t i = 0; i + 1 < n; i++)
     CHECK(cuemm_free(m, buf[i]));
@@ -93,7 +93,7 @@ int main(int argc, char **argv)
   CHECK(cuemm_defer_cleanup_begin(m));
   for (int i = 0; i < 32; i++) {
     CUdeviceptr tmp;
-    CHECK(cuemm_alloc(m, &tmp, 1 << 20));
+    CHECK(cuemm_allocate(m, 1 << 20, &tmp));
     CHECK(cuMemsetD8Async(tmp, (unsigned char)i, 1 << 20, stream));
     CHECK(cuemm_free(m, tmp)); /* queued: the memset may still be running */
   }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""gen-cuemm3.py HEADER > cuemm.3: the cuemm(3) manual page, made from
-include/cuemm.h.
+"""gen-cuemm3.py HEADER [PROSE] > cuemm.3: the cuemm(3) manual page, made from
+include/cuemm.h and man/cuemm3-prose.txt.
 
 Why generated: cuemm.h is where every public function is documented (what
 it does, its errors, its thread-safety), and new functions land there first.
@@ -11,11 +11,22 @@ the result in the tarball, so a build from the tarball needs no Python;
 tests/test-man.sh fails when a function declared in the header is missing
 from the page or the page is stale.
 
+The header says what each function does in a few lines; what takes more
+(how the policies work, the semantics of each path, the byte layout of an
+IPC handle, the configuration's fields at length) is in PROSE (default:
+cuemm3-prose.txt beside this script), so that the header stays a page a
+reader scans and the manual stays complete.
+
 Layout: NAME, SYNOPSIS (every function, one line each), DESCRIPTION (the
 header's opening comment), then one subsection per section of the header
 (the banner comments "/* ---- */" + "/* Title */"), each declaration in
-bold followed by the comment above it, and each type and constant as code.
+bold followed by the comment above it, and each type and constant as code;
+then the sections of PROSE.  PROSE is plain text: "# TITLE" starts a
+section, "## Title" a subsection, "@ term" a tagged paragraph (the lines
+after it, up to a blank line); blank lines separate paragraphs, and lines
+that start with a blank, or hold a run of three, keep their layout.
 """
+import os
 import re
 import sys
 
@@ -107,7 +118,8 @@ def parse(path):
                 continue
             items.append(("comment", comment_text(block)))
         elif s.startswith("#"):
-            if s.startswith("#ifdef __cplusplus") or s.startswith("#if defined(CUEMM_BUILDING)"):
+            if s.startswith("#ifdef __cplusplus") or s.startswith("#if defined(CUEMM_BUILDING)") \
+                    or s.startswith("#if defined(CUEMM_NO_DEPRECATION_WARNINGS)"):
                 skip_pp = 1
             elif re.match(r"#define CUEMM_(?!H\b|EXTERN\b)", s):
                 block = [l]
@@ -146,8 +158,41 @@ def prototype(code):
     return re.sub(r"\s+", " ", text)
 
 
+def prose_file(path, out):
+    """The sections of the prose file, as troff."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    para = []
+
+    def flush():
+        if para:
+            prose(para, out)
+            del para[:]
+
+    tagged = False
+    for l in lines:
+        if l.startswith("# "):
+            flush()
+            out.append(".SH " + esc(l[2:].strip()))
+        elif l.startswith("## "):
+            flush()
+            out.append(".SS " + esc(l[3:].strip()))
+        elif l.startswith("@ "):
+            flush()
+            out += [".TP", ".B " + esc(l[2:].strip())]
+            tagged = True
+        elif not l.strip():
+            flush()
+            if tagged:
+                tagged = False
+        else:
+            para.append(l)
+    flush()
+
+
 def main():
     header = sys.argv[1]
+    prose_path = sys.argv[2] if len(sys.argv) > 2 else \
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuemm3-prose.txt")
     items = parse(header)
     version = {}
     for kind, *rest in items:
@@ -220,6 +265,9 @@ def main():
                 prose(it[1], out)
         if in_rs:
             out.append(".RE")
+
+    if os.path.exists(prose_path):
+        prose_file(prose_path, out)
 
     out += [
         ".SH ENVIRONMENT",

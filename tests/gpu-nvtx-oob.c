@@ -102,9 +102,9 @@ int main(int argc, char **argv)
     if ((r = cuMemAlloc(&p, BLOCK)) != CUDA_SUCCESS)
       return fail("cuMemAlloc", r);
   } else {
-    if ((r = cuemm_create(&m, NULL, &c)) != CUDA_SUCCESS)
+    if ((r = cuemm_manager_create(NULL, &c, &m)) != CUDA_SUCCESS)
       return fail("cuemm_create", r);
-    if ((r = cuemm_alloc(m, &p, BLOCK)) != CUDA_SUCCESS)
+    if ((r = cuemm_allocate(m, BLOCK, &p)) != CUDA_SUCCESS)
       return fail("cuemm_alloc", r);
     if ((r = cuemm_pool_get_stats(m, &ps)) != CUDA_SUCCESS)
       return fail("cuemm_pool_get_stats", r);

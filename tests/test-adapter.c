@@ -393,7 +393,7 @@ static void *tag_worker(void *arg)
 static int holds_block(cuemm_manager *m, void *p)
 {
   CUdeviceptr base = 0;
-  return cuemm_mem_get_address_range(m, &base, NULL, (CUdeviceptr)(uintptr_t)p) == CUDA_SUCCESS &&
+  return cuemm_address_range(m, (CUdeviceptr)(uintptr_t)p, &base, NULL) == CUDA_SUCCESS &&
          base == (CUdeviceptr)(uintptr_t)p;
 }
 

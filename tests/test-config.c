@@ -42,9 +42,9 @@ static void invalid(const char *var, const char *value)
   snprintf(want, sizeof want, "%s=\"%s\" is invalid: expected ", var, value);
   like(cuemm_last_error(), want, "message names variable and value");
   cuemm_manager *m = NULL;
-  is(cuemm_create(&m, NULL, NULL), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
+  is(cuemm_manager_create(NULL, NULL, &m), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
   ok(m == NULL, "and creates nothing");
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a config carrying the error is refused too");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "a config carrying the error is refused too");
 }
 
 /* A number past the knob's range or its type's: "too large", with the
@@ -60,7 +60,7 @@ static void too_large(const char *var, const char *value, const char *most)
   like(cuemm_last_error(), want, "the message says too large, and the largest accepted");
   ok(strstr(cuemm_last_error(), "is invalid") == NULL, "and not that the form is wrong: %s", cuemm_last_error());
   cuemm_manager *m = NULL;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a config carrying the error is refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "a config carrying the error is refused");
   like(cuemm_last_error(), want, "with the same message");
 }
 
@@ -78,7 +78,7 @@ static void unknown_unit(const char *var, const char *value, const char *unit)
            "none for bytes)", var, value, unit);
   is_str(cuemm_last_error(), want, "the message names the unknown unit '%s' and the units accepted", unit);
   cuemm_manager *m = NULL;
-  is(cuemm_create(&m, NULL, NULL), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
+  is(cuemm_manager_create(NULL, NULL, &m), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
   like(cuemm_last_error(), want, "with the same message");
 }
 
@@ -136,7 +136,7 @@ static void pool_knobs(void)
   cuemm_config_init(&c);
   c.pool = (cuemm_pool_kind)7;
   cuemm_manager *m = NULL;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "an unknown pool kind is refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "an unknown pool kind is refused");
   like(cuemm_last_error(), "cuemm_config.pool ", "naming the field");
 
   clear_env();
@@ -154,7 +154,7 @@ static void pool_knobs(void)
   clear_env();
   cuemm_config_init(&c);
   c.pool_ipc = 2;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.pool_ipc = 2 refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "cuemm_config.pool_ipc = 2 refused");
   like(cuemm_last_error(), "cuemm_config.pool_ipc", "naming the field");
 
   clear_env();
@@ -169,7 +169,7 @@ static void pool_knobs(void)
   clear_env();
   cuemm_config_init(&c);
   c.pool_limit_hard = -1;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.pool_limit_hard = -1 refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "cuemm_config.pool_limit_hard = -1 refused");
   like(cuemm_last_error(), "cuemm_config.pool_limit_hard", "naming the field");
   valid_size("CUEMM_POOL_PIECE", "1GiB", offsetof(cuemm_config, pool_piece), (size_t)1 << 30);
   valid_size("CUEMM_POOL_PIECE", "0", offsetof(cuemm_config, pool_piece), 0);
@@ -218,11 +218,11 @@ static void pool_knobs(void)
   clear_env();
   cuemm_config_init(&c);
   c.stream_keep_large = 33;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.stream_keep_large = 33 refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "cuemm_config.stream_keep_large = 33 refused");
   like(cuemm_last_error(), "cuemm_config.stream_keep_large", "naming the field");
   cuemm_config_init(&c);
   c.stream_reuse = (cuemm_stream_reuse)7;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.stream_reuse = 7 refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "cuemm_config.stream_reuse = 7 refused");
   like(cuemm_last_error(), "cuemm_config.stream_reuse", "naming the field");
   clear_env();
 }
@@ -254,7 +254,7 @@ static void nvtx_knob(void)
   clear_env();
   cuemm_config_init(&c);
   c.nvtx = 2;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.nvtx = 2 refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "cuemm_config.nvtx = 2 refused");
   like(cuemm_last_error(), "cuemm_config.nvtx", "naming the field");
   clear_env();
 }
@@ -296,16 +296,17 @@ static void all_reported(void)
                          "of frees from 0 to 4294967295" };
   for (size_t i = 0; i < 3; i++) {
     like(cuemm_last_error(), want[i], "cuemm_last_error has the whole sentence of variable %zu", i);
-    like(c.env_error, want[i], "env_error too");
   }
+  ok(c.env_invalid != 0 && __builtin_popcountll(c.env_invalid) == 3, "env_invalid has their three bits");
+  ok((c.env_invalid & c.env_set) == 0, "and env_set none of them");
   like(cuemm_last_error(), "\"; CUEMM_STATS=", "one after the other, separated by \"; \"");
   is(c.pool_chunk, (size_t)64 << 20, "the valid one is applied");
   is(c.pool, CUEMM_POOL_NONE, "an invalid one keeps its default");
   cuemm_manager *m = NULL;
-  is(cuemm_create(&m, NULL, NULL), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
+  is(cuemm_manager_create(NULL, NULL, &m), CUDA_ERROR_INVALID_VALUE, "creation from the environment fails");
   for (size_t i = 0; i < 3; i++)
     like(cuemm_last_error(), want[i], "naming every variable (%zu)", i);
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "so does creation from the config");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "so does creation from the config");
   for (size_t i = 0; i < 3; i++)
     like(cuemm_last_error(), want[i], "naming every variable (%zu)", i);
 
@@ -324,16 +325,21 @@ static void all_reported(void)
   for (size_t i = 0; i < nall; i++) {
     char key[96];
     snprintf(key, sizeof key, "%s=\"99999", all[i]);
-    named += strstr(cuemm_last_error(), key) != NULL && strstr(c.env_error, key) != NULL;
+    named += strstr(cuemm_last_error(), key) != NULL;
   }
-  is(named, nall, "every one is named, in the message and in env_error");
+  is(named, nall, "every one is named in the message");
+  is(__builtin_popcountll(c.env_invalid), (int)nall, "and has its bit in env_invalid");
   const char *tail = "expected a whole number of frees from 0 to 4294967295"; /* the first knob's sentence */
   like(cuemm_last_error(), tail, "the first sentence is whole");
-  size_t n = strlen(c.env_error);
-  ok(n > 0 && n + 1 < sizeof c.env_error, "with room to spare in env_error (%zu of %zu bytes)", n,
-     sizeof c.env_error);
-  ok(strcmp(c.env_error, cuemm_last_error()) == 0, "and cuemm_last_error is env_error whole");
-  like(c.env_error + n - 12, "0 or 1", "the last knob's sentence ends the text: %s", c.env_error + n - 40);
+  size_t n = strlen(cuemm_last_error());
+  char *whole = malloc(n + 1);
+  memcpy(whole, cuemm_last_error(), n + 1);
+  ok(n > 1024, "the message is long (%zu bytes)", n);
+  like(whole + n - 12, "0 or 1", "the last knob's sentence ends the text: %s", whole + n - 40);
+  cuemm_manager *cm = NULL;
+  is(cuemm_manager_create(NULL, &c, &cm), CUDA_ERROR_INVALID_VALUE, "creation from that config is refused");
+  ok(strcmp(whole, cuemm_last_error()) == 0, "with the very message cuemm_config_init gave");
+  free(whole);
 
   /* Context appended to such a message is kept whole too. */
   cuemm_manager *dm = NULL;
@@ -397,7 +403,7 @@ static void create_destroy(void *arg)
 {
   create_args *a = arg;
   cuemm_manager *m = NULL;
-  a->r = cuemm_create(&m, NULL, a->cfg);
+  a->r = cuemm_manager_create(NULL, a->cfg, &m);
   if (a->r == CUDA_SUCCESS) {
     cuemm_pool_stats ps;
     cuemm_pool_get_stats(m, &ps);
@@ -587,6 +593,64 @@ static void valid(const char *var, const char *value, size_t want_count, double 
      "%s=\"%s\" accepted (count %zu, ratio %g)", var, value, c.max_pending_count, c.max_pending_ratio);
 }
 
+/* cuemm_config.size: a struct of an older cuemm.h (smaller) takes defaults
+ * for the fields it lacks; a size no struct has is refused, naming it. */
+static void sizes(void)
+{
+  clear_env();
+  cuemm_config c;
+  cuemm_manager *m = NULL, *g = NULL;
+  cuemm_config_init(&c);
+  is(c.size, sizeof(cuemm_config), "cuemm_config_init sets size to sizeof(cuemm_config)");
+
+  /* An older struct ending before `memory`: what lies past it is not the
+   * program's, and would be refused (memory, log_file) or change the
+   * manager (secondary) if it were read. */
+  c.pool = CUEMM_POOL_VMM;
+  c.pool_chunk = (size_t)4 << 20;
+  c.size = offsetof(cuemm_config, memory);
+  c.memory = (cuemm_memory_kind)99;
+  c.log_file = "/nonexistent/dir/cuemm.csv";
+  c.secondary = 1;
+  c.env_status = CUDA_ERROR_INVALID_VALUE;
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_SUCCESS, "size = offsetof(cuemm_config, memory): accepted");
+  if (m) {
+    cuemm_pool_stats ps;
+    CHECK_CU(cuemm_pool_get_stats(m, &ps));
+    ok(ps.enabled && ps.chunk_bytes == (size_t)4 << 20, "the fields within it are the program's (pool, 4 MiB chunk)");
+    cuemm_managed_stats ms;
+    CHECK_CU(cuemm_managed_get_stats(m, &ms));
+    is(ms.memory, CUEMM_MEMORY_DEVICE, "memory past it takes its default (device)");
+    CHECK_CU(cuemm_get(&g));
+    ok(g == m, "secondary past it takes its default (0: the context's manager)");
+    CHECK_CU(cuemm_destroy(m));
+    m = NULL;
+  }
+
+  /* A late field alone missing. */
+  cuemm_config_init(&c);
+  c.secondary = 1;
+  c.size = offsetof(cuemm_config, secondary);
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_SUCCESS, "size = offsetof(cuemm_config, secondary): accepted");
+  if (m) {
+    CHECK_CU(cuemm_get(&g));
+    ok(g == m, "secondary takes its default");
+    CHECK_CU(cuemm_destroy(m));
+    m = NULL;
+  }
+
+  cuemm_config_init(&c);
+  c.size = 0;
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "size 0 refused");
+  like(cuemm_last_error(), "cuemm_config.size = 0 is invalid", "naming the field: %s", cuemm_last_error());
+  ok(m == NULL, "and creates nothing");
+  c.size = sizeof c + 8;
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "a size larger than this library's refused");
+  like(cuemm_last_error(), "cuemm_config.size", "naming the field");
+  c.size = (size_t)0xdeadbeefcafe;
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "a garbage size refused");
+}
+
 int main(void)
 {
   sim_init();
@@ -632,14 +696,14 @@ int main(void)
   cuemm_config_init(&c);
   c.max_pending_count = 3;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   cuemm_stats s = test_stats(m);
   is(s.max_pending_count, 3, "program's count wins over the environment");
   is(s.max_pending_bytes, (size_t)(0.5 * (double)s.total_bytes), "environment's ratio applied");
   CHECK_CU(cuemm_destroy(m));
 
   /* Environment-created manager uses the environment. */
-  CHECK_CU(cuemm_create(&m, NULL, NULL));
+  CHECK_CU(cuemm_manager_create(NULL, NULL, &m));
   s = test_stats(m);
   is(s.max_pending_count, 5, "created from the environment: count 5");
   CHECK_CU(cuemm_destroy(m));
@@ -648,19 +712,20 @@ int main(void)
   /* Values a program sets are validated at creation. */
   cuemm_config_init(&c);
   c.max_pending_ratio = 0.0;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "ratio 0 refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "ratio 0 refused");
   like(cuemm_last_error(), "max_pending_ratio", "message names the field");
   c.max_pending_ratio = 1.01;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "ratio above 1 refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "ratio above 1 refused");
   cuemm_config_init(&c);
   c.max_pending_count = (size_t)1 << 40;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "count beyond range refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "count beyond range refused");
   like(cuemm_last_error(), "max_pending_count", "message names the field");
 
   unknown_variables();
   pool_knobs();
   nvtx_knob();
   all_reported();
+  sizes();
   ignored();
   adapters_pool();
   clear_env();

@@ -40,7 +40,7 @@ static cuemm_manager *make_on(CUcontext ctx, size_t count, double ratio)
 {
   cuemm_config c = test_config(count, ratio);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -60,10 +60,10 @@ static void two_contexts(void)
   ok(cuemm_context(mb) == b, "manager B serves context B");
 
   CUdeviceptr pa[2], pb[3];
-  CHECK_CU(cuemm_alloc(ma, &pa[0], 1000));
-  CHECK_CU(cuemm_alloc(ma, &pa[1], 2000));
+  CHECK_CU(cuemm_allocate(ma, 1000, &pa[0]));
+  CHECK_CU(cuemm_allocate(ma, 2000, &pa[1]));
   for (int i = 0; i < 3; i++)
-    CHECK_CU(cuemm_alloc(mb, &pb[i], 4096));
+    CHECK_CU(cuemm_allocate(mb, 4096, &pb[i]));
   is(current_context(), primary, "allocating through both left the primary context current");
 
   /* Each allocation was made in its manager's context. */
@@ -154,7 +154,7 @@ static void flush_elsewhere(void)
   CHECK_CU(cuCtxPushCurrent(other));
   CUdeviceptr p[3];
   for (int i = 0; i < 3; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], 8192));
+    CHECK_CU(cuemm_allocate(m, 8192, &p[i]));
   unsigned long push0 = sim_calls("cuCtxPushCurrent");
   for (int i = 0; i < 3; i++)
     CHECK_CU(cuemm_free(m, p[i]));
@@ -174,7 +174,7 @@ static void flush_elsewhere(void)
   /* From a thread with no context at all. */
   remote_free rf = { .m = m };
   for (int i = 0; i < 3; i++)
-    CHECK_CU(cuemm_alloc(m, &rf.p[i], 8192));
+    CHECK_CU(cuemm_allocate(m, 8192, &rf.p[i]));
   pthread_t t;
   if (pthread_create(&t, NULL, free_without_context, &rf) != 0) {
     printf("Bail out! pthread_create failed\n");
@@ -200,18 +200,18 @@ static void one_per_context(void)
 {
   cuemm_manager *m1 = make_on(NULL, 3, 0.3), *m2 = (cuemm_manager *)(uintptr_t)1;
   cuemm_config c = test_config(4, 0.4);
-  is(cuemm_create(&m2, NULL, &c), CUDA_ERROR_ALREADY_ACQUIRED, "a second manager for the current context: ALREADY_ACQUIRED");
+  is(cuemm_manager_create(NULL, &c, &m2), CUDA_ERROR_ALREADY_ACQUIRED, "a second manager for the current context: ALREADY_ACQUIRED");
   like(cuemm_last_error(), "already has a manager", "message says so");
   ok(m2 == NULL, "*m is NULL after the failure");
   m2 = (cuemm_manager *)(uintptr_t)1;
-  is(cuemm_create(&m2, primary, &c), CUDA_ERROR_ALREADY_ACQUIRED, "the same context named explicitly: ALREADY_ACQUIRED");
+  is(cuemm_manager_create(primary, &c, &m2), CUDA_ERROR_ALREADY_ACQUIRED, "the same context named explicitly: ALREADY_ACQUIRED");
   ok(m2 == NULL, "*m is NULL");
 
   cuemm_manager *g = NULL;
   is(cuemm_get(&g), CUDA_SUCCESS, "cuemm_get");
   ok(g == m1, "cuemm_get returns the registered manager");
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m1, &p, 4096)); /* left outstanding: destroy frees it */
+  CHECK_CU(cuemm_allocate(m1, 4096, &p)); /* left outstanding: destroy frees it */
   is(test_stats(g).allocs, 1, "it is the same manager (its allocation counted)");
   is(cuemm_destroy(m1), CUDA_SUCCESS, "cuemm_destroy with one outstanding allocation");
   like(cuemm_last_error(), "freed 1 outstanding allocations (4096 bytes)", "destroy reports the outstanding allocation");
@@ -228,7 +228,7 @@ static void one_per_context(void)
   CHECK_CU(cuemm_get(&n2));
   ok(n2 == n, "and returns that one from then on");
   m2 = NULL;
-  is(cuemm_create(&m2, NULL, &c), CUDA_ERROR_ALREADY_ACQUIRED, "cuemm_create now collides with the one cuemm_get made");
+  is(cuemm_manager_create(NULL, &c, &m2), CUDA_ERROR_ALREADY_ACQUIRED, "cuemm_create now collides with the one cuemm_get made");
   CHECK_CU(cuemm_destroy(n));
 }
 
@@ -246,7 +246,7 @@ static void registry_by_id(void)
   is(cuemm_get(&a), CUDA_SUCCESS, "cuemm_get in a new context");
   ok(cuemm_context(a) == c1, "manager A serves it");
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(a, &p, 4096));
+  CHECK_CU(cuemm_allocate(a, 4096, &p));
   CHECK_CU(cuemm_free(a, p));
   is(test_stats(a).pending_count, 1, "A holds one pending free");
   /* Freed by hand behind A's back (A still counts it pending): the driver
@@ -291,8 +291,8 @@ static void destroyed_context(void)
   cuemm_manager *a = NULL;
   CHECK_CU(cuemm_get(&a));
   CUdeviceptr p, q;
-  CHECK_CU(cuemm_alloc(a, &p, 4096));
-  CHECK_CU(cuemm_alloc(a, &q, 4096));
+  CHECK_CU(cuemm_allocate(a, 4096, &p));
+  CHECK_CU(cuemm_allocate(a, 4096, &q));
   CHECK_CU(cuemm_free(a, p)); /* p pending, q live */
   /* The driver would free both with the context; freeing them by hand first
    * keeps memory checkers from calling them leaks, and changes nothing for
@@ -324,7 +324,7 @@ static void *without_context(void *arg)
   nc->cur = current_context();
   cuemm_config c = test_config(10, 0.2);
   nc->m = (cuemm_manager *)(uintptr_t)1;
-  nc->create_r = cuemm_create(&nc->m, NULL, &c);
+  nc->create_r = cuemm_manager_create(NULL, &c, &nc->m);
   snprintf(nc->create_msg, sizeof nc->create_msg, "%s", cuemm_last_error());
   cuemm_manager *g = NULL;
   nc->get_r = cuemm_get(&g);

@@ -49,15 +49,15 @@ def workload():
     3 of them freed; the 4 others stay live."""
     from cuemm import _lib
     lib = _lib.load()
-    lib.cuemm_alloc.restype = ctypes.c_int
-    lib.cuemm_alloc.argtypes = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
+    lib.cuemm_allocate.restype = ctypes.c_int
+    lib.cuemm_allocate.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64))
     lib.cuemm_free.restype = ctypes.c_int
     lib.cuemm_free.argtypes = (ctypes.c_void_p, ctypes.c_uint64)
     m = _lib.device_manager(0)
     ptrs = []
     for s in SIZES:
         p = ctypes.c_uint64()
-        _lib.check(lib.cuemm_alloc(m, ctypes.byref(p), s), "cuemm_alloc")
+        _lib.check(lib.cuemm_allocate(m, s, ctypes.byref(p)), "cuemm_allocate")
         ptrs.append(p.value)
     for i in FREED:
         _lib.check(lib.cuemm_free(m, ptrs[i]), "cuemm_free")

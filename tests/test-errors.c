@@ -24,7 +24,7 @@ static cuemm_manager *make_on(CUcontext ctx, size_t count, double ratio)
 {
   cuemm_config c = test_config(count, ratio);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -76,21 +76,21 @@ static void null_arguments(void)
   size_t f = 0, t = 0;
   static char buf[8192];
 
-  NULL_CASE(cuemm_create(NULL, NULL, NULL), "cuemm_create: m is NULL");
+  NULL_CASE(cuemm_manager_create(NULL, NULL, NULL), "cuemm_create: m is NULL");
   NULL_CASE(cuemm_destroy(NULL), "cuemm_destroy: manager is NULL");
   NULL_CASE(cuemm_get(NULL), "cuemm_get: m is NULL");
-  NULL_CASE(cuemm_alloc(NULL, &d, 256), "cuemm_alloc: manager is NULL");
-  NULL_CASE(cuemm_alloc(m, NULL, 256), "cuemm_alloc: p is NULL");
+  NULL_CASE(cuemm_allocate(NULL, 256, &d), "cuemm_alloc: manager is NULL");
+  NULL_CASE(cuemm_allocate(m, 256, NULL), "cuemm_alloc: p is NULL");
   NULL_CASE(cuemm_free(NULL, 0x1000), "cuemm_free: manager is NULL");
   NULL_CASE(cuemm_flush(NULL), "cuemm_flush: manager is NULL");
   NULL_CASE(cuemm_defer_cleanup_begin(NULL), "cuemm_defer_cleanup_begin: manager is NULL");
   NULL_CASE(cuemm_defer_cleanup_end(NULL), "cuemm_defer_cleanup_end: manager is NULL");
-  NULL_CASE(cuemm_host_alloc(NULL, &h, 256, 0), "cuemm_host_alloc: manager is NULL");
-  NULL_CASE(cuemm_host_alloc(m, NULL, 256, 0), "cuemm_host_alloc: p is NULL");
+  NULL_CASE(cuemm_host_allocate(NULL, 256, 0, &h), "cuemm_host_alloc: manager is NULL");
+  NULL_CASE(cuemm_host_allocate(m, 256, 0, NULL), "cuemm_host_alloc: p is NULL");
   NULL_CASE(cuemm_host_free(NULL, buf), "cuemm_host_free: manager is NULL");
-  NULL_CASE(cuemm_host_get_device_pointer(NULL, &d, buf), "cuemm_host_get_device_pointer: manager is NULL");
-  NULL_CASE(cuemm_host_get_device_pointer(m, NULL, buf), "cuemm_host_get_device_pointer: dptr is NULL");
-  NULL_CASE(cuemm_host_get_device_pointer(m, &d, NULL), "cuemm_host_get_device_pointer: p is NULL");
+  NULL_CASE(cuemm_host_device_pointer(NULL, buf, &d), "cuemm_host_get_device_pointer: manager is NULL");
+  NULL_CASE(cuemm_host_device_pointer(m, buf, NULL), "cuemm_host_get_device_pointer: dptr is NULL");
+  NULL_CASE(cuemm_host_device_pointer(m, NULL, &d), "cuemm_host_get_device_pointer: p is NULL");
   NULL_CASE(cuemm_host_pin(NULL, buf, sizeof buf, 0), "cuemm_host_pin: manager is NULL");
   NULL_CASE(cuemm_host_pin(m, NULL, sizeof buf, 0), "cuemm_host_pin: p is NULL");
   NULL_CASE(cuemm_host_unpin(NULL, buf), "cuemm_host_unpin: manager is NULL");
@@ -122,9 +122,9 @@ static void foreign_frees(void)
 {
   cuemm_manager *m = make_on(NULL, 10, 0.2);
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, 4096));
+  CHECK_CU(cuemm_allocate(m, 4096, &p));
   void *hp = NULL;
-  CHECK_CU(cuemm_host_alloc(m, &hp, 4096, 0));
+  CHECK_CU(cuemm_host_allocate(m, 4096, 0, &hp));
 
   /* A second manager, on a second context. */
   CUdevice dev;
@@ -134,7 +134,7 @@ static void foreign_frees(void)
   CHECK_CU(cuCtxPopCurrent(NULL));
   cuemm_manager *m2 = make_on(ctx2, 10, 0.2);
   CUdeviceptr p2;
-  CHECK_CU(cuemm_alloc(m2, &p2, 4096));
+  CHECK_CU(cuemm_allocate(m2, 4096, &p2));
 
   cuemm_stats before = test_stats(m), before2 = test_stats(m2), s;
 
@@ -211,23 +211,23 @@ static void sizes(void)
   CUdeviceptr p = 0;
   char want[64];
 
-  is(cuemm_alloc(m, &p, 0), CUDA_ERROR_INVALID_VALUE, "size 0: CUDA_ERROR_INVALID_VALUE");
+  is(cuemm_allocate(m, 0, &p), CUDA_ERROR_INVALID_VALUE, "size 0: CUDA_ERROR_INVALID_VALUE");
   like(cuemm_last_error(), "size is 0", "message: size is 0");
   s = test_stats(m);
   is(s.alloc_failures, s0.alloc_failures + 1, "counted as an allocation failure");
   is(s.allocs, s0.allocs, "no allocation counted");
 
   void *h = NULL;
-  is(cuemm_host_alloc(m, &h, 0, 0), CUDA_ERROR_INVALID_VALUE, "host size 0: CUDA_ERROR_INVALID_VALUE");
+  is(cuemm_host_allocate(m, 0, 0, &h), CUDA_ERROR_INVALID_VALUE, "host size 0: CUDA_ERROR_INVALID_VALUE");
   is(test_stats(m).alloc_failures, s0.alloc_failures + 2, "counted too");
 
-  is(cuemm_alloc(m, &p, SIZE_MAX), CUDA_ERROR_OUT_OF_MEMORY, "SIZE_MAX: CUDA_ERROR_OUT_OF_MEMORY");
+  is(cuemm_allocate(m, SIZE_MAX, &p), CUDA_ERROR_OUT_OF_MEMORY, "SIZE_MAX: CUDA_ERROR_OUT_OF_MEMORY");
   snprintf(want, sizeof want, "%zu bytes", (size_t)SIZE_MAX);
   like(cuemm_last_error(), want, "message names the size");
   is(test_stats(m).alloc_failures, s0.alloc_failures + 3, "counted");
 
   size_t over = s0.total_bytes + 1;
-  is(cuemm_alloc(m, &p, over), CUDA_ERROR_OUT_OF_MEMORY, "total + 1 bytes: CUDA_ERROR_OUT_OF_MEMORY");
+  is(cuemm_allocate(m, over, &p), CUDA_ERROR_OUT_OF_MEMORY, "total + 1 bytes: CUDA_ERROR_OUT_OF_MEMORY");
   snprintf(want, sizeof want, "%zu bytes", over);
   like(cuemm_last_error(), want, "message names the size");
   s = test_stats(m);
@@ -236,7 +236,7 @@ static void sizes(void)
   is(p, 0, "out-pointer untouched by the failures");
   ok(h == NULL, "host out-pointer untouched");
 
-  is(cuemm_alloc(m, &p, 4096), CUDA_SUCCESS, "the manager is still usable: alloc");
+  is(cuemm_allocate(m, 4096, &p), CUDA_SUCCESS, "the manager is still usable: alloc");
   is(cuemm_free(m, p), CUDA_SUCCESS, "and free");
   is(cuemm_flush(m), CUDA_SUCCESS, "and flush");
   s = test_stats(m);
@@ -319,22 +319,22 @@ static cuemm_manager *run_workload(workload *w, CUcontext target, void *pinbuf, 
 {
   cuemm_config cfg = test_config(2, 0.5);
   cuemm_manager *m = NULL;
-  if (STEP(w, cuemm_create(&m, target, &cfg)) != CUDA_SUCCESS) {
+  if (STEP(w, cuemm_manager_create(target, &cfg, &m)) != CUDA_SUCCESS) {
     if (m)
       wl_bad(w, "a failed cuemm_create left *m = %p", (void *)m);
     return NULL;
   }
   CUdeviceptr p[5] = {0};
   for (int i = 0; i < 5; i++)
-    if (STEP(w, cuemm_alloc(m, &p[i], 4096 * (size_t)(i + 1))) != CUDA_SUCCESS)
+    if (STEP(w, cuemm_allocate(m, 4096 * (size_t)(i + 1), &p[i])) != CUDA_SUCCESS)
       p[i] = 0;
   for (int i = 0; i < 3; i++) /* the third crosses max_pending_count 2 */
     if (p[i])
       STEP(w, cuemm_free(m, p[i]));
   void *h = NULL;
-  if (STEP(w, cuemm_host_alloc(m, &h, 8192, CU_MEMHOSTALLOC_DEVICEMAP)) == CUDA_SUCCESS) {
+  if (STEP(w, cuemm_host_allocate(m, 8192, CU_MEMHOSTALLOC_DEVICEMAP, &h)) == CUDA_SUCCESS) {
     CUdeviceptr hd = 0;
-    if (STEP(w, cuemm_host_get_device_pointer(m, &hd, h)) == CUDA_SUCCESS && hd == 0)
+    if (STEP(w, cuemm_host_device_pointer(m, h, &hd)) == CUDA_SUCCESS && hd == 0)
       wl_bad(w, "cuemm_host_get_device_pointer succeeded with a 0 device pointer");
     STEP(w, cuemm_host_free(m, h));
   }
@@ -443,7 +443,7 @@ static void failing_threshold_flush(void)
   cuemm_manager *m = make_on(NULL, 3, 0.5);
   CUdeviceptr p[4];
   for (int i = 0; i < 4; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], 1024));
+    CHECK_CU(cuemm_allocate(m, 1024, &p[i]));
   for (int i = 0; i < 3; i++)
     CHECK_CU(cuemm_free(m, p[i]));
   is(test_stats(m).pending_count, 3, "three frees pending at the threshold");
@@ -481,7 +481,7 @@ static void destroy_leaks(void)
   cuemm_manager *m = make_on(NULL, 10, 0.5);
   CUdeviceptr p[3];
   for (int i = 0; i < 3; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], 2048));
+    CHECK_CU(cuemm_allocate(m, 2048, &p[i]));
   CHECK_CU(cuemm_free(m, p[0])); /* one pending, two live */
   sim.fail_from("cuMemFree", 1, CUDA_ERROR_UNKNOWN);
   CUresult r = cuemm_destroy(m);

@@ -124,13 +124,13 @@ static void scen_life(run *r)
 {
   cuemm_config c = test_config(2, 1.0);
   DSTEP(r, cuCtxSetCurrent(NULL));
-  STEP(r, cuemm_create(&r->m, primary, &c));
+  STEP(r, cuemm_manager_create(primary, &c, &r->m));
   CUdeviceptr d1, d2, d3, d4, dp;
   void *h1, *h2;
-  STEP(r, cuemm_alloc(r->m, &d1, 4096));
-  STEP(r, cuemm_alloc(r->m, &d2, 8192));
-  STEP(r, cuemm_host_alloc(r->m, &h1, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
-  STEP(r, cuemm_host_get_device_pointer(r->m, &dp, h1));
+  STEP(r, cuemm_allocate(r->m, 4096, &d1));
+  STEP(r, cuemm_allocate(r->m, 8192, &d2));
+  STEP(r, cuemm_host_allocate(r->m, 4096, CU_MEMHOSTALLOC_DEVICEMAP, &h1));
+  STEP(r, cuemm_host_device_pointer(r->m, h1, &dp));
   STEP(r, cuemm_host_pin(r->m, pin_buf, sizeof pin_buf, 0));
   STEP(r, cuemm_host_unpin(r->m, pin_buf));
   STEP(r, cuemm_host_pin(r->m, pin_buf, sizeof pin_buf, CU_MEMHOSTREGISTER_DEVICEMAP));
@@ -140,10 +140,10 @@ static void scen_life(run *r)
   STEP(r, cuemm_flush(r->m));
   STEP(r, cuemm_defer_cleanup_end(r->m));
   STEP(r, cuemm_free(r->m, d2)); /* the third pending: a flush */
-  STEP(r, cuemm_alloc(r->m, &d3, 1000));
+  STEP(r, cuemm_allocate(r->m, 1000, &d3));
   STEP(r, cuemm_reset(r->m));
-  STEP(r, cuemm_alloc(r->m, &d4, 3000));
-  STEP(r, cuemm_host_alloc(r->m, &h2, 100, 0));
+  STEP(r, cuemm_allocate(r->m, 3000, &d4));
+  STEP(r, cuemm_host_allocate(r->m, 100, 0, &h2));
   size_t fr, tot;
   STEP(r, cuemm_get_memory_info(r->m, &fr, &tot));
   STEP(r, cuemm_free(r->m, d4));
@@ -167,20 +167,20 @@ static cuemm_config pool_config(int ipc)
 static void scen_pool(run *r)
 {
   cuemm_config c = pool_config(0);
-  STEP(r, cuemm_create(&r->m, NULL, &c));
+  STEP(r, cuemm_manager_create(NULL, &c, &r->m));
   CUdeviceptr a, b, d, e, big;
-  STEP(r, cuemm_alloc(r->m, &a, 1 * MiB));
-  STEP(r, cuemm_alloc(r->m, &b, 3 * MiB));
-  STEP(r, cuemm_alloc(r->m, &d, 100));
+  STEP(r, cuemm_allocate(r->m, 1 * MiB, &a));
+  STEP(r, cuemm_allocate(r->m, 3 * MiB, &b));
+  STEP(r, cuemm_allocate(r->m, 100, &d));
   STEP(r, cuemm_free(r->m, a));
   STEP(r, cuemm_free(r->m, b));
   STEP(r, cuemm_free(r->m, d)); /* flush: synchronize, give back, release */
-  STEP(r, cuemm_alloc(r->m, &e, 5 * MiB));
-  STEP(r, cuemm_alloc(r->m, &big, 20 * MiB));
+  STEP(r, cuemm_allocate(r->m, 5 * MiB, &e));
+  STEP(r, cuemm_allocate(r->m, 20 * MiB, &big));
   STEP(r, cuemm_free(r->m, big));
   STEP(r, cuemm_flush(r->m));
   STEP(r, cuemm_pool_trim(r->m));
-  STEP(r, cuemm_alloc(r->m, &a, 1 * MiB));
+  STEP(r, cuemm_allocate(r->m, 1 * MiB, &a));
   STEP(r, cuemm_free(r->m, e));
   destroy_step(r); /* a still live */
 }
@@ -196,23 +196,23 @@ static void scen_stream(run *r)
 {
   cuemm_config c = pool_config(0);
   c.pool_release_delay_ms = 0;
-  STEP(r, cuemm_create(&r->m, NULL, &c));
+  STEP(r, cuemm_manager_create(NULL, &c, &r->m));
   CUdeviceptr a, b, d, e;
-  STEP(r, cuemm_alloc_async(r->m, &a, 1 * MiB, fs1));
-  STEP(r, cuemm_alloc_async(r->m, &b, 3 * MiB, fs1));
+  STEP(r, cuemm_allocate_async(r->m, 1 * MiB, fs1, &a));
+  STEP(r, cuemm_allocate_async(r->m, 3 * MiB, fs1, &b));
   STEP(r, cuemm_free_async(r->m, a, fs1));
-  STEP(r, cuemm_alloc_async(r->m, &a, 1 * MiB, fs1));
+  STEP(r, cuemm_allocate_async(r->m, 1 * MiB, fs1, &a));
   STEP(r, cuemm_free_async(r->m, a, fs1));
   STEP(r, cuemm_free_async(r->m, b, fs1));
-  STEP(r, cuemm_alloc_async(r->m, &d, 1 * MiB, fs2)); /* s1's batch: an event */
+  STEP(r, cuemm_allocate_async(r->m, 1 * MiB, fs2, &d)); /* s1's batch: an event */
   STEP(r, cuemm_record_stream(r->m, d, fs1));
   STEP(r, cuemm_free_async(r->m, d, fs2));           /* s2 waits for s1 */
-  STEP(r, cuemm_alloc_async(r->m, &e, 6 * MiB, fs2));
+  STEP(r, cuemm_allocate_async(r->m, 6 * MiB, fs2, &e));
   STEP(r, cuemm_free(r->m, e));
   STEP(r, cuemm_flush(r->m));
   STEP(r, cuemm_stream_release(r->m, fs1));
   STEP(r, cuemm_pool_trim(r->m));
-  STEP(r, cuemm_alloc_async(r->m, &a, 1 * MiB, fs2));
+  STEP(r, cuemm_allocate_async(r->m, 1 * MiB, fs2, &a));
   destroy_step(r); /* a still live */
 }
 
@@ -241,7 +241,7 @@ static request cur_req;  /* what the parent asks of the child this round */
 static report last_report;
 static int child_lost;
 
-/* One slot: a marker byte, then (marker 1) a message of cuemm_ipc_send, or
+/* One slot: a marker byte, then (marker 1) a message of cuemm_ipc_handle_send, or
  * 128 zero bytes where that send failed, which the child refuses.  The
  * failed send's message stays the thread's last error. */
 static CUresult send_slot(cuemm_manager *m, const cuemm_ipc_handle *h)
@@ -251,7 +251,7 @@ static CUresult send_slot(cuemm_manager *m, const cuemm_ipc_handle *h)
     return CUDA_ERROR_OPERATING_SYSTEM;
   if (!h)
     return CUDA_SUCCESS;
-  CUresult res = cuemm_ipc_send(sock, m, h);
+  CUresult res = cuemm_ipc_handle_send(m, h, sock);
   if (res != CUDA_SUCCESS) {
     static const unsigned char zero[CUEMM_IPC_HANDLE_SIZE];
     write_full(sock, zero, sizeof zero);
@@ -281,9 +281,9 @@ static CUresult exchange(cuemm_manager *m, const cuemm_ipc_handle *h1, const cue
 static void ipc_export(run *r, CUdeviceptr *p, CUdeviceptr *dv, cuemm_ipc_handle *hp, cuemm_ipc_handle *hd)
 {
   cuemm_config c = pool_config(1);
-  STEP(r, cuemm_create(&r->m, NULL, &c));
-  STEP(r, cuemm_alloc(r->m, p, 1 * MiB));
-  STEP(r, cuemm_alloc(r->m, dv, 20 * MiB)); /* past the pool's limit: cuMemAlloc */
+  STEP(r, cuemm_manager_create(NULL, &c, &r->m));
+  STEP(r, cuemm_allocate(r->m, 1 * MiB, p));
+  STEP(r, cuemm_allocate(r->m, 20 * MiB, dv)); /* past the pool's limit: cuMemAlloc */
   DSTEP(r, cuMemsetD8(*p, 0xa5, 4096));
   DSTEP(r, cuMemsetD8(*dv, 0x5a, 4096));
   STEP(r, cuemm_ipc_export(r->m, *p, 0, hp));
@@ -375,7 +375,7 @@ static void child_round(const request *q)
   }
   cuemm_manager *m = NULL;
   CUdeviceptr t;
-  a.usable_ok = cuemm_get(&m) == CUDA_SUCCESS && cuemm_alloc(m, &t, 4096) == CUDA_SUCCESS &&
+  a.usable_ok = cuemm_get(&m) == CUDA_SUCCESS && cuemm_allocate(m, 4096, &t) == CUDA_SUCCESS &&
                 cuemm_free(m, t) == CUDA_SUCCESS && cuemm_flush(m) == CUDA_SUCCESS;
   if (m)
     cuemm_destroy(m);
@@ -474,7 +474,7 @@ static void run_point(scenario_fn fn, const char *entry, unsigned nth, CUresult 
   /* Usable again: one good allocation and free, then the destroy. */
   if (r.m) {
     CUdeviceptr t;
-    CUresult a = cuemm_alloc(r.m, &t, 4096), f = a == CUDA_SUCCESS ? cuemm_free(r.m, t) : a;
+    CUresult a = cuemm_allocate(r.m, 4096, &t), f = a == CUDA_SUCCESS ? cuemm_free(r.m, t) : a;
     CUresult fl = f == CUDA_SUCCESS ? cuemm_flush(r.m) : f;
     if (fl != CUDA_SUCCESS) {
       snprintf(bad, n, "after %s failed, the manager no longer allocates and frees: %s", r.step, cuemm_last_error());
@@ -489,7 +489,7 @@ static void run_point(scenario_fn fn, const char *entry, unsigned nth, CUresult 
   } else if (r.failed != CUDA_SUCCESS && strstr(r.step, "create")) {
     cuemm_config c = test_config(10, 0.2);
     cuemm_manager *m2 = NULL;
-    if (cuemm_create(&m2, NULL, &c) != CUDA_SUCCESS) {
+    if (cuemm_manager_create(NULL, &c, &m2) != CUDA_SUCCESS) {
       snprintf(bad, n, "after a failed create, no manager can be created: %s", cuemm_last_error());
       return;
     }
@@ -573,8 +573,8 @@ static void destroy_regression(void)
   cuemm_config c = test_config(10, 0.2);
   cuemm_manager *m;
   CUdeviceptr p;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
-  CHECK_CU(cuemm_alloc(m, &p, 4096));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
+  CHECK_CU(cuemm_allocate(m, 4096, &p));
   CHECK_CU(cuemm_free(m, p));
   is(test_stats(m).pending_count, 1, "regression: one free pending before the destroy");
   sim.calls_reset();

@@ -13,33 +13,33 @@ int main(void)
   test_primary_context(0);
   cuemm_config c = test_config(2, 0.2);
   cuemm_manager *m;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
 
   /* Allocation flags. */
   void *h[4] = { 0 };
   unsigned flags[4] = { 0, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE,
                         CU_MEMHOSTALLOC_WRITECOMBINED | CU_MEMHOSTALLOC_PORTABLE };
   for (int i = 0; i < 4; i++) {
-    is(cuemm_host_alloc(m, &h[i], 8192, flags[i]), CUDA_SUCCESS, "host alloc with flags 0x%x", flags[i]);
+    is(cuemm_host_allocate(m, 8192, flags[i], &h[i]), CUDA_SUCCESS, "host alloc with flags 0x%x", flags[i]);
     /* A driver with unified addressing may leave PORTABLE out of what it
      * reports (all pinned memory is portable then): compare the rest. */
     unsigned got = 0, want = flags[i] & ~(unsigned)CU_MEMHOSTALLOC_PORTABLE;
     CHECK_CU(cuMemHostGetFlags(&got, h[i]));
     ok((got & want) == want, "driver reports flags 0x%x for 0x%x", got, flags[i]);
   }
-  is(cuemm_host_alloc(m, &h[0], 16, 0x100), CUDA_ERROR_INVALID_VALUE, "unknown flag refused");
+  is(cuemm_host_allocate(m, 16, 0x100, &h[0]), CUDA_ERROR_INVALID_VALUE, "unknown flag refused");
   like(cuemm_last_error(), "unknown flags 0x100", "message names the bad flags");
-  is(cuemm_host_alloc(m, &h[0], 0, 0), CUDA_ERROR_INVALID_VALUE, "size 0 refused");
+  is(cuemm_host_allocate(m, 0, 0, &h[0]), CUDA_ERROR_INVALID_VALUE, "size 0 refused");
 
   /* Mapped memory: the device sees the host's bytes. */
   CUdeviceptr d = 0;
-  is(cuemm_host_get_device_pointer(m, &d, h[1]), CUDA_SUCCESS, "device pointer of mapped memory");
+  is(cuemm_host_device_pointer(m, h[1], &d), CUDA_SUCCESS, "device pointer of mapped memory");
   memset(h[1], 0x5A, 8192);
   unsigned char back[64];
   CHECK_CU(cuMemcpyDtoH(back, d + 100, sizeof back));
   ok(back[0] == 0x5A && back[63] == 0x5A, "device reads what the host wrote");
   CUdeviceptr dd;
-  CHECK_CU(cuemm_alloc(m, &dd, 4096));
+  CHECK_CU(cuemm_allocate(m, 4096, &dd));
   CHECK_CU(cuMemsetD8(dd, 0x11, 4096));
   CHECK_CU(cuMemcpyDtoD(d, dd, 4096));
   ok(((unsigned char *)h[1])[0] == 0x11 && ((unsigned char *)h[1])[4095] == 0x11, "host sees what the device wrote");

@@ -64,7 +64,7 @@ static void child_use(const request *q, reply *a)
   cuemm_ipc_handle h;
   CUdeviceptr p = 0;
   unsigned long peer0 = sim_calls("cuDeviceCanAccessPeer");
-  a->r[0] = cuemm_ipc_handle_from_bytes(&h, q->handle, sizeof q->handle);
+  a->r[0] = cuemm_ipc_handle_parse(q->handle, sizeof q->handle, &h);
   if (a->r[0] != CUDA_SUCCESS)
     return;
   a->r[1] = cuemm_ipc_open(NULL, &h, &p);
@@ -89,8 +89,8 @@ static void child_use(const request *q, reply *a)
 static void child_twice(const request *q, reply *a)
 {
   cuemm_ipc_handle h, h2;
-  CHECK_CU(cuemm_ipc_handle_from_bytes(&h, q->handle, sizeof q->handle));
-  CHECK_CU(cuemm_ipc_handle_from_bytes(&h2, q->handle2, sizeof q->handle2));
+  CHECK_CU(cuemm_ipc_handle_parse(q->handle, sizeof q->handle, &h));
+  CHECK_CU(cuemm_ipc_handle_parse(q->handle2, sizeof q->handle2, &h2));
   unsigned long open0 = sim_calls("cuIpcOpenMemHandle"), close0 = sim_calls("cuIpcCloseMemHandle");
   CUdeviceptr p1 = 0, p2 = 0, s = 0;
   a->r[0] = cuemm_ipc_open(NULL, &h, &p1);
@@ -117,7 +117,7 @@ static void child_twice(const request *q, reply *a)
 static void child_destroy(const request *q, reply *a)
 {
   cuemm_ipc_handle h;
-  CHECK_CU(cuemm_ipc_handle_from_bytes(&h, q->handle, sizeof q->handle));
+  CHECK_CU(cuemm_ipc_handle_parse(q->handle, sizeof q->handle, &h));
   cuemm_manager *m;
   CHECK_CU(cuemm_get(&m));
   unsigned long close0 = sim_calls("cuIpcCloseMemHandle");
@@ -253,7 +253,7 @@ static void export_errors(cuemm_manager *m, CUdeviceptr buf)
   like(cuemm_last_error(), "not device memory", "message says it is not device memory");
 
   CUdeviceptr gone;
-  CHECK_CU(cuemm_alloc(m, &gone, 8192));
+  CHECK_CU(cuemm_allocate(m, 8192, &gone));
   CHECK_CU(cuemm_free(m, gone));
   is(test_stats(m).pending_count, 1, "the freed allocation waits in the queue");
   is(cuemm_ipc_export(m, gone, 0, &h), CUDA_ERROR_INVALID_VALUE, "export: a freed (pending) allocation refused");
@@ -268,34 +268,34 @@ static void bad_bytes(const cuemm_ipc_handle *good)
   cuemm_ipc_handle out, b;
   memset(&out, 0x33, sizeof out);
   cuemm_ipc_handle before = out;
-  is(cuemm_ipc_handle_from_bytes(NULL, good, sizeof *good), CUDA_ERROR_INVALID_VALUE, "from_bytes: NULL handle");
-  is(cuemm_ipc_handle_from_bytes(&out, NULL, sizeof *good), CUDA_ERROR_INVALID_VALUE, "from_bytes: NULL bytes");
-  is(cuemm_ipc_handle_from_bytes(&out, good, 127), CUDA_ERROR_INVALID_VALUE, "from_bytes: 127 bytes (truncated)");
+  is(cuemm_ipc_handle_parse(good, sizeof *good, NULL), CUDA_ERROR_INVALID_VALUE, "from_bytes: NULL handle");
+  is(cuemm_ipc_handle_parse(NULL, sizeof *good, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: NULL bytes");
+  is(cuemm_ipc_handle_parse(good, 127, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: 127 bytes (truncated)");
   like(cuemm_last_error(), "127 bytes; a handle is 128 bytes (truncated?)", "message gives both lengths");
-  is(cuemm_ipc_handle_from_bytes(&out, good, 0), CUDA_ERROR_INVALID_VALUE, "from_bytes: 0 bytes");
+  is(cuemm_ipc_handle_parse(good, 0, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: 0 bytes");
   unsigned char longer[CUEMM_IPC_HANDLE_SIZE + 1] = { 0 };
   memcpy(longer, good, sizeof *good);
-  is(cuemm_ipc_handle_from_bytes(&out, longer, sizeof longer), CUDA_ERROR_INVALID_VALUE, "from_bytes: 129 bytes");
+  is(cuemm_ipc_handle_parse(longer, sizeof longer, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: 129 bytes");
 
   b = *good;
   b.magic[0] ^= 0x20;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "from_bytes: bad magic");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: bad magic");
   like(cuemm_last_error(), "not a cuemm IPC handle", "message says the magic is wrong");
 
   b = *good;
   b.version = 2;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "from_bytes: version 2");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: version 2");
   like(cuemm_last_error(), "handle version 2; this cuemm reads version 1", "message names both versions");
 
   b = *good;
   b.driver.reserved[10] ^= 1;
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "from_bytes: a flipped bit");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: a flipped bit");
   like(cuemm_last_error(), "checksum mismatch", "message says the checksum does not match");
   b = *good;
   b.checksum ^= 0x100;
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "from_bytes: a wrong checksum");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: a wrong checksum");
 
   unsigned char garbage[CUEMM_IPC_HANDLE_SIZE];
   uint32_t x = 12345;
@@ -307,41 +307,41 @@ static void bad_bytes(const cuemm_ipc_handle *good)
     }
     if (round % 2)
       memcpy(garbage, CUEMM_IPC_MAGIC, 4); /* get past the magic now and then */
-    refused += cuemm_ipc_handle_from_bytes(&out, garbage, sizeof garbage) == CUDA_ERROR_INVALID_VALUE;
+    refused += cuemm_ipc_handle_parse(garbage, sizeof garbage, &out) == CUDA_ERROR_INVALID_VALUE;
   }
   is(refused, 100, "from_bytes: 100 buffers of random bytes all refused");
 
   b = *good;
   b.reserved[3] = 9;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "from_bytes: reserved byte set");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: reserved byte set");
 
   b = *good;
   b.size = b.alloc_size - b.offset + 1;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "from_bytes: offset + size beyond alloc_size");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: offset + size beyond alloc_size");
   like(cuemm_last_error(), "does not lie inside its allocation", "message says the slice is outside");
   b = *good;
   b.offset = UINT64_MAX;
   b.size = 2;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "from_bytes: offset overflowing");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: offset overflowing");
   b = *good;
   b.size = 0;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "from_bytes: size 0");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: size 0");
   b = *good;
   b.source_pid = 0;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "from_bytes: pid 0");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "from_bytes: pid 0");
   b = *good;
   b.kind = 3;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_NOT_SUPPORTED, "from_bytes: an unknown kind");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_NOT_SUPPORTED, "from_bytes: an unknown kind");
   like(cuemm_last_error(), "kind 3", "message names the kind");
   ok(memcmp(&out, &before, sizeof out) == 0, "refused bytes left the handle untouched");
 
-  is(cuemm_ipc_handle_from_bytes(&out, good, sizeof *good), CUDA_SUCCESS, "from_bytes: a good handle accepted");
+  is(cuemm_ipc_handle_parse(good, sizeof *good, &out), CUDA_SUCCESS, "from_bytes: a good handle accepted");
   ok(memcmp(&out, good, sizeof out) == 0, "and copied byte for byte");
 
   /* cuemm_ipc_open holds a handle to the same checks, before anything else. */
@@ -368,12 +368,12 @@ int main(int argc, char **argv)
   CHECK_CU(cuDeviceGetCount(&ndev));
   cuemm_config c = test_config(1000, 1.0);
   cuemm_manager *m;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
 
   layout();
 
   CUdeviceptr buf;
-  CHECK_CU(cuemm_alloc(m, &buf, N));
+  CHECK_CU(cuemm_allocate(m, N, &buf));
   fill_pattern(buf);
 
   /* Export: start, interior, last byte. */
@@ -504,7 +504,7 @@ int main(int argc, char **argv)
    * still open it until the flush. */
   cuemm_ipc_handle held;
   CUdeviceptr other;
-  CHECK_CU(cuemm_alloc(m, &other, N));
+  CHECK_CU(cuemm_allocate(m, N, &other));
   fill_pattern(other);
   CHECK_CU(cuemm_ipc_export(m, other + 64, 64, &held));
   CHECK_CU(cuemm_free(m, other));

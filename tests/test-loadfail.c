@@ -22,7 +22,7 @@ int main(void)
   like(cuemm_last_error(), "CUEMM_LIBCUDA", "and the variable that named it");
 
   cuemm_manager *m = NULL;
-  is(cuemm_create(&m, NULL, NULL), CUDA_ERROR_NOT_FOUND, "creating a manager fails the same way");
+  is(cuemm_manager_create(NULL, NULL, &m), CUDA_ERROR_NOT_FOUND, "creating a manager fails the same way");
   is(cuemm_mem_alloc(&(CUdeviceptr){0}, 16), CUDA_ERROR_NOT_FOUND, "so does the drop-in allocation");
 
   setenv("CUEMM_LIBCUDA", "libm.so.6", 1);

@@ -28,7 +28,7 @@ static void *worker(void *arg)
   CHECK_CU(cuCtxSetCurrent(ctx));
   CUdeviceptr p[3];
   for (int i = 0; i < 3; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], 4096 * (size_t)(i + 1)));
+    CHECK_CU(cuemm_allocate(m, 4096 * (size_t)(i + 1), &p[i]));
   CHECK_CU(cuemm_free(m, p[1]));
   pthread_mutex_lock(&mu);
   stage = 1;
@@ -83,7 +83,7 @@ int main(void)
   close(fd);
   cuemm_config c = test_config(1000, 1.0);
   c.log_file = path;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
 
   pthread_t t;
   pthread_create(&t, NULL, worker, NULL);
@@ -116,7 +116,7 @@ int main(void)
   cuemm_manager *plain;
   cuemm_config pc = test_config(1000, 1.0);
   pc.log_file = NULL;
-  CHECK_CU(cuemm_create(&plain, NULL, &pc));
+  CHECK_CU(cuemm_manager_create(NULL, &pc, &plain));
   is(cuemm_log_flush(plain), CUDA_SUCCESS, "a manager without a log: nothing to do");
   CHECK_CU(cuemm_destroy(plain));
   unlink(path);

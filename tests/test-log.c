@@ -3,7 +3,7 @@
  * of growth, flush, release and out-of-memory; rows of several threads
  * (Seq orders them); two managers on one file; "%p"; the rows of a process
  * that exits without destroying its manager, and of one that forks; a file
- * that cannot be opened (cuemm_create fails, saying why) and one that
+ * that cannot be opened (cuemm_manager_create fails, saying why) and one that
  * fills up (rows lost and counted, allocations unharmed).
  */
 #include <errno.h>
@@ -108,16 +108,16 @@ static void test_sequence(void)
   snprintf(path, sizeof path, "%s/seq.csv", dir);
   cuemm_config c = log_config(path, 1);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr a, b, q;
-  CHECK_CU(cuemm_alloc(m, &a, 1000));                 /* row 0: grows the pool */
-  CHECK_CU(cuemm_alloc_async(m, &b, 4096, s));        /* row 1 */
+  CHECK_CU(cuemm_allocate(m, 1000, &a));                 /* row 0: grows the pool */
+  CHECK_CU(cuemm_allocate_async(m, 4096, s, &b));        /* row 1 */
   CHECK_CU(cuemm_free_async(m, b, s));                /* row 2 */
   CHECK_CU(cuemm_free(m, a));                         /* row 3: pending */
   CHECK_CU(cuemm_flush(m));                           /* no row: its notes go to row 4 */
-  CHECK_CU(cuemm_alloc(m, &q, 512 * MIB));            /* row 4: larger than the pool: cuMemAlloc */
+  CHECK_CU(cuemm_allocate(m, 512 * MIB, &q));            /* row 4: larger than the pool: cuMemAlloc */
   CHECK_CU(cuemm_free(m, q));                         /* row 5 */
   is(cuemm_free(m, q), CUDA_ERROR_INVALID_VALUE, "a double free is refused");
   cuemm_stats st = test_stats(m);
@@ -189,10 +189,10 @@ static void test_failure_rows(void)
   snprintf(path, sizeof path, "%s/oom.csv", dir);
   cuemm_config c = log_config(path, 0);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   sim.fail_from("cuMemAlloc", 1, CUDA_ERROR_OUT_OF_MEMORY);
   CUdeviceptr p = 0;
-  is(cuemm_alloc(m, &p, 3 * MIB), CUDA_ERROR_OUT_OF_MEMORY, "an allocation the driver refuses fails");
+  is(cuemm_allocate(m, 3 * MIB, &p), CUDA_ERROR_OUT_OF_MEMORY, "an allocation the driver refuses fails");
   sim.fail_clear();
   CHECK_CU(cuemm_destroy(m));
   logfile lf;
@@ -225,7 +225,7 @@ static void *work(void *arg)
   }
   for (int i = 0; i < PAIRS; i++) {
     CUdeviceptr p;
-    if (cuemm_alloc_async(w->m, &p, 256 + (size_t)i % 7 * 256, s) != CUDA_SUCCESS ||
+    if (cuemm_allocate_async(w->m, 256 + (size_t)i % 7 * 256, s, &p) != CUDA_SUCCESS ||
         cuemm_free_async(w->m, p, s) != CUDA_SUCCESS)
       w->failures++;
   }
@@ -241,7 +241,7 @@ static void test_threads(void)
   snprintf(path, sizeof path, "%s/threads.csv", dir);
   cuemm_config c = log_config(path, 1);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   pthread_t t[THREADS];
   worker w[THREADS] = { 0 };
   for (int i = 0; i < THREADS; i++) {
@@ -296,11 +296,11 @@ static void test_shared_file_and_pid(void)
   CHECK_CU(cuCtxCreate(&other, NULL, 0, dev));
   CHECK_CU(cuCtxSetCurrent(ctx));
   cuemm_manager *m1 = NULL, *m2 = NULL;
-  CHECK_CU(cuemm_create(&m1, ctx, &c));
-  CHECK_CU(cuemm_create(&m2, other, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m1));
+  CHECK_CU(cuemm_manager_create(other, &c, &m2));
   CUdeviceptr p1, p2;
-  CHECK_CU(cuemm_alloc(m1, &p1, 4096));
-  CHECK_CU(cuemm_alloc(m2, &p2, 8192));
+  CHECK_CU(cuemm_allocate(m1, 4096, &p1));
+  CHECK_CU(cuemm_allocate(m2, 8192, &p2));
   CHECK_CU(cuemm_free(m1, p1));
   CHECK_CU(cuemm_destroy(m1));
   CHECK_CU(cuemm_free(m2, p2));
@@ -337,14 +337,14 @@ static int child_main(void)
     setrlimit(RLIMIT_FSIZE, &rl);
   }
   cuemm_manager *m = NULL;
-  if (cuemm_create(&m, c, &cfg) != CUDA_SUCCESS)
+  if (cuemm_manager_create(c, &cfg, &m) != CUDA_SUCCESS)
     return 3;
   if (strcmp(what, "exit") == 0) {
     /* Each freed and the frees flushed, so that no device memory outlives the
      * process (memory checkers would call it a leak). */
     CUdeviceptr q;
     for (int i = 0; i < 10; i++)
-      if (cuemm_alloc(m, &q, 12345) != CUDA_SUCCESS || cuemm_free(m, q) != CUDA_SUCCESS)
+      if (cuemm_allocate(m, 12345, &q) != CUDA_SUCCESS || cuemm_free(m, q) != CUDA_SUCCESS)
         return 4;
     if (cuemm_flush(m) != CUDA_SUCCESS)
       return 4;
@@ -352,7 +352,7 @@ static int child_main(void)
   }
   for (int i = 0; i < 1000; i++) { /* 2000 rows, some 180 KB: past the cap, not slow under a sanitizer */
     CUdeviceptr p;
-    if (cuemm_alloc(m, &p, 4096) != CUDA_SUCCESS || cuemm_free(m, p) != CUDA_SUCCESS)
+    if (cuemm_allocate(m, 4096, &p) != CUDA_SUCCESS || cuemm_free(m, p) != CUDA_SUCCESS)
       return 4;
   }
   cuemm_stats s;
@@ -412,9 +412,9 @@ static void test_exit_and_fork(void)
   snprintf(path, sizeof path, "%s/fork.csv", dir);
   cuemm_config c = log_config(path, 0);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, 4096)); /* buffered in the parent */
+  CHECK_CU(cuemm_allocate(m, 4096, &p)); /* buffered in the parent */
   /* A CUDA tool attached to the process (compute-sanitizer sets these) makes
    * a forked child's exit wait on the tool, which never answers it. */
   if (getenv("CUDA_INJECTION64_PATH") || getenv("NVTX_INJECTION64_PATH")) {
@@ -446,16 +446,16 @@ static void test_open_failures(void)
   char path[256];
   snprintf(path, sizeof path, "%s/no/such/dir/x.csv", dir);
   cuemm_config c = log_config(path, 0);
-  is(cuemm_create(&m, ctx, &c), CUDA_ERROR_INVALID_VALUE, "a log in a missing directory: creation fails");
+  is(cuemm_manager_create(ctx, &c, &m), CUDA_ERROR_INVALID_VALUE, "a log in a missing directory: creation fails");
   ok(m == NULL, "and no manager is handed out");
   ok(strstr(cuemm_last_error(), "CUEMM_LOG: cannot open the event log") && strstr(cuemm_last_error(), path) &&
      strstr(cuemm_last_error(), "No such file or directory"),
      "the message names the file and the reason: %s", cuemm_last_error());
   c.log_file = dir; /* a directory */
-  is(cuemm_create(&m, ctx, &c), CUDA_ERROR_INVALID_VALUE, "a directory as the log: creation fails");
+  is(cuemm_manager_create(ctx, &c, &m), CUDA_ERROR_INVALID_VALUE, "a directory as the log: creation fails");
   like(cuemm_last_error(), "Is a directory", "saying so");
   c.log_file = "/dev/full";
-  CUresult r = cuemm_create(&m, ctx, &c);
+  CUresult r = cuemm_manager_create(ctx, &c, &m);
   is(r, CUDA_ERROR_INVALID_VALUE, "a device that takes no bytes: creation fails (the header cannot be written)");
   like(cuemm_last_error(), "No space left on device", "saying the disk is full");
   if (r == CUDA_SUCCESS)

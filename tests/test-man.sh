@@ -82,9 +82,9 @@ fi
 
 # ---- the pages are what their sources make now ----
 if test "$py" != ":" && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 6))' 2>/dev/null; then
-  "$py" "$src/man/gen-cuemm3.py" "$src/include/cuemm.h" > "$tmp/cuemm.3" &&
+  "$py" "$src/man/gen-cuemm3.py" "$src/include/cuemm.h" "$src/man/cuemm3-prose.txt" > "$tmp/cuemm.3" &&
     cmp -s "$tmp/cuemm.3" "$man3"
-  check "cuemm(3) is what man/gen-cuemm3.py makes of cuemm.h now (else: make remakes it)" test $? -eq 0
+  check "cuemm(3) is what man/gen-cuemm3.py makes of cuemm.h and cuemm3-prose.txt now (else: make remakes it)" test $? -eq 0
   "$py" "$src/man/gen-cuemm-replay1.py" "$src/tools/cuemm-replay.c" > "$tmp/cuemm-replay.1" &&
     cmp -s "$tmp/cuemm-replay.1" "$man1"
   check "cuemm-replay(1) is what man/gen-cuemm-replay1.py makes of cuemm-replay.c now" test $? -eq 0

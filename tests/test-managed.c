@@ -34,7 +34,7 @@ static cuemm_config managed_config(size_t chunk, size_t threshold, size_t count)
 static cuemm_manager *make(const cuemm_config *c)
 {
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, c));
+  CHECK_CU(cuemm_manager_create(NULL, c, &m));
   return m;
 }
 
@@ -58,13 +58,13 @@ static void basics(void)
 
   unsigned long allocs0 = sim_calls("cuMemAllocManaged"), frees0 = sim_calls("cuMemFree");
   CUdeviceptr p[11];
-  CHECK_CU(cuemm_alloc(m, &p[0], 1000));
+  CHECK_CU(cuemm_allocate(m, 1000, &p[0]));
   is(p[0] % 256, 0, "256-byte aligned");
   int managed = 0;
   CHECK_CU(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p[0]));
   is(managed, 1, "the driver says the block is managed memory");
   for (int i = 1; i < 11; i++) {
-    CHECK_CU(cuemm_alloc(m, &p[i], 4096));
+    CHECK_CU(cuemm_allocate(m, 4096, &p[i]));
     ok(p[i] == p[i - 1] + (i == 1 ? 1024 : 4096), "block %d follows the previous one in the segment", i);
   }
   s = mstats(m);
@@ -79,7 +79,7 @@ static void basics(void)
   is(test_stats(m).live_count, 11, "eleven live allocations");
   CUdeviceptr base = 0;
   size_t size = 0;
-  is(cuemm_mem_get_address_range(m, &base, &size, p[3] + 100), CUDA_SUCCESS, "the address range of a block's "
+  is(cuemm_address_range(m, p[3] + 100, &base, &size), CUDA_SUCCESS, "the address range of a block's "
      "interior");
   ok(base == p[3] && size == 4096, "is the block (0x%llx, %zu bytes)", (unsigned long long)base, size);
 
@@ -102,7 +102,7 @@ static void basics(void)
   for (int i = 0; i < 10; i++)
     CHECK_CU(cuemm_free(m, p[i]));
   is(test_stats(m).pending_count, 10, "ten managed frees pending");
-  is(cuemm_mem_get_address_range(m, &base, &size, p[3] + 100), CUDA_ERROR_NOT_FOUND, "a pending block has no range");
+  is(cuemm_address_range(m, p[3] + 100, &base, &size), CUDA_ERROR_NOT_FOUND, "a pending block has no range");
   like(cuemm_last_error(), "freed already and waits in the pending queue", "and the message says why");
   is(mstats(m).used_bytes, 1024 + 10 * 4096, "pending blocks still count as used");
   CHECK_CU(cuemm_free(m, p[10]));
@@ -120,7 +120,7 @@ static void basics(void)
 
   /* Bad frees. */
   CUdeviceptr q;
-  CHECK_CU(cuemm_alloc(m, &q, 512));
+  CHECK_CU(cuemm_allocate(m, 512, &q));
   is(cuemm_free(m, q + 256), CUDA_ERROR_INVALID_VALUE, "interior pointer refused");
   is(cuemm_host_free(m, (void *)(uintptr_t)q), CUDA_ERROR_INVALID_VALUE, "host free of a managed block refused");
   like(cuemm_last_error(), "managed memory (cuemm_alloc)", "the message says what it is");
@@ -128,17 +128,17 @@ static void basics(void)
   is(cuemm_free(m, q), CUDA_ERROR_INVALID_VALUE, "double free refused");
   like(cuemm_last_error(), "double free", "and named");
   is(test_stats(m).pending_count, 1, "the queue holds it once");
-  is(cuemm_alloc(m, &q, 0), CUDA_ERROR_INVALID_VALUE, "size 0 refused");
+  is(cuemm_allocate(m, 0, &q), CUDA_ERROR_INVALID_VALUE, "size 0 refused");
   like(cuemm_last_error(), "size is 0", "with a message");
   q = 0;
-  is(cuemm_alloc(m, &q, SIZE_MAX - 100), CUDA_ERROR_OUT_OF_MEMORY, "a request of nearly SIZE_MAX bytes refused");
+  is(cuemm_allocate(m, SIZE_MAX - 100, &q), CUDA_ERROR_OUT_OF_MEMORY, "a request of nearly SIZE_MAX bytes refused");
   like(cuemm_last_error(), "more than the managed pool can place", "with a message");
   is(q, 0, "p untouched");
 
   /* A request larger than a segment gets a segment of its own. */
   CUdeviceptr big;
   allocs0 = sim_calls("cuMemAllocManaged");
-  CHECK_CU(cuemm_alloc(m, &big, 9 * MiB));
+  CHECK_CU(cuemm_allocate(m, 9 * MiB, &big));
   s = mstats(m);
   is(s.segments, 2, "a second segment");
   is(s.held_bytes, 4 * MiB + 12 * MiB, "9 MiB rounded up to three chunks");
@@ -176,7 +176,7 @@ static void release_threshold(void)
   CUdeviceptr p[3];
   CHECK_CU(cuemm_defer_cleanup_begin(m));
   for (int i = 0; i < 3; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], 4 * MiB));
+    CHECK_CU(cuemm_allocate(m, 4 * MiB, &p[i]));
   is(mstats(m).segments, 3, "three segments of one block each");
   for (int i = 0; i < 3; i++)
     CHECK_CU(cuemm_free(m, p[i]));
@@ -192,7 +192,7 @@ static void release_threshold(void)
   else
     skip(1, SIM_REASON);
   CUdeviceptr again;
-  CHECK_CU(cuemm_alloc(m, &again, 4 * MiB));
+  CHECK_CU(cuemm_allocate(m, 4 * MiB, &again));
   is(mstats(m).segments_allocated, 3, "the segment kept serves the next request");
   CHECK_CU(cuemm_free(m, again));
   CHECK_CU(cuemm_destroy(m));
@@ -208,7 +208,7 @@ static void queue_and_scopes(void)
   unsigned long syncs0 = sim_calls("cuCtxSynchronize");
   CHECK_CU(cuemm_defer_cleanup_begin(m));
   for (int i = 0; i < 20; i++) {
-    CHECK_CU(cuemm_alloc(m, &p[i], 1 << 16));
+    CHECK_CU(cuemm_allocate(m, 1 << 16, &p[i]));
     CHECK_CU(cuemm_free(m, p[i]));
   }
   CHECK_CU(cuemm_flush(m));
@@ -223,14 +223,14 @@ static void queue_and_scopes(void)
   is(mstats(m).used_bytes, 0, "every block back");
 
   for (int i = 0; i < 3; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], 1000));
+    CHECK_CU(cuemm_allocate(m, 1000, &p[i]));
   CHECK_CU(cuemm_reset(m));
   cuemm_stats st = test_stats(m);
   is(st.live_count, 0, "reset freed the live managed blocks");
   is(st.pending_count, 0, "and released them");
   is(mstats(m).used_bytes, 0, "the segment is whole again");
-  CHECK_CU(cuemm_alloc(m, &p[0], 1000));
-  CHECK_CU(cuemm_alloc(m, &p[1], 2000));
+  CHECK_CU(cuemm_allocate(m, 1000, &p[0]));
+  CHECK_CU(cuemm_allocate(m, 2000, &p[1]));
   CHECK_CU(cuemm_destroy(m));
   like(cuemm_last_error(), "freed 2 outstanding allocations (3000 bytes)", "destroy reports the live blocks");
 
@@ -241,12 +241,12 @@ static void queue_and_scopes(void)
     cuemm_config c0 = managed_config(4 * MiB, (size_t)1 << 40, 0);
     cuemm_manager *m0 = make(&c0);
     CUdeviceptr a, b;
-    CHECK_CU(cuemm_alloc(m0, &a, 4096));
+    CHECK_CU(cuemm_allocate(m0, 4096, &a));
     CHECK_CU(cuMemsetD32Async(a, 0x11111111u, 1024, NULL));
     is(sim.queued_work(), 1, "the write is queued");
     CHECK_CU(cuemm_free(m0, a));
     is(sim.queued_work(), 0, "the flush ran it (one synchronization)");
-    CHECK_CU(cuemm_alloc(m0, &b, 4096));
+    CHECK_CU(cuemm_allocate(m0, 4096, &b));
     is(b, a, "the block is reused");
     is(*(const uint32_t *)(uintptr_t)b, 0x11111111u, "after the old write completed, not before");
     CHECK_CU(cuemm_free(m0, b));
@@ -268,8 +268,8 @@ static void prefetch_and_advice(void)
   cuemm_manager *m = make(&c);
   unsigned long pf0 = sim_calls("cuMemPrefetchAsync"), adv0 = sim_calls("cuMemAdvise");
   CUdeviceptr p, q;
-  CHECK_CU(cuemm_alloc(m, &p, 100000));
-  CHECK_CU(cuemm_alloc(m, &q, 5000));
+  CHECK_CU(cuemm_allocate(m, 100000, &p));
+  CHECK_CU(cuemm_allocate(m, 5000, &q));
   cuemm_managed_stats s = mstats(m);
   is(s.prefetches, 2, "two prefetches at allocation");
   is(s.advises, 2, "two pieces of advice for the one segment");
@@ -318,7 +318,7 @@ static void prefetch_and_advice(void)
 
   /* Bad inputs: each refused, nothing reaches the driver. */
   CUdeviceptr gone;
-  CHECK_CU(cuemm_alloc(m, &gone, 256));
+  CHECK_CU(cuemm_allocate(m, 256, &gone));
   CHECK_CU(cuemm_free(m, gone));
   unsigned long pf2 = sim_calls("cuMemPrefetchAsync"), adv2 = sim_calls("cuMemAdvise");
   is(cuemm_prefetch(NULL, p, 16, 0, NULL), CUDA_ERROR_INVALID_VALUE, "NULL manager");
@@ -354,7 +354,7 @@ static void prefetch_and_advice(void)
     /* Another context for a device-memory manager (one manager per context). */
     CHECK_CU(cuDeviceGet(&d1, 1));
     CHECK_CU(cuDevicePrimaryCtxRetain(&other, d1));
-    CHECK_CU(cuemm_create(&plain, other, &dc));
+    CHECK_CU(cuemm_manager_create(other, &dc, &plain));
     is(cuemm_prefetch(plain, p, 16, 0, NULL), CUDA_ERROR_INVALID_VALUE, "a device-memory manager");
     like(cuemm_last_error(), "this manager hands out device memory", "the message says why");
     is(cuemm_prefetch(plain, p, 16, 0, NULL), CUDA_ERROR_INVALID_VALUE, "another manager's block");
@@ -374,7 +374,7 @@ static void prefetch_and_advice(void)
     size_t used = mstats(m).used_bytes;
     sim.fail("cuMemPrefetchAsync", 1, CUDA_ERROR_INVALID_DEVICE);
     CUdeviceptr x = 0;
-    is(cuemm_alloc(m, &x, 4096), CUDA_ERROR_INVALID_DEVICE, "an allocation whose prefetch fails fails");
+    is(cuemm_allocate(m, 4096, &x), CUDA_ERROR_INVALID_DEVICE, "an allocation whose prefetch fails fails");
     like(cuemm_last_error(), "the allocation was undone", "and says so");
     is(x, 0, "p untouched");
     is(test_stats(m).live_count, before.live_count, "nothing more live");
@@ -401,10 +401,10 @@ static void oversubscription(void)
   cuemm_manager *m = make(&c);
   CUdeviceptr p[18];
   for (int i = 0; i < 16; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], chunk));
+    CHECK_CU(cuemm_allocate(m, chunk, &p[i]));
   is(mstats(m).warning[0], 0, "exactly the device's memory held: no warning");
   is(cuemm_free(m, 0), CUDA_ERROR_INVALID_VALUE, "(a known message before)");
-  CHECK_CU(cuemm_alloc(m, &p[16], chunk));
+  CHECK_CU(cuemm_allocate(m, chunk, &p[16]));
   like(cuemm_last_error(), "warning: managed memory held (", "the allocation that crosses leaves a warning");
   char want[160];
   snprintf(want, sizeof want, "exceeds device 0's memory (%zu bytes)", total);
@@ -414,7 +414,7 @@ static void oversubscription(void)
   like(s.warning, "may evict pages", "kept in the statistics");
   ok(s.oversubscription > 1.0, "held / device memory = %.3f", s.oversubscription);
   is(cuemm_free(m, 0), CUDA_ERROR_INVALID_VALUE, "(a known message before)");
-  CHECK_CU(cuemm_alloc(m, &p[17], chunk));
+  CHECK_CU(cuemm_allocate(m, chunk, &p[17]));
   like(cuemm_last_error(), "not the start of an allocation", "the warning is given once");
   is(mstats(m).oversubscribed_grows, 2, "but every growth past the device is counted");
   /* simcuda's model: prefetching more than fits evicts. */
@@ -436,11 +436,11 @@ static void cap(void)
   c.managed_limit = 8 * MiB;
   cuemm_manager *m = make(&c);
   CUdeviceptr a, b, x = 0;
-  CHECK_CU(cuemm_alloc(m, &a, 4 * MiB));
-  CHECK_CU(cuemm_alloc(m, &b, 4 * MiB));
+  CHECK_CU(cuemm_allocate(m, 4 * MiB, &a));
+  CHECK_CU(cuemm_allocate(m, 4 * MiB, &b));
   unsigned long allocs0 = sim_calls("cuMemAllocManaged");
   cuemm_stats before = test_stats(m);
-  is(cuemm_alloc(m, &x, 1000), CUDA_ERROR_OUT_OF_MEMORY, "past CUEMM_MANAGED_LIMIT: refused");
+  is(cuemm_allocate(m, 1000, &x), CUDA_ERROR_OUT_OF_MEMORY, "past CUEMM_MANAGED_LIMIT: refused");
   like(cuemm_last_error(), "past CUEMM_MANAGED_LIMIT (cuemm_config.managed_limit) = 8388608 bytes", "with the limit");
   like(cuemm_last_error(), "would take the managed memory held to 12582912 bytes", "and the figure it would reach");
   is(x, 0, "p untouched");
@@ -453,7 +453,7 @@ static void cap(void)
     skip(1, SIM_REASON);
   /* A pending free makes room: the refusal flushes and retries. */
   CHECK_CU(cuemm_free(m, b));
-  CHECK_CU(cuemm_alloc(m, &x, 1000));
+  CHECK_CU(cuemm_allocate(m, 1000, &x));
   is(test_stats(m).pending_count, 0, "the retry flushed the pending free");
   is(x, b, "and reused its memory");
   CHECK_CU(cuemm_free(m, a));
@@ -466,7 +466,7 @@ static void ipc_refused(void)
   cuemm_config c = managed_config(4 * MiB, (size_t)1 << 40, 10);
   cuemm_manager *m = make(&c);
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, 4096));
+  CHECK_CU(cuemm_allocate(m, 4096, &p));
   unsigned long ipc0 = sim_calls("cuIpcGetMemHandle");
   cuemm_ipc_handle h;
   memset(&h, 0x77, sizeof h);
@@ -497,12 +497,12 @@ static void faults(void)
   sim.live_get(&l0);
   CUdeviceptr p = 0;
   sim.fail("cuMemAllocManaged", 1, CUDA_ERROR_INVALID_VALUE);
-  is(cuemm_alloc(m, &p, 1000), CUDA_ERROR_INVALID_VALUE, "a failing cuMemAllocManaged");
+  is(cuemm_allocate(m, 1000, &p), CUDA_ERROR_INVALID_VALUE, "a failing cuMemAllocManaged");
   like(cuemm_last_error(), "cuMemAllocManaged(4194304 bytes, CU_MEM_ATTACH_GLOBAL)", "named with its size");
   is(mstats(m).held_bytes, 0, "nothing held");
   unsigned long frees0 = sim_calls("cuMemFree");
   sim.fail("cuMemAdvise", 1, CUDA_ERROR_INVALID_DEVICE);
-  is(cuemm_alloc(m, &p, 1000), CUDA_ERROR_INVALID_DEVICE, "failing advice on a new segment");
+  is(cuemm_allocate(m, 1000, &p), CUDA_ERROR_INVALID_DEVICE, "failing advice on a new segment");
   like(cuemm_last_error(), "CU_MEM_ADVISE_SET_PREFERRED_LOCATION", "named");
   is(sim_calls("cuMemFree") - frees0, 1, "the segment was freed again");
   simcuda_live l1;
@@ -511,7 +511,7 @@ static void faults(void)
   /* Out of memory once: flush, release, retry. */
   uint64_t retries = test_stats(m).oom_retries;
   sim.fail("cuMemAllocManaged", 1, CUDA_ERROR_OUT_OF_MEMORY);
-  CHECK_CU(cuemm_alloc(m, &p, 1000));
+  CHECK_CU(cuemm_allocate(m, 1000, &p));
   is(test_stats(m).oom_retries, retries + 1, "one retry after out of memory");
   CHECK_CU(cuemm_free(m, p));
   sim.fail_clear();
@@ -533,7 +533,7 @@ static void system_memory(void)
     sim_set_pageable(0);
     CHECK_CU(cuemm_driver_get_info(&info));
     is(info.pageable, 0, "SIMCUDA_PAGEABLE=0: no pageable access");
-    is(cuemm_create(&m, NULL, &c), CUDA_ERROR_NOT_SUPPORTED, "the system kind is refused there");
+    is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_NOT_SUPPORTED, "the system kind is refused there");
     like(cuemm_last_error(), "CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS is 0", "naming the attribute");
     ok(m == NULL, "no manager");
     sim_set_pageable(2);
@@ -545,7 +545,7 @@ static void system_memory(void)
   } else {
     skip(6, SIM_REASON);
     if (!info.pageable) {
-      is(cuemm_create(&m, NULL, &c), CUDA_ERROR_NOT_SUPPORTED, "this device cannot use pageable memory: refused");
+      is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_NOT_SUPPORTED, "this device cannot use pageable memory: refused");
       skip(15, "the device cannot access pageable memory");
       return;
     }
@@ -553,12 +553,12 @@ static void system_memory(void)
   m = make(&c);
   CUdeviceptr p[11];
   for (int i = 0; i < 11; i++) {
-    CHECK_CU(cuemm_alloc(m, &p[i], 1000 + (size_t)i));
+    CHECK_CU(cuemm_allocate(m, 1000 + (size_t)i, &p[i]));
     ok(p[i] % 256 == 0, "system block %d aligned", i);
   }
   CUdeviceptr base = 0;
   size_t size = 0;
-  ok(cuemm_mem_get_address_range(m, &base, &size, p[4] + 999) == CUDA_SUCCESS && base == p[4] && size == 1004,
+  ok(cuemm_address_range(m, p[4] + 999, &base, &size) == CUDA_SUCCESS && base == p[4] && size == 1004,
      "the address range of a system block's last byte is the block");
   cuemm_managed_stats s = mstats(m);
   is(s.memory, CUEMM_MEMORY_SYSTEM, "a system-memory manager");
@@ -583,15 +583,15 @@ static void system_memory(void)
   else
     skip(1, SIM_REASON);
   cuemm_ipc_handle h;
-  CHECK_CU(cuemm_alloc(m, &p[0], 64));
+  CHECK_CU(cuemm_allocate(m, 64, &p[0]));
   is(cuemm_ipc_export(m, p[0], 0, &h), CUDA_ERROR_NOT_SUPPORTED, "system memory cannot be exported either");
   CHECK_CU(cuemm_destroy(m));
   like(cuemm_last_error(), "freed 1 outstanding allocations", "destroy frees the live one");
   /* Abandoning a system-memory manager still frees its host memory: it is
    * the process's, not the context's (a leak checker would say otherwise). */
   m = make(&c);
-  CHECK_CU(cuemm_alloc(m, &p[0], 4096));
-  CHECK_CU(cuemm_alloc(m, &p[1], 4096));
+  CHECK_CU(cuemm_allocate(m, 4096, &p[0]));
+  CHECK_CU(cuemm_allocate(m, 4096, &p[1]));
   CHECK_CU(cuemm_free(m, p[1]));
   CHECK_CU(cuemm_abandon(m));
   like(cuemm_last_error(), "dropped 1 live allocations and 1 pending frees", "abandon drops the system blocks");
@@ -642,17 +642,17 @@ static void configuration(void)
   cuemm_manager *m = NULL;
   c = test_config(10, 1.0);
   c.memory = (cuemm_memory_kind)7;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.memory = 7 refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "cuemm_config.memory = 7 refused");
   like(cuemm_last_error(), "cuemm_config.memory = 7 is invalid", "named");
   c = test_config(10, 1.0);
   c.managed_accessed_by = (cuemm_location)3;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "cuemm_config.managed_accessed_by = 3 refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "cuemm_config.managed_accessed_by = 3 refused");
   c = managed_config(4 * MiB, 0, 10);
   c.pool = CUEMM_POOL_VMM;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "managed memory with the VMM pool refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "managed memory with the VMM pool refused");
   like(cuemm_last_error(), "cannot be combined with CUEMM_POOL=vmm", "the message says so");
   c = managed_config(4 * MiB + 100, 0, 10);
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a segment size not a multiple of 256 refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "a segment size not a multiple of 256 refused");
   ok(m == NULL, "no manager after a refusal");
   cuemm_managed_stats s;
   is(cuemm_managed_get_stats(NULL, &s), CUDA_ERROR_INVALID_VALUE, "stats of NULL");

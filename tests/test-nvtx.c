@@ -158,7 +158,7 @@ static cuemm_manager *make(int nvtx, CUcontext ctx)
   if (nvtx >= 0)
     c.nvtx = nvtx;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -170,17 +170,17 @@ static int child(void)
   cuemm_manager *m = make(-1, NULL);
   CUdeviceptr p, q;
   unsigned char back[1000];
-  if (cuemm_alloc(m, &p, 1000) != CUDA_SUCCESS || cuMemsetD8(p, 0x5a, 1000) != CUDA_SUCCESS ||
+  if (cuemm_allocate(m, 1000, &p) != CUDA_SUCCESS || cuMemsetD8(p, 0x5a, 1000) != CUDA_SUCCESS ||
       cuMemcpyDtoH(back, p, 1000) != CUDA_SUCCESS || back[0] != 0x5a || back[999] != 0x5a)
     return 2;
   if (cuemm_free(m, p) != CUDA_SUCCESS || cuemm_flush(m) != CUDA_SUCCESS)
     return 3;
   /* A second growth: a tool that refused the first heap is not asked again. */
   CUdeviceptr big;
-  if (cuemm_alloc(m, &big, 48u << 20) != CUDA_SUCCESS || cuemm_free(m, big) != CUDA_SUCCESS)
+  if (cuemm_allocate(m, 48u << 20, &big) != CUDA_SUCCESS || cuemm_free(m, big) != CUDA_SUCCESS)
     return 6;
-  if (cuemm_alloc_async(m, &q, 700, NULL) != CUDA_SUCCESS || cuemm_free_async(m, q, NULL) != CUDA_SUCCESS ||
-      cuemm_alloc_async(m, &q, 700, NULL) != CUDA_SUCCESS || cuemm_free_async(m, q, NULL) != CUDA_SUCCESS)
+  if (cuemm_allocate_async(m, 700, NULL, &q) != CUDA_SUCCESS || cuemm_free_async(m, q, NULL) != CUDA_SUCCESS ||
+      cuemm_allocate_async(m, 700, NULL, &q) != CUDA_SUCCESS || cuemm_free_async(m, q, NULL) != CUDA_SUCCESS)
     return 4;
   if (cuemm_pool_trim(m) != CUDA_SUCCESS || cuemm_destroy(m) != CUDA_SUCCESS)
     return 5;
@@ -328,16 +328,16 @@ int main(int argc, char **argv)
   cuemm_pool_stats ps;
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
 
-  /* cuemm_alloc: the chunk is a heap, the block a region. */
+  /* cuemm_allocate: the chunk is a heap, the block a region. */
   CUdeviceptr p1, p2, p3;
-  CHECK_CU(cuemm_alloc(m, &p1, 1000));
+  CHECK_CU(cuemm_allocate(m, 1000, &p1));
   got = fresh();
   char want[512];
   snprintf(want, sizeof want, "heap 1 0x%llx %zu\nregion 1 0x%llx 1000\n", (unsigned long long)ps.base, CHUNK,
            (unsigned long long)p1);
   is_str(got, want, "the first block maps a chunk: one heap over the chunk, one region of exactly the 1000 bytes");
   free(got);
-  CHECK_CU(cuemm_alloc(m, &p2, 5000));
+  CHECK_CU(cuemm_allocate(m, 5000, &p2));
   got = fresh();
   is_str(got, line("region 1 0x%llx 5000\n", (unsigned long long)p2), "a second block: its region, in the same heap");
   free(got);
@@ -353,7 +353,7 @@ int main(int argc, char **argv)
   free(got);
 
   /* A block over two chunks: one region in each chunk's heap. */
-  CHECK_CU(cuemm_alloc(m, &p3, 3 * MiB));
+  CHECK_CU(cuemm_allocate(m, 3 * MiB, &p3));
   got = fresh();
   part parts[8];
   int n = regions_in(got, parts, 8);
@@ -377,7 +377,7 @@ int main(int argc, char **argv)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr q, q2, q3;
-  CHECK_CU(cuemm_alloc_async(m, &q, 700, s));
+  CHECK_CU(cuemm_allocate_async(m, 700, s, &q));
   got = fresh();
   is_str(got, line("region 1 0x%llx 700\n", (unsigned long long)q), "cuemm_alloc_async: a region of 700 bytes");
   free(got);
@@ -386,7 +386,7 @@ int main(int argc, char **argv)
   is_str(got, line("unregion 0x%llx\n", (unsigned long long)q),
          "cuemm_free_async: unregistered at once (the block is cached for the stream)");
   free(got);
-  CHECK_CU(cuemm_alloc_async(m, &q2, 600, s));
+  CHECK_CU(cuemm_allocate_async(m, 600, s, &q2));
   got = fresh();
   ok(q2 == q, "the cached block serves the next request on the stream");
   is_str(got, line("region 1 0x%llx 600\n", (unsigned long long)q2), "and is registered again, for the 600 bytes");
@@ -399,7 +399,7 @@ int main(int argc, char **argv)
   got = fresh();
   is_str(got, line("unregion 0x%llx\n", (unsigned long long)q2), "the flush unregisters it");
   free(got);
-  CHECK_CU(cuemm_alloc_async(m, &q3, 700, s));
+  CHECK_CU(cuemm_allocate_async(m, 700, s, &q3));
   CHECK_CU(cuemm_free_async(m, q3, s));
   CHECK_CU(cuStreamSynchronize(s));
   got = fresh();
@@ -410,10 +410,10 @@ int main(int argc, char **argv)
      "another block on the stream, freed on it: registered, then unregistered (%s)", got ? got : "nothing");
   free(got);
 
-  /* The slow path of cuemm_free_async: a block of cuemm_alloc freed on a
+  /* The slow path of cuemm_free_async: a block of cuemm_allocate freed on a
    * stream, and a block another thread allocated. */
   CUdeviceptr p4;
-  CHECK_CU(cuemm_alloc(m, &p4, 800));
+  CHECK_CU(cuemm_allocate(m, 800, &p4));
   free(fresh()); /* what came before */
   CHECK_CU(cuemm_free_async(m, p4, s));
   got = fresh();
@@ -421,7 +421,7 @@ int main(int argc, char **argv)
          "cuemm_free_async of a cuemm_alloc block: unregistered at once");
   free(got);
   CUdeviceptr q4;
-  CHECK_CU(cuemm_alloc_async(m, &q4, 900, s));
+  CHECK_CU(cuemm_allocate_async(m, 900, s, &q4));
   free(fresh()); /* what came before */
   struct other_free of = { m, q4, s, CUDA_ERROR_UNKNOWN };
   pthread_t t;
@@ -452,8 +452,8 @@ int main(int argc, char **argv)
     CHECK_CU(cuCtxPopCurrent(NULL));
     cuemm_manager *m0 = make(0, ctx2);
     CUdeviceptr z;
-    CHECK_CU(cuemm_alloc(m0, &z, 4096));
-    CHECK_CU(cuemm_alloc_async(m0, &z, 4096, NULL));
+    CHECK_CU(cuemm_allocate(m0, 4096, &z));
+    CHECK_CU(cuemm_allocate_async(m0, 4096, NULL, &z));
     CHECK_CU(cuemm_free_async(m0, z, NULL));
     CHECK_CU(cuemm_pool_trim(m0));
     CHECK_CU(cuemm_destroy(m0));
@@ -481,7 +481,7 @@ int main(int argc, char **argv)
     sc.pool_release_delay_ms = 0;
     sc.pool_slab = 1;
     cuemm_manager *ms = NULL;
-    CHECK_CU(cuemm_create(&ms, NULL, &sc));
+    CHECK_CU(cuemm_manager_create(NULL, &sc, &ms));
     cuemm_pool_stats sps;
     CHECK_CU(cuemm_pool_get_stats(ms, &sps));
     got = fresh();
@@ -489,8 +489,8 @@ int main(int argc, char **argv)
        !strstr(got, "region"), "a slab: one heap over all its 8 MiB at creation (%s)", got ? got : "");
     free(got);
     CUdeviceptr a, b;
-    CHECK_CU(cuemm_alloc(ms, &a, 1000));
-    CHECK_CU(cuemm_alloc(ms, &b, 3 * MiB));
+    CHECK_CU(cuemm_allocate(ms, 1000, &a));
+    CHECK_CU(cuemm_allocate(ms, 3 * MiB, &b));
     got = fresh();
     ok(got && strstr(got, line("region 3 0x%llx 1000\n", (unsigned long long)a)) && !strstr(got, "heap "),
        "blocks are regions of the slab's heap; growth registers no heap");
@@ -509,7 +509,7 @@ int main(int argc, char **argv)
 
   /* A new pool in the same process: the tool is not loaded again. */
   m = make(-1, NULL);
-  CHECK_CU(cuemm_alloc(m, &p1, 256));
+  CHECK_CU(cuemm_allocate(m, 256, &p1));
   CHECK_CU(cuemm_free(m, p1));
   CHECK_CU(cuemm_destroy(m));
   got = fresh();

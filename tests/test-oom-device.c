@@ -51,7 +51,7 @@ static cuemm_manager *make(CUcontext ctx, int pool, size_t limit, int hard)
     c.pool_limit_hard = hard;
   }
   cuemm_manager *m;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -74,7 +74,7 @@ static void on_device(int ordinal, CUcontext ctx, CUcontext other)
   /* More than the device has; another device's context current. */
   cuemm_manager *m = make(ctx, 0, 0, 0);
   CHECK_CU(cuCtxSetCurrent(other));
-  is(cuemm_alloc(m, &p, total + 1), CUDA_ERROR_OUT_OF_MEMORY, "device %d: total + 1 bytes refused", ordinal);
+  is(cuemm_allocate(m, total + 1, &p), CUDA_ERROR_OUT_OF_MEMORY, "device %d: total + 1 bytes refused", ordinal);
   grab();
   like(msg, dev, "device %d: the message names the device and its PCI bus", ordinal);
   snprintf(want, sizeof want, "%zu bytes requested, 0 held by this manager, ", total + 1);
@@ -90,8 +90,8 @@ static void on_device(int ordinal, CUcontext ctx, CUcontext other)
   /* The pool's hard limit. */
   m = make(ctx, 1, 64 * MiB, 1);
   CUdeviceptr a;
-  CHECK_CU(cuemm_alloc(m, &a, 6 * MiB));
-  is(cuemm_alloc(m, &p, 65 * MiB), CUDA_ERROR_OUT_OF_MEMORY, "device %d: past the hard limit, refused", ordinal);
+  CHECK_CU(cuemm_allocate(m, 6 * MiB, &a));
+  is(cuemm_allocate(m, 65 * MiB, &p), CUDA_ERROR_OUT_OF_MEMORY, "device %d: past the hard limit, refused", ordinal);
   grab();
   like(msg, "hard limit (CUEMM_POOL_LIMIT, 67108864 bytes", "device %d: the limit, as before", ordinal);
   like(msg, dev, "device %d: and the device", ordinal);
@@ -102,8 +102,8 @@ static void on_device(int ordinal, CUcontext ctx, CUcontext other)
 
   /* The pool out of room under a soft limit, after the flush and retry. */
   m = make(ctx, 1, 64 * MiB, 0);
-  CHECK_CU(cuemm_alloc(m, &a, 40 * MiB));
-  is(cuemm_alloc(m, &p, 40 * MiB), CUDA_ERROR_OUT_OF_MEMORY, "device %d: the pool out of room", ordinal);
+  CHECK_CU(cuemm_allocate(m, 40 * MiB, &a));
+  is(cuemm_allocate(m, 40 * MiB, &p), CUDA_ERROR_OUT_OF_MEMORY, "device %d: the pool out of room", ordinal);
   grab();
   like(msg, "out of pool memory for 41943040 bytes (41943040 bytes mapped", "device %d: the pool's figures, as before",
        ordinal);
@@ -114,7 +114,7 @@ static void on_device(int ordinal, CUcontext ctx, CUcontext other)
   /* The same through the stream-ordered path. */
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  is(cuemm_alloc_async(m, &p, 40 * MiB, s), CUDA_ERROR_OUT_OF_MEMORY, "device %d: alloc_async out of room too",
+  is(cuemm_allocate_async(m, 40 * MiB, s, &p), CUDA_ERROR_OUT_OF_MEMORY, "device %d: alloc_async out of room too",
      ordinal);
   grab();
   like(msg, dev, "device %d: alloc_async's message names the device", ordinal);
@@ -127,9 +127,9 @@ static void on_device(int ordinal, CUcontext ctx, CUcontext other)
   cuemm_config mc = test_config(1000, 1.0);
   mc.memory = CUEMM_MEMORY_MANAGED;
   mc.managed_limit = 64 * MiB;
-  CHECK_CU(cuemm_create(&m, ctx, &mc));
-  CHECK_CU(cuemm_alloc(m, &a, 40 * MiB));
-  is(cuemm_alloc(m, &p, 40 * MiB), CUDA_ERROR_OUT_OF_MEMORY, "device %d: managed memory past its limit", ordinal);
+  CHECK_CU(cuemm_manager_create(ctx, &mc, &m));
+  CHECK_CU(cuemm_allocate(m, 40 * MiB, &a));
+  is(cuemm_allocate(m, 40 * MiB, &p), CUDA_ERROR_OUT_OF_MEMORY, "device %d: managed memory past its limit", ordinal);
   grab();
   like(msg, "out of managed memory for 41943040 bytes", "device %d: the managed pool's message, as before", ordinal);
   like(msg, dev, "device %d: and the device", ordinal);
@@ -148,10 +148,10 @@ static void on_device(int ordinal, CUcontext ctx, CUcontext other)
   /* cuMemAlloc out of memory (no pool), with some memory held; the free
    * figure is the one cuMemGetInfo gives right after. */
   m = make(ctx, 0, 0, 0);
-  CHECK_CU(cuemm_alloc(m, &a, 3 * MiB));
+  CHECK_CU(cuemm_allocate(m, 3 * MiB, &a));
   sim.fail_from("cuMemAlloc", 1, CUDA_ERROR_OUT_OF_MEMORY);
   CHECK_CU(cuCtxSetCurrent(other));
-  is(cuemm_alloc(m, &p, 4096), CUDA_ERROR_OUT_OF_MEMORY, "device %d: cuMemAlloc out of memory", ordinal);
+  is(cuemm_allocate(m, 4096, &p), CUDA_ERROR_OUT_OF_MEMORY, "device %d: cuMemAlloc out of memory", ordinal);
   sim.fail_clear();
   grab();
   like(msg, "cuMemAlloc(4096 bytes) failed", "device %d: the failed call, as before", ordinal);
@@ -172,7 +172,7 @@ static void on_device(int ordinal, CUcontext ctx, CUcontext other)
   sim.fail_from("cuMemAlloc", 1, CUDA_ERROR_OUT_OF_MEMORY);
   sim.fail("cuMemGetInfo", 1, CUDA_ERROR_UNKNOWN);
   sim.fail("cuDeviceGetPCIBusId", 1, CUDA_ERROR_UNKNOWN);
-  is(cuemm_alloc(m, &p, 4096), CUDA_ERROR_OUT_OF_MEMORY, "device %d: out of memory again", ordinal);
+  is(cuemm_allocate(m, 4096, &p), CUDA_ERROR_OUT_OF_MEMORY, "device %d: out of memory again", ordinal);
   sim.fail_clear();
   grab();
   like(msg, "cuMemAlloc(4096 bytes) failed", "device %d: the failure is still what the message says", ordinal);

@@ -15,14 +15,14 @@ static cuemm_manager *make(size_t count, double ratio)
 {
   cuemm_config c = test_config(count, ratio);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   return m;
 }
 
 static void alloc_n(cuemm_manager *m, CUdeviceptr *p, int n, size_t size)
 {
   for (int i = 0; i < n; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], size));
+    CHECK_CU(cuemm_allocate(m, size, &p[i]));
 }
 
 static void count_threshold(void)
@@ -69,9 +69,9 @@ static void byte_threshold(void)
     skip(1, "device is not simcuda's 1 GiB one");
   size_t half = limit / 2;
   CUdeviceptr a, b, c;
-  CHECK_CU(cuemm_alloc(m, &a, half));
-  CHECK_CU(cuemm_alloc(m, &b, limit - half));
-  CHECK_CU(cuemm_alloc(m, &c, 1));
+  CHECK_CU(cuemm_allocate(m, half, &a));
+  CHECK_CU(cuemm_allocate(m, limit - half, &b));
+  CHECK_CU(cuemm_allocate(m, 1, &c));
   CHECK_CU(cuemm_free(m, a));
   CHECK_CU(cuemm_free(m, b));
   s = test_stats(m);
@@ -88,7 +88,7 @@ static void zero_count(void)
 {
   cuemm_manager *m = make(0, 1.0);
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, 256));
+  CHECK_CU(cuemm_allocate(m, 256, &p));
   CHECK_CU(cuemm_free(m, p));
   cuemm_stats s = test_stats(m);
   is(s.driver_frees, 1, "max_pending_count 0: every free releases at once");
@@ -115,7 +115,7 @@ static void scopes(void)
   if (sim_present) {
     sim.fail_from("cuMemAlloc", 1, CUDA_ERROR_OUT_OF_MEMORY);
     CUdeviceptr q = 0;
-    is(cuemm_alloc(m, &q, 4096), CUDA_ERROR_OUT_OF_MEMORY, "allocation failing twice reports out of memory");
+    is(cuemm_allocate(m, 4096, &q), CUDA_ERROR_OUT_OF_MEMORY, "allocation failing twice reports out of memory");
     sim.fail_clear();
     like(cuemm_last_error(), "defer scope is open", "message says frees were held back");
     s = test_stats(m);
@@ -151,7 +151,7 @@ static CUresult scoped_work(cuemm_manager *m, int fail_early)
   if (r != CUDA_SUCCESS)
     return r;
   CUdeviceptr p;
-  r = cuemm_alloc(m, &p, fail_early ? 0 : 512); /* size 0 fails */
+  r = cuemm_allocate(m, fail_early ? 0 : 512, &p); /* size 0 fails */
   if (r != CUDA_SUCCESS)
     goto out;
   r = cuemm_free(m, p);
@@ -183,22 +183,22 @@ static void oom_retry(void)
   size_t chunk = (free_b / 10) * 4;          /* two of them: 80% of free */
   chunk &= ~(size_t)0xFFFFF;
   CUdeviceptr a, b, c = 0;
-  CHECK_CU(cuemm_alloc(m, &a, chunk));
-  CHECK_CU(cuemm_alloc(m, &b, chunk));
+  CHECK_CU(cuemm_allocate(m, chunk, &a));
+  CHECK_CU(cuemm_allocate(m, chunk, &b));
   CHECK_CU(cuemm_free(m, a));
   CHECK_CU(cuemm_free(m, b));
   is(test_stats(m).pending_count, 2, "both frees pending");
 
   /* Inside a scope the same request fails cleanly. */
   CHECK_CU(cuemm_defer_cleanup_begin(m));
-  is(cuemm_alloc(m, &c, chunk + chunk / 2), CUDA_ERROR_OUT_OF_MEMORY, "inside a defer scope: out of memory");
+  is(cuemm_allocate(m, chunk + chunk / 2, &c), CUDA_ERROR_OUT_OF_MEMORY, "inside a defer scope: out of memory");
   like(cuemm_last_error(), "bytes", "message names the size");
   cuemm_stats s = test_stats(m);
   is(s.pending_count, 2, "the pending frees were held back");
   is(s.alloc_failures, 1, "failure counted");
   CHECK_CU(cuemm_defer_cleanup_end(m));
 
-  is(cuemm_alloc(m, &c, chunk + chunk / 2), CUDA_SUCCESS, "outside: flush and retry succeed");
+  is(cuemm_allocate(m, chunk + chunk / 2, &c), CUDA_SUCCESS, "outside: flush and retry succeed");
   s = test_stats(m);
   is(s.oom_retries, 2, "two retries in all");
   is(s.driver_frees, 2, "the retry's flush released both");

@@ -35,7 +35,7 @@ static cuemm_config growth_config(size_t chunk, size_t reserve, size_t piece)
 static cuemm_manager *make(const cuemm_config *c)
 {
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, c));
+  CHECK_CU(cuemm_manager_create(NULL, c, &m));
   return m;
 }
 
@@ -76,7 +76,7 @@ static void automatic(void)
 
   CUdeviceptr p;
   reset_calls();
-  CHECK_CU(cuemm_alloc(m, &p, 600 * MiB));
+  CHECK_CU(cuemm_allocate(m, 600 * MiB, &p));
   s = pstats(m);
   is(s.piece_bytes, 512 * MiB, "600 MiB, nothing measured: the largest piece up to the guess (4 GiB) that fits, 512 MiB");
   ok(s.chunks == 2 && s.mapped_bytes == 600 * MiB, "two chunks, 512 + 88 MiB (%zu chunks, %zu bytes)", s.chunks,
@@ -90,7 +90,7 @@ static void automatic(void)
   CHECK_CU(cuemm_pool_trim(m));
   is(pstats(m).mapped_bytes, 0, "trimmed");
   reset_calls();
-  CHECK_CU(cuemm_alloc(m, &p, 600 * MiB));
+  CHECK_CU(cuemm_allocate(m, 600 * MiB, &p));
   s = pstats(m);
   is(s.piece_bytes, 512 * MiB, "the next: the guess's piece again (nothing below the guess is tried), 512 MiB");
   is(s.chunks, 2, "two chunks, 512 + 88 MiB");
@@ -114,8 +114,8 @@ static size_t grow_once(cuemm_manager *m, CUdeviceptr *fill, CUdeviceptr *small)
   cuemm_pool_stats s = pstats(m);
   *fill = 0;
   if (s.free_bytes)
-    CHECK_CU(cuemm_alloc(m, fill, s.free_bytes));
-  CHECK_CU(cuemm_alloc(m, small, 256));
+    CHECK_CU(cuemm_allocate(m, s.free_bytes, fill));
+  CHECK_CU(cuemm_allocate(m, 256, small));
   return pstats(m).mapped_bytes;
 }
 
@@ -163,8 +163,8 @@ static void steps(void)
   check_calls(N32, N32, N32, "a cuMemCreate, a cuMemMap and a cuMemSetAccess a growth");
   CUdeviceptr fill = 0, big;
   if (s.free_bytes)
-    CHECK_CU(cuemm_alloc(m, &fill, s.free_bytes));
-  CHECK_CU(cuemm_alloc(m, &big, 100 * MiB));
+    CHECK_CU(cuemm_allocate(m, s.free_bytes, &fill));
+  CHECK_CU(cuemm_allocate(m, 100 * MiB, &big));
   is(pstats(m).mapped_bytes, 544 * MiB, "100 MiB at 416 MiB mapped: up to the next multiple of 32 MiB, 544 MiB");
   CHECK_CU(cuemm_free(m, big));
   if (fill)
@@ -200,7 +200,7 @@ static void steps(void)
   c.pool_ipc = 1;
   m = make(&c);
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, 256));
+  CHECK_CU(cuemm_allocate(m, 256, &p));
   s = pstats(m);
   ok(s.mapped_bytes == 4 * MiB && s.chunks == 1, "pool IPC: 256 bytes map a whole chunk of 4 MiB (%zu bytes)",
      s.mapped_bytes);
@@ -216,7 +216,7 @@ static void pinned(void)
   cuemm_manager *m = make(&c);
   CUdeviceptr p;
   reset_calls();
-  CHECK_CU(cuemm_alloc(m, &p, 600 * MiB));
+  CHECK_CU(cuemm_allocate(m, 600 * MiB, &p));
   cuemm_pool_stats s = pstats(m);
   ok(s.piece_pinned == 64 * MiB && s.piece_bytes == 64 * MiB, "CUEMM_POOL_PIECE=64MiB: pieces of 64 MiB");
   ok(s.chunks == 10 && s.chunks_mapped == 10 && s.grow_steps == 1 && s.mapped_bytes == 600 * MiB,
@@ -257,7 +257,7 @@ static void pinned(void)
 
   /* A growth no larger than the piece is one piece. */
   reset_calls();
-  CHECK_CU(cuemm_alloc(m, &p, 40 * MiB));
+  CHECK_CU(cuemm_allocate(m, 40 * MiB, &p));
   ok(pstats(m).chunks == 1 && pstats(m).piece_bytes == 40 * MiB, "40 MiB: one piece");
   check_calls(1, 1, 1, "small growth");
   CHECK_CU(cuemm_free(m, p));
@@ -265,7 +265,7 @@ static void pinned(void)
 
   c = growth_config(4 * MiB, 1024 * MiB, 5 * MiB);
   m = NULL;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a piece that is not a multiple of the granularity");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "a piece that is not a multiple of the granularity");
   like(cuemm_last_error(), "CUEMM_POOL_PIECE (cuemm_config.pool_piece) = 5242880 bytes is not a multiple of "
        "device 0's allocation granularity", "the message names the knob, its value and the granularity");
   ok(m == NULL, "and nothing is created");
@@ -297,7 +297,7 @@ static void rollback(void)
     CUdeviceptr p = 0;
     sim.calls_reset();
     sim.fail(cases[k].call, cases[k].nth, CUDA_ERROR_UNKNOWN);
-    is(cuemm_alloc(m, &p, 600 * MiB), CUDA_ERROR_UNKNOWN, "%s failing on call %u fails the growth", cases[k].call,
+    is(cuemm_allocate(m, 600 * MiB, &p), CUDA_ERROR_UNKNOWN, "%s failing on call %u fails the growth", cases[k].call,
        cases[k].nth);
     like(cuemm_last_error(), cases[k].call, "naming the call");
     ok(sim.calls("cuMemCreate") == cases[k].creates && sim.calls("cuMemMap") == cases[k].maps &&
@@ -310,7 +310,7 @@ static void rollback(void)
     simcuda_live l;
     sim.live_get(&l);
     is(l.vmm_handles + l.vmm_mappings, 0, "nothing left in the driver");
-    is(cuemm_alloc(m, &p, 600 * MiB), CUDA_SUCCESS, "the next allocation grows the pool");
+    is(cuemm_allocate(m, 600 * MiB, &p), CUDA_SUCCESS, "the next allocation grows the pool");
     is(pstats(m).chunks, 10, "in 10 pieces");
     CHECK_CU(cuemm_free(m, p));
     CHECK_CU(cuemm_destroy(m));
@@ -323,7 +323,7 @@ static void rollback(void)
   CUdeviceptr p = 0;
   sim.fail("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
   sim.fail("cuMemUnmap", 2, CUDA_ERROR_UNKNOWN);
-  is(cuemm_alloc(m, &p, 600 * MiB), CUDA_ERROR_UNKNOWN, "cuMemSetAccess failing, then one cuMemUnmap");
+  is(cuemm_allocate(m, 600 * MiB, &p), CUDA_ERROR_UNKNOWN, "cuMemSetAccess failing, then one cuMemUnmap");
   like(cuemm_last_error(), "cuMemUnmap failed too", "the message says so");
   cuemm_pool_stats s = pstats(m);
   ok(s.mapped_bytes == 64 * MiB && s.chunks == 1 && s.used_bytes == 64 * MiB && s.free_bytes == 0,
@@ -333,7 +333,7 @@ static void rollback(void)
   sim.live_get(&l);
   ok(l.vmm_handles == 1 && l.vmm_mappings == 1, "one handle and one mapping left (%zu, %zu)", l.vmm_handles,
      l.vmm_mappings);
-  is(cuemm_alloc(m, &p, 128 * MiB), CUDA_SUCCESS, "the pool still grows around it");
+  is(cuemm_allocate(m, 128 * MiB, &p), CUDA_SUCCESS, "the pool still grows around it");
   ok(p != s.base + 64 * MiB, "elsewhere");
   CHECK_CU(cuemm_free(m, p));
   CHECK_CU(cuemm_destroy(m));
@@ -345,7 +345,7 @@ static void rollback(void)
     m = make(&c);
     sim.fail("cuMemMap", 2, CUDA_ERROR_UNKNOWN);
     sim.fail("cuMemRelease", 2, CUDA_ERROR_UNKNOWN);
-    is(cuemm_alloc(m, &p, 600 * MiB), CUDA_ERROR_UNKNOWN, "cuMemMap failing, then one cuMemRelease");
+    is(cuemm_allocate(m, 600 * MiB, &p), CUDA_ERROR_UNKNOWN, "cuMemMap failing, then one cuMemRelease");
     like(cuemm_last_error(), "cuMemRelease failed too: the pool keeps the handle (67108864 bytes)",
          "the message says the handle is kept");
     sim.live_get(&l);
@@ -373,12 +373,12 @@ static void ipc(void)
   cuemm_config c = growth_config(4 * MiB, 1024 * MiB, 0);
   c.pool_ipc = 1;
   cuemm_manager *m = NULL;
-  if (cuemm_create(&m, NULL, &c) == CUDA_ERROR_NOT_SUPPORTED) {
+  if (cuemm_manager_create(NULL, &c, &m) == CUDA_ERROR_NOT_SUPPORTED) {
     skip(2, "the device cannot export memory as POSIX file descriptors");
     return;
   }
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, 900 * MiB));
+  CHECK_CU(cuemm_allocate(m, 900 * MiB, &p));
   cuemm_pool_stats s = pstats(m);
   ok(s.chunks >= 1 && s.chunks <= 4, "with IPC a growth is at most 4 pieces (%zu of %zu bytes)", s.chunks,
      s.piece_bytes);
@@ -400,9 +400,9 @@ static void hard_limit(void)
   cuemm_manager *m = make(&c);
   ok(pstats(m).limit_hard == 1 && pstats(m).limit_bytes == 64 * MiB, "a hard limit of 64 MiB");
   CUdeviceptr a, b = 0;
-  CHECK_CU(cuemm_alloc(m, &a, 40 * MiB));
+  CHECK_CU(cuemm_allocate(m, 40 * MiB, &a));
   reset_calls();
-  is(cuemm_alloc(m, &b, 100 * MiB), CUDA_ERROR_OUT_OF_MEMORY, "a request larger than the limit is refused");
+  is(cuemm_allocate(m, 100 * MiB, &b), CUDA_ERROR_OUT_OF_MEMORY, "a request larger than the limit is refused");
   const char *msg = cuemm_last_error();
   like(msg, "104857600 bytes requested", "the message names the size");
   like(msg, "hard limit (CUEMM_POOL_LIMIT, 67108864 bytes, with CUEMM_POOL_LIMIT_HARD=1", "the limit");
@@ -413,7 +413,7 @@ static void hard_limit(void)
   is(s.fallback_allocs, 0, "no fallback");
   is(test_stats(m).alloc_failures, 1, "one failure counted");
 
-  is(cuemm_alloc(m, &b, 40 * MiB), CUDA_ERROR_OUT_OF_MEMORY, "a request that would pass the limit is refused");
+  is(cuemm_allocate(m, 40 * MiB, &b), CUDA_ERROR_OUT_OF_MEMORY, "a request that would pass the limit is refused");
   msg = cuemm_last_error();
   like(msg, "out of pool memory for 41943040 bytes (41943040 bytes mapped, 41943040 used, largest free block 0 "
        "bytes)", "the message names size, mapped, used, largest free block");
@@ -427,9 +427,9 @@ static void hard_limit(void)
   setenv("CUEMM_POOL", "vmm", 1);
   setenv("CUEMM_POOL_LIMIT", "64M", 1);
   setenv("CUEMM_POOL_LIMIT_HARD", "1", 1);
-  CHECK_CU(cuemm_create(&m, NULL, NULL));
+  CHECK_CU(cuemm_manager_create(NULL, NULL, &m));
   reset_calls();
-  is(cuemm_alloc(m, &b, 100 * MiB), CUDA_ERROR_OUT_OF_MEMORY, "CUEMM_POOL_LIMIT_HARD=1: refused");
+  is(cuemm_allocate(m, 100 * MiB, &b), CUDA_ERROR_OUT_OF_MEMORY, "CUEMM_POOL_LIMIT_HARD=1: refused");
   is(sim_calls("cuMemAlloc"), 0, "no cuMemAlloc");
   CHECK_CU(cuemm_destroy(m));
   unsetenv("CUEMM_POOL");
@@ -440,7 +440,7 @@ static void hard_limit(void)
   c.pool_limit_hard = 0;
   m = make(&c);
   reset_calls();
-  is(cuemm_alloc(m, &b, 100 * MiB), CUDA_SUCCESS, "with a soft limit the request is served");
+  is(cuemm_allocate(m, 100 * MiB, &b), CUDA_SUCCESS, "with a soft limit the request is served");
   s = pstats(m);
   ok(b < s.base || b >= s.base + s.reserved_bytes, "outside the pool");
   is(s.fallback_allocs, 1, "by the fallback");

@@ -86,7 +86,7 @@ static void child_use(const request *q, reply *a)
   /* Device 1's own memory, from its manager, filled from the peer block. */
   cuemm_manager *m;
   CHECK_CU(cuemm_get(&m));
-  a->r[3] = cuemm_alloc(m, &local, h.size);
+  a->r[3] = cuemm_allocate(m, h.size, &local);
   if (a->r[3] == CUDA_SUCCESS) {
     memset(buf, 0, h.size);
     CHECK_CU(cuMemsetD8(local, 0, h.size));
@@ -175,17 +175,17 @@ int main(int argc, char **argv)
   c.pool_release_threshold = (size_t)1 << 30;
   c.pool_ipc = 1;
   cuemm_manager *m;
-  CUresult cr = cuemm_create(&m, NULL, &c);
+  CUresult cr = cuemm_manager_create(NULL, &c, &m);
   if (cr == CUDA_ERROR_NOT_SUPPORTED) {
     printf("Bail out! device 0 cannot make exportable pool memory: %s\n", cuemm_last_error());
     return 1;
   }
   CHECK_CU(cr);
   CUdeviceptr before, mid, after, big;
-  CHECK_CU(cuemm_alloc(m, &before, 64 * 1024));
-  CHECK_CU(cuemm_alloc(m, &mid, 256 * 1024));
-  CHECK_CU(cuemm_alloc(m, &after, 64 * 1024));
-  CHECK_CU(cuemm_alloc(m, &big, 3 * MiB)); /* past the first 2 MiB chunk: a second growth */
+  CHECK_CU(cuemm_allocate(m, 64 * 1024, &before));
+  CHECK_CU(cuemm_allocate(m, 256 * 1024, &mid));
+  CHECK_CU(cuemm_allocate(m, 64 * 1024, &after));
+  CHECK_CU(cuemm_allocate(m, 3 * MiB, &big)); /* past the first 2 MiB chunk: a second growth */
 
   int sp[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) {
@@ -210,7 +210,7 @@ int main(int argc, char **argv)
     cuemm_ipc_handle h;
     CHECK_CU(cuemm_ipc_export(m, uses[i].p, 0, &h));
     request q = { .op = 1, .fill = uses[i].fill };
-    if (write_full(sock, &q, sizeof q) != 0 || cuemm_ipc_send(sock, m, &h) != CUDA_SUCCESS) {
+    if (write_full(sock, &q, sizeof q) != 0 || cuemm_ipc_handle_send(m, &h, sock) != CUDA_SUCCESS) {
       printf("Bail out! could not send to the importer: %s\n", cuemm_last_error());
       return 1;
     }

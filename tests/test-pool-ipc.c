@@ -3,7 +3,7 @@
  * The exporter (the TAP producer) creates a pool with IPC enabled, starts
  * the importer with fork and exec of itself (`--child SOCK`) over a Unix
  * socket pair made before the fork, and sends it requests as plain bytes
- * followed, when the request needs one, by a handle with cuemm_ipc_send (its
+ * followed, when the request needs one, by a handle with cuemm_ipc_handle_send (its
  * chunks' file descriptors ride as SCM_RIGHTS).  The importer answers each
  * request with a fixed-size reply and the exporter turns replies into
  * checks.  Data goes both ways: the exporter writes a pattern the importer
@@ -139,7 +139,7 @@ static void child_nofd(const request *q, reply *a)
 {
   cuemm_ipc_handle h;
   CUdeviceptr p = 0;
-  a->r[0] = cuemm_ipc_handle_from_bytes(&h, q->handle, sizeof q->handle);
+  a->r[0] = cuemm_ipc_handle_parse(q->handle, sizeof q->handle, &h);
   a->r[1] = cuemm_ipc_open(NULL, &h, &p);
   a->v[0] = (int64_t)p;
   snprintf(a->msg, sizeof a->msg, "%s", cuemm_last_error());
@@ -216,7 +216,7 @@ static void start_child(const char *argv0)
   sock = sp[0];
 }
 
-/* Sends a request, then the handle with cuemm_ipc_send when one is given. */
+/* Sends a request, then the handle with cuemm_ipc_handle_send when one is given. */
 static reply ask(cuemm_manager *m, int op, uint8_t fill, const cuemm_ipc_handle *send, const cuemm_ipc_handle *bytes)
 {
   request q;
@@ -230,7 +230,7 @@ static reply ask(cuemm_manager *m, int op, uint8_t fill, const cuemm_ipc_handle 
     printf("Bail out! the importing process stopped listening\n");
     exit(1);
   }
-  if (send && cuemm_ipc_send(sock, m, send) != CUDA_SUCCESS) {
+  if (send && cuemm_ipc_handle_send(m, send, sock) != CUDA_SUCCESS) {
     printf("Bail out! cuemm_ipc_send: %s\n", cuemm_last_error());
     exit(1);
   }
@@ -250,7 +250,7 @@ static cuemm_manager *make_pool(int ipc)
   c.pool_release_threshold = (size_t)1 << 30;
   c.pool_ipc = ipc;
   cuemm_manager *m;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   return m;
 }
 
@@ -278,7 +278,7 @@ static void without_ipc(void)
 {
   cuemm_manager *m = make_pool(0);
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, 4096));
+  CHECK_CU(cuemm_allocate(m, 4096, &p));
   cuemm_ipc_handle h;
   is(cuemm_ipc_export(m, p, 0, &h), CUDA_ERROR_NOT_SUPPORTED, "without pool IPC, exporting a pool block is refused");
   like(cuemm_last_error(), "enable pool IPC with CUEMM_POOL_IPC=1 (or cuemm_config.pool_ipc = 1)",
@@ -293,36 +293,36 @@ static void bad_pieces(const cuemm_ipc_handle *good)
   b = *good;
   b.pieces.count = 0;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "pool handle: 0 chunks refused");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "pool handle: 0 chunks refused");
   b = *good;
   b.pieces.count = 7;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "pool handle: 7 chunks refused");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "pool handle: 7 chunks refused");
   like(cuemm_last_error(), "a handle holds 1 to 6", "message gives the range");
   b = *good;
   b.pieces.bytes[0] += 2 * MiB;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "pool handle: sizes not adding up");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "pool handle: sizes not adding up");
   like(cuemm_last_error(), "the chunks add up to", "message says so");
   b = *good;
   b.pieces.bytes[5] = 1;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "pool handle: a size past the count");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "pool handle: a size past the count");
   b = *good;
   b.pieces.reserved = 1;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE, "pool handle: reserved word set");
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE, "pool handle: reserved word set");
   b = *good; /* two chunks; a range wholly in the second */
   b.offset = b.pieces.bytes[0];
   b.size = 1;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE,
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE,
      "pool handle: a range not starting in the first chunk");
   b = *good;
   b.offset = 0;
   b.size = 1;
   reseal(&b);
-  is(cuemm_ipc_handle_from_bytes(&out, &b, sizeof b), CUDA_ERROR_INVALID_VALUE,
+  is(cuemm_ipc_handle_parse(&b, sizeof b, &out), CUDA_ERROR_INVALID_VALUE,
      "pool handle: a range not ending in the last chunk");
   like(cuemm_last_error(), "start in the first chunk and end in the last", "message says so");
 }
@@ -371,15 +371,15 @@ static void one_process(cuemm_manager *m, const cuemm_ipc_handle *good, CUdevice
   local_pair(sp);
   cuemm_ipc_handle got, b;
   long fds0 = count_fds();
-  is(cuemm_ipc_send(-1, m, good), CUDA_ERROR_INVALID_VALUE, "send: a negative socket refused");
-  is(cuemm_ipc_send(sp[0], m, NULL), CUDA_ERROR_INVALID_VALUE, "send: NULL handle refused");
+  is(cuemm_ipc_handle_send(m, good, -1), CUDA_ERROR_INVALID_VALUE, "send: a negative socket refused");
+  is(cuemm_ipc_handle_send(m, NULL, sp[0]), CUDA_ERROR_INVALID_VALUE, "send: NULL handle refused");
   b = *good;
   b.size ^= 4;
-  is(cuemm_ipc_send(sp[0], m, &b), CUDA_ERROR_INVALID_VALUE, "send: a damaged handle refused");
+  is(cuemm_ipc_handle_send(m, &b, sp[0]), CUDA_ERROR_INVALID_VALUE, "send: a damaged handle refused");
   is(cuemm_ipc_recv(-1, &got), CUDA_ERROR_INVALID_VALUE, "recv: a negative socket refused");
   is(cuemm_ipc_recv(sp[1], NULL), CUDA_ERROR_INVALID_VALUE, "recv: NULL handle refused");
 
-  is(cuemm_ipc_send(sp[0], m, good), CUDA_SUCCESS, "send within the process");
+  is(cuemm_ipc_handle_send(m, good, sp[0]), CUDA_SUCCESS, "send within the process");
   is(count_fds(), fds0, "send leaves no descriptor open here");
   is(cuemm_ipc_recv(sp[1], &got), CUDA_SUCCESS, "recv within the process");
   ok(memcmp(&got, good, sizeof got) == 0, "the handle arrives byte for byte");
@@ -418,7 +418,7 @@ static void one_process(cuemm_manager *m, const cuemm_ipc_handle *good, CUdevice
   cuemm_ipc_handle dh;
   CHECK_CU(cuemm_ipc_export(m, device_buf, 0, &dh));
   is(dh.kind, CUEMM_IPC_KIND_DEVICE, "memory beyond the pool exports as a device handle");
-  is(cuemm_ipc_send(sp[0], NULL, &dh), CUDA_SUCCESS, "send: a device handle, no manager needed");
+  is(cuemm_ipc_handle_send(NULL, &dh, sp[0]), CUDA_SUCCESS, "send: a device handle, no manager needed");
   is(cuemm_ipc_recv(sp[1], &got), CUDA_SUCCESS, "recv: the device handle");
   ok(memcmp(&got, &dh, sizeof got) == 0, "arrives byte for byte");
   is(count_fds(), fds1, "with no descriptor");
@@ -440,17 +440,17 @@ static void one_process(cuemm_manager *m, const cuemm_ipc_handle *good, CUdevice
   local_pair(sp);
   CUdeviceptr tmp;
   cuemm_ipc_handle th;
-  CHECK_CU(cuemm_alloc(m, &tmp, 8192));
+  CHECK_CU(cuemm_allocate(m, 8192, &tmp));
   CHECK_CU(cuemm_ipc_export(m, tmp, 0, &th));
   CHECK_CU(cuemm_free(m, tmp));
-  is(cuemm_ipc_send(sp[0], m, &th), CUDA_ERROR_INVALID_VALUE, "send: a freed block's handle refused");
+  is(cuemm_ipc_handle_send(m, &th, sp[0]), CUDA_ERROR_INVALID_VALUE, "send: a freed block's handle refused");
   like(cuemm_last_error(), "freed already", "message says it was freed");
   CHECK_CU(cuemm_flush(m));
-  is(cuemm_ipc_send(sp[0], m, &th), CUDA_ERROR_INVALID_VALUE, "send: after the flush too");
+  is(cuemm_ipc_handle_send(m, &th, sp[0]), CUDA_ERROR_INVALID_VALUE, "send: after the flush too");
   b = th;
   b.source_pid ^= 0x4000;
   reseal(&b);
-  is(cuemm_ipc_send(sp[0], m, &b), CUDA_ERROR_INVALID_VALUE, "send: another process's pool handle refused");
+  is(cuemm_ipc_handle_send(m, &b, sp[0]), CUDA_ERROR_INVALID_VALUE, "send: another process's pool handle refused");
   close(sp[0]);
   close(sp[1]);
   is(count_fds(), fds0 - 2, "no descriptor left open (the pair closed)");
@@ -462,14 +462,14 @@ static void too_many_pieces(void)
   cuemm_manager *m = make_pool(1);
   CUdeviceptr p[7], big;
   for (int i = 0; i < 7; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], 2 * MiB));
+    CHECK_CU(cuemm_allocate(m, 2 * MiB, &p[i]));
   for (int i = 0; i < 7; i++)
     CHECK_CU(cuemm_free(m, p[i]));
   CHECK_CU(cuemm_flush(m));
   cuemm_pool_stats s;
   CHECK_CU(cuemm_pool_get_stats(m, &s));
   is(s.chunks, 7, "seven growth steps: seven chunks");
-  CHECK_CU(cuemm_alloc(m, &big, 14 * MiB));
+  CHECK_CU(cuemm_allocate(m, 14 * MiB, &big));
   cuemm_ipc_handle h;
   is(cuemm_ipc_export(m, big, 0, &h), CUDA_ERROR_NOT_SUPPORTED, "a block over 7 chunks cannot be exported");
   like(cuemm_last_error(), "overlap 7 of the pool's physical allocations (chunks); a handle holds at most 6",
@@ -497,11 +497,11 @@ int main(int argc, char **argv)
 
   cuemm_manager *m = make_pool(1);
   CUdeviceptr a, s1, s2, big, dev;
-  CHECK_CU(cuemm_alloc(m, &a, 1 * MiB));
-  CHECK_CU(cuemm_alloc(m, &s1, 4096));
-  CHECK_CU(cuemm_alloc(m, &s2, 4096));
-  CHECK_CU(cuemm_alloc(m, &big, 3 * MiB));
-  CHECK_CU(cuemm_alloc(m, &dev, 300 * MiB)); /* beyond the pool: cuMemAlloc */
+  CHECK_CU(cuemm_allocate(m, 1 * MiB, &a));
+  CHECK_CU(cuemm_allocate(m, 4096, &s1));
+  CHECK_CU(cuemm_allocate(m, 4096, &s2));
+  CHECK_CU(cuemm_allocate(m, 3 * MiB, &big));
+  CHECK_CU(cuemm_allocate(m, 300 * MiB, &dev)); /* beyond the pool: cuMemAlloc */
   cuemm_pool_stats ps;
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.grow_steps, 2, "two growth steps");
@@ -523,7 +523,7 @@ int main(int argc, char **argv)
   uint8_t zero[8] = { 0 };
   ok(memcmp(hm.reserved, zero, 8) == 0 && hm.pieces.reserved == 0, "reserved bytes zero");
   cuemm_ipc_handle copy;
-  is(cuemm_ipc_handle_from_bytes(&copy, &hm, sizeof hm), CUDA_SUCCESS, "from_bytes accepts it");
+  is(cuemm_ipc_handle_parse(&hm, sizeof hm, &copy), CUDA_SUCCESS, "from_bytes accepts it");
 
   /* A block over two growth steps. */
   is(cuemm_ipc_export(m, big, 0, &hb), CUDA_SUCCESS, "export a block over two chunks");
@@ -541,7 +541,7 @@ int main(int argc, char **argv)
   is(cuemm_ipc_export(m, big, 3 * MiB + 1, &copy), CUDA_ERROR_INVALID_VALUE, "a size past the block refused");
   like(cuemm_last_error(), "run past the end of the pool block", "message says so");
   CUdeviceptr gone;
-  CHECK_CU(cuemm_alloc(m, &gone, 4096));
+  CHECK_CU(cuemm_allocate(m, 4096, &gone));
   CHECK_CU(cuemm_free(m, gone));
   is(cuemm_ipc_export(m, gone, 0, &copy), CUDA_ERROR_INVALID_VALUE, "a pending pool block refused");
   like(cuemm_last_error(), "freed already", "message says it was freed");

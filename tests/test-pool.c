@@ -33,7 +33,7 @@ static cuemm_manager *make_pool(size_t chunk, size_t reserve, size_t threshold, 
 {
   cuemm_config c = pool_config(chunk, reserve, threshold, limit, count);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   return m;
 }
 
@@ -70,7 +70,7 @@ static void basics(void)
   ok(s.granularity > 0 && (4 * MiB) % s.granularity == 0, "granularity %zu divides the chunk", s.granularity);
   CUdeviceptr p[11];
   unsigned long creates0 = sim_calls("cuMemCreate"), access0 = sim_calls("cuMemSetAccess");
-  CHECK_CU(cuemm_alloc(m, &p[0], 1000));
+  CHECK_CU(cuemm_allocate(m, 1000, &p[0]));
   s = pstats(m);
   ok(p[0] >= s.base && p[0] < s.base + s.reserved_bytes, "the block lies in the reservation");
   is(p[0] % 256, 0, "256-byte aligned");
@@ -83,7 +83,7 @@ static void basics(void)
   } else
     skip(2, SIM_REASON);
   for (int i = 1; i < 11; i++) {
-    CHECK_CU(cuemm_alloc(m, &p[i], 4096));
+    CHECK_CU(cuemm_allocate(m, 4096, &p[i]));
     ok(p[i] == p[i - 1] + (i == 1 ? 1024 : 4096), "block %d follows the previous one", i);
   }
   is(pstats(m).grow_steps, 1, "no more growth for small blocks");
@@ -111,7 +111,7 @@ static void basics(void)
 
   /* Bad frees. */
   CUdeviceptr q;
-  CHECK_CU(cuemm_alloc(m, &q, 512));
+  CHECK_CU(cuemm_allocate(m, 512, &q));
   is(cuemm_free(m, q + 256), CUDA_ERROR_INVALID_VALUE, "interior pointer refused");
   is(cuemm_host_free(m, (void *)(uintptr_t)q), CUDA_ERROR_INVALID_VALUE, "host free of a pool block refused");
   like(cuemm_last_error(), "from the pool", "the message says what it is");
@@ -123,7 +123,7 @@ static void basics(void)
   /* Reset returns live blocks through the queue. */
   CUdeviceptr r[3];
   for (int i = 0; i < 3; i++)
-    CHECK_CU(cuemm_alloc(m, &r[i], 10000));
+    CHECK_CU(cuemm_allocate(m, 10000, &r[i]));
   CHECK_CU(cuemm_reset(m));
   st = test_stats(m);
   ok(st.live_count == 0 && st.pending_count == 0, "reset frees the live pool blocks");
@@ -133,7 +133,7 @@ static void basics(void)
 
   /* Without a pool. */
   cuemm_config c = test_config(10, 0.2);
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   s = pstats(m);
   is(s.enabled, 0, "stats of a manager without a pool: disabled");
   is(cuemm_pool_trim(m), CUDA_ERROR_INVALID_VALUE, "trim without a pool refused");
@@ -198,7 +198,7 @@ static void randomized(void)
       if (size < 256)
         size = 256 - (size % 7);
       CUdeviceptr p = 0;
-      CHECK_CU(cuemm_alloc(m, &p, size));
+      CHECK_CU(cuemm_allocate(m, size, &p));
       allocs++;
       misaligned += p % 256 != 0;
       outside += p < s.base || p + size > s.base + s.reserved_bytes;
@@ -274,7 +274,7 @@ static void release(void)
   size_t sum = 0;
   for (int i = 0; i < 64; i++) {
     size_t size = (i % 4 + 1) * 512 * 1024 + 777;
-    CHECK_CU(cuemm_alloc(m, &p[i], size));
+    CHECK_CU(cuemm_allocate(m, size, &p[i]));
     sum += size;
   }
   size_t free1;
@@ -300,7 +300,7 @@ static void release(void)
   /* The automatic release keeps the threshold. */
   m = make_pool(4 * MiB, 1024 * MiB, 8 * MiB, 0, 1000);
   for (int i = 0; i < 16; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], 4 * MiB));
+    CHECK_CU(cuemm_allocate(m, 4 * MiB, &p[i]));
   is(pstats(m).mapped_bytes, 64 * MiB, "sixteen 4 MiB blocks map 64 MiB");
   for (int i = 0; i < 16; i++)
     CHECK_CU(cuemm_free(m, p[i]));
@@ -323,7 +323,7 @@ static void queued_reuse(void)
   CHECK_CU(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
   size_t size = 2 * MiB;
   CUdeviceptr a, b;
-  CHECK_CU(cuemm_alloc(m, &a, size));
+  CHECK_CU(cuemm_allocate(m, size, &a));
   CHECK_CU(cuMemsetD8Async(a, 0xAA, size, st));
   if (sim_present)
     ok(sim.queued_work() > 0, "the memset is queued");
@@ -334,7 +334,7 @@ static void queued_reuse(void)
     is(sim.queued_work(), 0, "the flush synchronized before returning the block");
   else
     skip(1, SIM_REASON);
-  CHECK_CU(cuemm_alloc(m, &b, size));
+  CHECK_CU(cuemm_allocate(m, size, &b));
   is(b, a, "the same block comes back");
   CHECK_CU(cuMemsetD8(b, 0x55, size));
   CHECK_CU(cuCtxSynchronize());
@@ -359,7 +359,7 @@ static void scopes(void)
   cuemm_manager *m = make_pool(4 * MiB, 256 * MiB, (size_t)1 << 40, 0, 10);
   CUdeviceptr p[20], q[20];
   for (int i = 0; i < 20; i++)
-    CHECK_CU(cuemm_alloc(m, &p[i], 64 * 1024));
+    CHECK_CU(cuemm_allocate(m, 64 * 1024, &p[i]));
   size_t used = pstats(m).used_bytes;
   unsigned long syncs0 = sim_calls("cuCtxSynchronize");
   CHECK_CU(cuemm_defer_cleanup_begin(m));
@@ -374,7 +374,7 @@ static void scopes(void)
     skip(1, SIM_REASON);
   int clash = 0;
   for (int i = 0; i < 20; i++) {
-    CHECK_CU(cuemm_alloc(m, &q[i], 64 * 1024));
+    CHECK_CU(cuemm_allocate(m, 64 * 1024, &q[i]));
     for (int k = 0; k < 20; k++)
       clash += q[i] == p[k];
   }
@@ -397,15 +397,15 @@ static void out_of_memory(void)
   /* A limit of 64 MiB: the pending free of A must be flushed for B. */
   cuemm_manager *m = make_pool(4 * MiB, 256 * MiB, (size_t)1 << 40, 64 * MiB, 1000);
   CUdeviceptr a, b, c;
-  CHECK_CU(cuemm_alloc(m, &a, 40 * MiB));
+  CHECK_CU(cuemm_allocate(m, 40 * MiB, &a));
   CHECK_CU(cuemm_free(m, a));
-  is(cuemm_alloc(m, &b, 40 * MiB), CUDA_SUCCESS, "past the limit, the pending frees are flushed and it fits");
+  is(cuemm_allocate(m, 40 * MiB, &b), CUDA_SUCCESS, "past the limit, the pending frees are flushed and it fits");
   is(b, a, "in the block just returned");
   cuemm_stats st = test_stats(m);
   is(st.oom_retries, 1, "one retry");
   CHECK_CU(cuemm_defer_cleanup_begin(m));
   CHECK_CU(cuemm_free(m, b));
-  is(cuemm_alloc(m, &c, 40 * MiB), CUDA_ERROR_OUT_OF_MEMORY, "inside a scope the same request fails");
+  is(cuemm_allocate(m, 40 * MiB, &c), CUDA_ERROR_OUT_OF_MEMORY, "inside a scope the same request fails");
   const char *msg = cuemm_last_error();
   like(msg, "out of pool memory for 41943040 bytes", "the message names the size");
   like(msg, "41943040 bytes mapped", "the mapped bytes");
@@ -419,12 +419,12 @@ static void out_of_memory(void)
   /* Free memory in the wrong place: a trim lets the pool map it anew. */
   CUdeviceptr x, y, z;
   CHECK_CU(cuemm_pool_trim(m));
-  CHECK_CU(cuemm_alloc(m, &x, 24 * MiB));
-  CHECK_CU(cuemm_alloc(m, &y, 24 * MiB));
+  CHECK_CU(cuemm_allocate(m, 24 * MiB, &x));
+  CHECK_CU(cuemm_allocate(m, 24 * MiB, &y));
   CHECK_CU(cuemm_free(m, x));
   CHECK_CU(cuemm_flush(m));
   is(pstats(m).largest_free_block, 24 * MiB, "24 MiB free below a used block");
-  is(cuemm_alloc(m, &z, 32 * MiB), CUDA_SUCCESS, "32 MiB fits after the trim released the free chunk");
+  is(cuemm_allocate(m, 32 * MiB, &z), CUDA_SUCCESS, "32 MiB fits after the trim released the free chunk");
   cuemm_pool_stats s = pstats(m);
   is(s.mapped_bytes, 56 * MiB, "24 + 32 MiB mapped, within the limit");
   ok(s.chunks_released >= 1, "a chunk was released on the way");
@@ -433,7 +433,7 @@ static void out_of_memory(void)
 
   /* Larger than the pool: cuMemAlloc. */
   CUdeviceptr big;
-  CHECK_CU(cuemm_alloc(m, &big, 100 * MiB));
+  CHECK_CU(cuemm_allocate(m, 100 * MiB, &big));
   s = pstats(m);
   is(s.fallback_allocs, 1, "a request larger than the limit goes to cuMemAlloc");
   ok(big < s.base || big >= s.base + s.reserved_bytes, "outside the reservation");
@@ -463,16 +463,16 @@ static void faults(void)
   CUdeviceptr p = 0;
 
   sim.fail("cuMemAddressReserve", 1, CUDA_ERROR_OUT_OF_MEMORY);
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_OUT_OF_MEMORY, "cuMemAddressReserve failing fails creation");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_OUT_OF_MEMORY, "cuMemAddressReserve failing fails creation");
   like(cuemm_last_error(), "cuMemAddressReserve", "naming the call");
   ok(m == NULL, "and creates nothing");
   check_clean(live0, "cuMemAddressReserve");
 
   static const char *grow_calls[] = { "cuMemCreate", "cuMemMap", "cuMemSetAccess" };
   for (int k = 0; k < 3; k++) {
-    CHECK_CU(cuemm_create(&m, NULL, &c));
+    CHECK_CU(cuemm_manager_create(NULL, &c, &m));
     sim.fail(grow_calls[k], 1, CUDA_ERROR_UNKNOWN);
-    is(cuemm_alloc(m, &p, MiB), CUDA_ERROR_UNKNOWN, "%s failing fails the growth", grow_calls[k]);
+    is(cuemm_allocate(m, MiB, &p), CUDA_ERROR_UNKNOWN, "%s failing fails the growth", grow_calls[k]);
     like(cuemm_last_error(), grow_calls[k], "naming the call");
     cuemm_pool_stats s = pstats(m);
     ok(s.mapped_bytes == 0 && s.chunks == 0 && s.used_bytes == 0 && s.grow_failures == 1,
@@ -480,7 +480,7 @@ static void faults(void)
     simcuda_live l;
     sim.live_get(&l);
     is(l.vmm_handles + l.vmm_mappings, 0, "the step was rolled back in the driver");
-    is(cuemm_alloc(m, &p, MiB), CUDA_SUCCESS, "the next allocation grows the pool");
+    is(cuemm_allocate(m, MiB, &p), CUDA_SUCCESS, "the next allocation grows the pool");
     CHECK_CU(cuemm_free(m, p));
     CHECK_CU(cuemm_destroy(m));
     check_clean(live0, grow_calls[k]);
@@ -489,8 +489,8 @@ static void faults(void)
   static const char *release_calls[] = { "cuMemRelease", "cuMemUnmap" };
   for (int k = 0; k < 2; k++) {
     cuemm_config keep = pool_config(4 * MiB, 256 * MiB, (size_t)1 << 40, 0, 0);
-    CHECK_CU(cuemm_create(&m, NULL, &keep));
-    CHECK_CU(cuemm_alloc(m, &p, MiB));
+    CHECK_CU(cuemm_manager_create(NULL, &keep, &m));
+    CHECK_CU(cuemm_allocate(m, MiB, &p));
     CHECK_CU(cuemm_free(m, p));
     sim.fail(release_calls[k], 1, CUDA_ERROR_UNKNOWN);
     is(cuemm_pool_trim(m), CUDA_ERROR_UNKNOWN, "%s failing fails the trim", release_calls[k]);
@@ -498,7 +498,7 @@ static void faults(void)
     cuemm_pool_stats s = pstats(m);
     ok(s.mapped_bytes == s.granularity && s.chunks == 1 && s.free_bytes == s.granularity,
        "the chunk stays mapped and free");
-    CHECK_CU(cuemm_alloc(m, &p, MiB));
+    CHECK_CU(cuemm_allocate(m, MiB, &p));
     CHECK_CU(cuMemsetD8(p, 7, MiB));
     pass("and usable");
     CHECK_CU(cuemm_free(m, p));
@@ -508,8 +508,8 @@ static void faults(void)
     check_clean(live0, release_calls[k]);
   }
 
-  CHECK_CU(cuemm_create(&m, NULL, &c));
-  CHECK_CU(cuemm_alloc(m, &p, MiB));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
+  CHECK_CU(cuemm_allocate(m, MiB, &p));
   cuemm_pool_stats s = pstats(m);
   sim.fail("cuMemAddressFree", 1, CUDA_ERROR_UNKNOWN);
   is(cuemm_destroy(m), CUDA_ERROR_UNKNOWN, "cuMemAddressFree failing is reported by destroy");
@@ -521,8 +521,8 @@ static void faults(void)
   check_clean(live0, "cuMemAddressFree");
 
   cuemm_config now = pool_config(4 * MiB, 256 * MiB, (size_t)1 << 40, 0, 0);
-  CHECK_CU(cuemm_create(&m, NULL, &now));
-  CHECK_CU(cuemm_alloc(m, &p, MiB));
+  CHECK_CU(cuemm_manager_create(NULL, &now, &m));
+  CHECK_CU(cuemm_allocate(m, MiB, &p));
   sim.fail("cuCtxSynchronize", 1, CUDA_ERROR_UNKNOWN);
   is(cuemm_free(m, p), CUDA_ERROR_UNKNOWN, "cuCtxSynchronize failing fails the flush");
   like(cuemm_last_error(), "cuCtxSynchronize", "naming the call");
@@ -534,9 +534,9 @@ static void faults(void)
   check_clean(live0, "cuCtxSynchronize");
 
   /* The driver out of memory for good: flush, trim, retry, then the message. */
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   sim.fail_from("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
-  is(cuemm_alloc(m, &p, 3 * MiB), CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate out of memory for good");
+  is(cuemm_allocate(m, 3 * MiB, &p), CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate out of memory for good");
   sim.fail_clear();
   like(cuemm_last_error(), "out of pool memory for 3145728 bytes (0 bytes mapped, 0 used, largest free block 0 bytes)",
        "the message names size, mapped, used, largest free block");
@@ -562,8 +562,8 @@ static void peers(void)
   }
   cuemm_manager *m = make_pool(4 * MiB, 256 * MiB, (size_t)1 << 40, 0, 10);
   CUdeviceptr a, b;
-  CHECK_CU(cuemm_alloc(m, &a, MiB));
-  CHECK_CU(cuemm_alloc(m, &b, 8 * MiB)); /* a second chunk, adjacent: one run */
+  CHECK_CU(cuemm_allocate(m, MiB, &a));
+  CHECK_CU(cuemm_allocate(m, 8 * MiB, &b)); /* a second chunk, adjacent: one run */
   unsigned long access0 = sim_calls("cuMemSetAccess");
   is(cuemm_pool_grant_access(m, 1), CUDA_SUCCESS, "grant device 1");
   if (sim_present)
@@ -575,7 +575,7 @@ static void peers(void)
   CHECK_CU(cuMemGetAccess(&flags, &loc, a));
   is(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "device 1 may read and write present memory");
   CUdeviceptr c;
-  CHECK_CU(cuemm_alloc(m, &c, 64 * MiB)); /* grows */
+  CHECK_CU(cuemm_allocate(m, 64 * MiB, &c)); /* grows */
   CHECK_CU(cuMemGetAccess(&flags, &loc, c));
   is(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "and memory mapped later");
   is(pstats(m).peers, 1, "one peer counted");
@@ -590,9 +590,9 @@ static void peers(void)
   }
   m = make_pool(4 * MiB, 256 * MiB, (size_t)1 << 40, 0, 0);
   CUdeviceptr x, y, z;
-  CHECK_CU(cuemm_alloc(m, &x, 4 * MiB));
-  CHECK_CU(cuemm_alloc(m, &y, 4 * MiB));
-  CHECK_CU(cuemm_alloc(m, &z, 4 * MiB));
+  CHECK_CU(cuemm_allocate(m, 4 * MiB, &x));
+  CHECK_CU(cuemm_allocate(m, 4 * MiB, &y));
+  CHECK_CU(cuemm_allocate(m, 4 * MiB, &z));
   CHECK_CU(cuemm_free(m, y));
   CHECK_CU(cuemm_pool_trim(m)); /* two runs: x's chunk and z's */
   sim.fail("cuMemSetAccess", 2, CUDA_ERROR_UNKNOWN);
@@ -620,7 +620,7 @@ static void *work(void *arg)
     size_t size = 256 + (size_t)(rand_r(&w->seed) % (256 * 1024));
     unsigned char tag = (unsigned char)(1 + rand_r(&w->seed) % 250);
     CUdeviceptr p;
-    if (cuemm_alloc(w->m, &p, size) != CUDA_SUCCESS || cuMemsetD8(p, tag, size) != CUDA_SUCCESS) {
+    if (cuemm_allocate(w->m, size, &p) != CUDA_SUCCESS || cuMemsetD8(p, tag, size) != CUDA_SUCCESS) {
       w->bad++;
       continue;
     }
@@ -665,15 +665,15 @@ static void configuration(void)
 {
   cuemm_config c = pool_config(3 * MiB, 256 * MiB, 0, 0, 10);
   cuemm_manager *m = NULL;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a chunk that is not a multiple of the granularity");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "a chunk that is not a multiple of the granularity");
   like(cuemm_last_error(), "CUEMM_POOL_CHUNK", "the message names the variable");
   c = pool_config(4 * MiB, 256 * MiB, 0, MiB, 10);
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a limit below one chunk");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "a limit below one chunk");
   like(cuemm_last_error(), "CUEMM_POOL_LIMIT", "the message names the variable");
   setenv("CUEMM_POOL", "vmm", 1);
   setenv("CUEMM_POOL_CHUNK", "8MiB", 1);
   setenv("CUEMM_POOL_RESERVE", "512M", 1);
-  CHECK_CU(cuemm_create(&m, NULL, NULL));
+  CHECK_CU(cuemm_manager_create(NULL, NULL, &m));
   cuemm_pool_stats s = pstats(m);
   ok(s.enabled && s.chunk_bytes == 8 * MiB && s.reserved_bytes == 512 * MiB,
      "CUEMM_POOL=vmm, CUEMM_POOL_CHUNK=8MiB, CUEMM_POOL_RESERVE=512M");
@@ -691,10 +691,10 @@ static void hysteresis(void)
   cuemm_config c = pool_config(2 * MiB, 256 * MiB, 0, 0, 0);
   c.pool_release_delay_ms = 60000;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   CUdeviceptr v[8];
   for (int i = 0; i < 8; i++)
-    CHECK_CU(cuemm_alloc(m, &v[i], 4 * MiB));
+    CHECK_CU(cuemm_allocate(m, 4 * MiB, &v[i]));
   for (int i = 0; i < 8; i++)
     CHECK_CU(cuemm_free(m, v[i])); /* max_pending_count 0: each free flushes */
   is(pstats(m).mapped_bytes, 32 * MiB, "threshold 0, delay 60 s: the memory the last growths needed stays mapped");
@@ -707,16 +707,16 @@ static void hysteresis(void)
    * in 4 MiB pieces; a 6 MiB request releases those before it grows. */
   c = pool_config(2 * MiB, 256 * MiB, 64 * MiB, 0, 0);
   c.pool_release_delay_ms = 60000;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   for (int i = 0; i < 8; i++)
-    CHECK_CU(cuemm_alloc(m, &v[i], 4 * MiB));
+    CHECK_CU(cuemm_allocate(m, 4 * MiB, &v[i]));
   for (int i = 0; i < 8; i += 2)
     CHECK_CU(cuemm_free(m, v[i]));
   cuemm_pool_stats ps = pstats(m);
   ok(ps.mapped_bytes == 32 * MiB && ps.free_bytes == 16 * MiB && ps.largest_free_block == 4 * MiB,
      "16 MiB free in 4 MiB pieces (largest %zu)", ps.largest_free_block);
   CUdeviceptr big;
-  CHECK_CU(cuemm_alloc(m, &big, 6 * MiB));
+  CHECK_CU(cuemm_allocate(m, 6 * MiB, &big));
   ps = pstats(m);
   is(ps.mapped_bytes, 22 * MiB, "a 6 MiB request: the four free pieces went back, 6 MiB were mapped for it");
   ok(ps.chunks_released >= 4, "their chunks were released (%llu)", (unsigned long long)ps.chunks_released);
@@ -739,14 +739,14 @@ static void slab(void)
   c.pool_slab = 1;
   sim.calls_reset();
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   is(sim.calls("cuMemAlloc_v2") + sim.calls("cuMemAlloc"), 1, "creation: one cuMemAlloc, the slab");
   is(sim.calls("cuMemAddressReserve"), 0, "and no address reservation");
   cuemm_pool_stats ps = pstats(m);
   ok(ps.slab == 1 && ps.reserved_bytes == 16 * MiB && ps.mapped_bytes == 0, "the pool says slab, 16 MiB, none in use");
   CUdeviceptr a, b;
-  CHECK_CU(cuemm_alloc(m, &a, 1000));
-  CHECK_CU(cuemm_alloc_async(m, &b, 5 * MiB, NULL));
+  CHECK_CU(cuemm_allocate(m, 1000, &a));
+  CHECK_CU(cuemm_allocate_async(m, 5 * MiB, NULL, &b));
   ps = pstats(m);
   ok(ps.grow_steps >= 2 && ps.mapped_bytes >= 6 * MiB, "growth steps counted (%llu), %zu bytes in use",
      (unsigned long long)ps.grow_steps, ps.mapped_bytes);
@@ -769,7 +769,7 @@ static void slab(void)
   is(sim.calls("cuMemFree_v2") + sim.calls("cuMemFree"), 1, "destruction frees the slab, one cuMemFree");
   c.pool_ipc = 1;
   m = NULL;
-  is(cuemm_create(&m, NULL, &c), CUDA_ERROR_INVALID_VALUE, "a slab with CUEMM_POOL_IPC=1 is refused");
+  is(cuemm_manager_create(NULL, &c, &m), CUDA_ERROR_INVALID_VALUE, "a slab with CUEMM_POOL_IPC=1 is refused");
   like(cuemm_last_error(), "CUEMM_POOL_SLAB=1 and CUEMM_POOL_IPC=1 do not go together", "saying why");
 }
 
@@ -778,7 +778,7 @@ static void slab(void)
 static void pregrow(cuemm_manager *m, size_t bytes)
 {
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, bytes));
+  CHECK_CU(cuemm_allocate(m, bytes, &p));
   CHECK_CU(cuemm_free(m, p));
   CHECK_CU(cuemm_flush(m));
 }
@@ -794,13 +794,13 @@ static void fragmentation(void)
 {
   cuemm_config c = pool_config(32 * MiB, 256 * MiB, (size_t)1 << 40, 0, 0); /* every free flushes */
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   pregrow(m, 32 * MiB);
   CUdeviceptr v[64];
   for (int i = 0; i < 60; i++)
-    CHECK_CU(cuemm_alloc(m, &v[i], 4096));
+    CHECK_CU(cuemm_allocate(m, 4096, &v[i]));
   for (int i = 60; i < 64; i++)
-    CHECK_CU(cuemm_alloc(m, &v[i], 32 * 1024)); /* large ones the pool caches by size (below CUEMM__SA_LOW_FIT) */
+    CHECK_CU(cuemm_allocate(m, 32 * 1024, &v[i])); /* large ones the pool caches by size (below CUEMM__SA_LOW_FIT) */
   for (int i = 0; i < 64; i++)
     CHECK_CU(cuemm_free(m, v[i]));
   cuemm_pool_stats ps = pstats(m);
@@ -819,10 +819,10 @@ static void fragmentation(void)
   CHECK_CU(cuemm_destroy(m));
 
   /* Free space apart: 4 MiB blocks, every other one freed. */
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   pregrow(m, 32 * MiB);
   for (int i = 0; i < 8; i++)
-    CHECK_CU(cuemm_alloc(m, &v[i], 4 * MiB));
+    CHECK_CU(cuemm_allocate(m, 4 * MiB, &v[i]));
   ps = pstats(m);
   ok(ps.chunks == 1 && ps.free_bytes == 0, "32 MiB in eight blocks fill one chunk");
   for (int i = 0; i < 8; i += 2)
@@ -851,11 +851,11 @@ static void held_gauge(void)
   CHECK_CU(cuemm_get_held(m, &held));
   is(held, 0, "cuemm_get_held: nothing held at creation");
   CUdeviceptr a = 0, big = 0;
-  CHECK_CU(cuemm_alloc(m, &a, 3 * MiB));
+  CHECK_CU(cuemm_allocate(m, 3 * MiB, &a));
   CHECK_CU(cuemm_get_held(m, &held));
   ok(held == pstats(m).mapped_bytes && held == test_stats(m).held_bytes && held >= 3 * MiB,
      "after a growth: the pool's mapped bytes, as cuemm_get_stats says (%zu)", held);
-  CHECK_CU(cuemm_alloc(m, &big, 80 * MiB)); /* past the reservation: cuMemAlloc */
+  CHECK_CU(cuemm_allocate(m, 80 * MiB, &big)); /* past the reservation: cuMemAlloc */
   CHECK_CU(cuemm_get_held(m, &held));
   is(held, test_stats(m).held_bytes, "with a cuMemAlloc allocation beside the pool, as cuemm_get_stats says");
   ok(held >= pstats(m).mapped_bytes + 80 * MiB, "which counts it (%zu)", held);

@@ -1,4 +1,4 @@
-/* test-range.c: cuemm_mem_get_address_range, the start and size of the
+/* test-range.c: cuemm_address_range, the start and size of the
  * allocation that holds a device pointer, for cuMemAlloc memory and pool
  * blocks: exact starts, interior pointers, the last byte, one past the end,
  * freed memory (pending and released), foreign and host memory, NULL outs,
@@ -19,7 +19,7 @@ static CUresult range(cuemm_manager *m, CUdeviceptr p, CUdeviceptr *base, size_t
 {
   *base = SENT;
   *size = (size_t)SENT;
-  return cuemm_mem_get_address_range(m, base, size, p);
+  return cuemm_address_range(m, p, base, size);
 }
 
 static void refused(cuemm_manager *m, CUdeviceptr p, const char *why, const char *what)
@@ -46,7 +46,7 @@ static void common(cuemm_manager *m, const char *kind, const char *released)
 {
   char what[128];
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, 1000));
+  CHECK_CU(cuemm_allocate(m, 1000, &p));
   snprintf(what, sizeof what, "%s: exact start", kind);
   found(m, p, p, 1000, what);
   snprintf(what, sizeof what, "%s: interior", kind);
@@ -58,21 +58,21 @@ static void common(cuemm_manager *m, const char *kind, const char *released)
 
   CUdeviceptr b = SENT;
   size_t n = (size_t)SENT;
-  ok(cuemm_mem_get_address_range(m, NULL, NULL, p + 1) == CUDA_SUCCESS, "%s: both outs NULL", kind);
-  ok(cuemm_mem_get_address_range(m, &b, NULL, p + 2) == CUDA_SUCCESS && b == p, "%s: size NULL, base given", kind);
-  ok(cuemm_mem_get_address_range(m, NULL, &n, p + 3) == CUDA_SUCCESS && n == 1000, "%s: base NULL, size given",
+  ok(cuemm_address_range(m, p + 1, NULL, NULL) == CUDA_SUCCESS, "%s: both outs NULL", kind);
+  ok(cuemm_address_range(m, p + 2, &b, NULL) == CUDA_SUCCESS && b == p, "%s: size NULL, base given", kind);
+  ok(cuemm_address_range(m, p + 3, NULL, &n) == CUDA_SUCCESS && n == 1000, "%s: base NULL, size given",
      kind);
   snprintf(what, sizeof what, "%s: the pointer 0", kind);
   refused(m, 0, "the pointer is 0", what);
 
   /* m NULL: the current context's manager, which m is. */
   b = SENT;
-  ok(cuemm_mem_get_address_range(NULL, &b, &n, p + 10) == CUDA_SUCCESS && b == p && n == 1000,
+  ok(cuemm_address_range(NULL, p + 10, &b, &n) == CUDA_SUCCESS && b == p && n == 1000,
      "%s: m NULL finds the current context's manager", kind);
 
   /* Host memory of the same manager. */
   void *h;
-  CHECK_CU(cuemm_host_alloc(m, &h, 4096, 0));
+  CHECK_CU(cuemm_host_allocate(m, 4096, 0, &h));
   snprintf(what, sizeof what, "%s: cuemm_host_alloc memory", kind);
   refused(m, (CUdeviceptr)(uintptr_t)h + 8, "pinned host memory of this manager", what);
   CHECK_CU(cuemm_host_free(m, h));
@@ -88,7 +88,7 @@ static void common(cuemm_manager *m, const char *kind, const char *released)
   CHECK_CU(cuMemFree(f));
 
   /* The extent is good for a memset. */
-  CHECK_CU(cuemm_mem_get_address_range(m, &b, &n, p + 500));
+  CHECK_CU(cuemm_address_range(m, p + 500, &b, &n));
   is(cuMemsetD8(b, 0x5a, n), CUDA_SUCCESS, "%s: cuMemsetD8 over the answer succeeds", kind);
   unsigned char back[1000];
   CHECK_CU(cuMemcpyDtoH(back, p, sizeof back));
@@ -112,7 +112,7 @@ static void without_pool(void)
 {
   cuemm_config c = test_config(10, 0.2);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   common(m, "no pool", "not inside any live device allocation");
   /* Another manager's memory. */
   CUcontext other;
@@ -121,9 +121,9 @@ static void without_pool(void)
   CHECK_CU(cuCtxCreate(&other, NULL, 0, dev));
   CHECK_CU(cuCtxPopCurrent(NULL));
   cuemm_manager *m2 = NULL;
-  CHECK_CU(cuemm_create(&m2, other, &c));
+  CHECK_CU(cuemm_manager_create(other, &c, &m2));
   CUdeviceptr q;
-  CHECK_CU(cuemm_alloc(m2, &q, 2048));
+  CHECK_CU(cuemm_allocate(m2, 2048, &q));
   refused(m, q + 100, "not inside any live device allocation", "no pool: another manager's memory");
   found(m2, q + 100, q, 2048, "no pool: the same pointer on its own manager");
   CHECK_CU(cuemm_free(m2, q));
@@ -140,15 +140,15 @@ static void with_pool(void)
   c.pool_reserve = 64 * MiB;
   c.pool_limit = 16 * MiB;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   common(m, "pool", "in no live block");
 
   /* Three neighbours: the middle one's answer is itself, the driver's is
    * the whole mapping. */
   CUdeviceptr a, b, d;
-  CHECK_CU(cuemm_alloc(m, &a, 4096));
-  CHECK_CU(cuemm_alloc(m, &b, 5000));
-  CHECK_CU(cuemm_alloc(m, &d, 4096));
+  CHECK_CU(cuemm_allocate(m, 4096, &a));
+  CHECK_CU(cuemm_allocate(m, 5000, &b));
+  CHECK_CU(cuemm_allocate(m, 4096, &d));
   cuemm_pool_stats ps;
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   ok(b > a && b < ps.base + ps.reserved_bytes && d > b, "three pool blocks in a row");
@@ -168,7 +168,7 @@ static void with_pool(void)
   CHECK_CU(cuMemcpyHtoD(d, pat, sizeof pat));
   CUdeviceptr base;
   size_t n;
-  CHECK_CU(cuemm_mem_get_address_range(m, &base, &n, b + 1234));
+  CHECK_CU(cuemm_address_range(m, b + 1234, &base, &n));
   is(cuMemsetD8(base, 0xab, n), CUDA_SUCCESS, "pool: cuMemsetD8 over cuemm's answer succeeds");
   CHECK_CU(cuMemcpyDtoH(back, a, sizeof back));
   ok(memcmp(back, pat, sizeof pat) == 0, "pool: the block before is intact");
@@ -187,7 +187,7 @@ static void with_pool(void)
 
   /* Too large for the pool: cuMemAlloc behind it. */
   CUdeviceptr big;
-  CHECK_CU(cuemm_alloc(m, &big, 20 * MiB));
+  CHECK_CU(cuemm_allocate(m, 20 * MiB, &big));
   ok(!(big >= ps.base && big < ps.base + ps.reserved_bytes), "20 MiB comes from cuMemAlloc, past the limit");
   found(m, big + 10 * MiB, big, 20 * MiB, "pool manager: a cuMemAlloc fallback, interior");
   CHECK_CU(cuemm_free(m, big));
@@ -202,7 +202,7 @@ static void no_context(void)
   CHECK_CU(cuCtxGetCurrent(&cur));
   CHECK_CU(cuCtxSetCurrent(NULL));
   CUdeviceptr b = SENT;
-  CUresult r = cuemm_mem_get_address_range(NULL, &b, NULL, 0x1000);
+  CUresult r = cuemm_address_range(NULL, 0x1000, &b, NULL);
   is(r, CUDA_ERROR_INVALID_CONTEXT, "m NULL and no current context: cuemm_get's error");
   ok(b == SENT && cuemm_last_error()[0] != '\0', "with a message, nothing written");
   CHECK_CU(cuCtxSetCurrent(cur));

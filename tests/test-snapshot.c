@@ -26,7 +26,7 @@ static cuemm_manager *pool_manager(int stats_at_exit)
   c.pool_chunk = 32 * MIB;
   c.stats_at_exit = stats_at_exit;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -61,13 +61,13 @@ static void test_snapshot(void)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr live, pend, slive, scached, big;
-  CHECK_CU(cuemm_alloc(m, &live, 1000));
-  CHECK_CU(cuemm_alloc(m, &pend, 5000));
+  CHECK_CU(cuemm_allocate(m, 1000, &live));
+  CHECK_CU(cuemm_allocate(m, 5000, &pend));
   CHECK_CU(cuemm_free(m, pend)); /* stays pending: max_pending_count is 1000 */
-  CHECK_CU(cuemm_alloc_async(m, &slive, 4096, s));
-  CHECK_CU(cuemm_alloc_async(m, &scached, 8192, s));
+  CHECK_CU(cuemm_allocate_async(m, 4096, s, &slive));
+  CHECK_CU(cuemm_allocate_async(m, 8192, s, &scached));
   CHECK_CU(cuemm_free_async(m, scached, s));
-  CHECK_CU(cuemm_alloc(m, &big, 300 * MIB)); /* past the reservation: cuMemAlloc */
+  CHECK_CU(cuemm_allocate(m, 300 * MIB, &big)); /* past the reservation: cuMemAlloc */
 
   cuemm_snapshot *snap = NULL;
   is(cuemm_snapshot_take(m, &snap), CUDA_SUCCESS, "a snapshot of the manager");
@@ -150,9 +150,9 @@ static void test_held(void)
 {
   cuemm_config c = test_config(1000, 1.0);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, 3 * MIB));
+  CHECK_CU(cuemm_allocate(m, 3 * MIB, &p));
   is(test_stats(m).held_bytes, 3 * MIB, "without a pool, held is what cuMemAlloc gave");
   CHECK_CU(cuemm_free(m, p));
   is(test_stats(m).held_bytes, 3 * MIB, "a pending free is still held");
@@ -169,11 +169,11 @@ static void test_print(void)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr a, b, c;
-  CHECK_CU(cuemm_alloc(m, &a, 2 * MIB));
-  CHECK_CU(cuemm_alloc(m, &c, MIB));
+  CHECK_CU(cuemm_allocate(m, 2 * MIB, &a));
+  CHECK_CU(cuemm_allocate(m, MIB, &c));
   CHECK_CU(cuemm_free(m, c));
   CHECK_CU(cuemm_flush(m));
-  CHECK_CU(cuemm_alloc_async(m, &b, 8192, s));
+  CHECK_CU(cuemm_allocate_async(m, 8192, s, &b));
   CHECK_CU(cuemm_free_async(m, b, s));
   FILE *f = tmpfile();
   is(cuemm_stats_print(m, f), CUDA_SUCCESS, "the table printed");
@@ -212,17 +212,17 @@ static int child_main(int fd)
   cuemm_config cfg;
   cuemm_config_init(&cfg); /* CUEMM_STATS=1 from the environment */
   cuemm_manager *m1 = NULL, *m2 = NULL;
-  if (!cfg.stats_at_exit || cuemm_create(&m1, c, &cfg) != CUDA_SUCCESS)
+  if (!cfg.stats_at_exit || cuemm_manager_create(c, &cfg, &m1) != CUDA_SUCCESS)
     return 3;
   CUdeviceptr p;
-  cuemm_alloc(m1, &p, 4096);
+  cuemm_allocate(m1, 4096, &p);
   if (cuemm_destroy(m1) != CUDA_SUCCESS || !strstr(cuemm_last_error(), "outstanding"))
     return 4;
-  if (cuemm_create(&m2, c, &cfg) != CUDA_SUCCESS)
+  if (cuemm_manager_create(c, &cfg, &m2) != CUDA_SUCCESS)
     return 5;
   /* Freed and flushed, so that no device memory outlives the process (memory
    * checkers would call it a leak); the table at exit still shows the peak. */
-  if (cuemm_alloc(m2, &p, 12345) != CUDA_SUCCESS || cuemm_free(m2, p) != CUDA_SUCCESS ||
+  if (cuemm_allocate(m2, 12345, &p) != CUDA_SUCCESS || cuemm_free(m2, p) != CUDA_SUCCESS ||
       cuemm_flush(m2) != CUDA_SUCCESS)
     return 6;
   exit(0); /* m2 never destroyed */

@@ -28,7 +28,7 @@ static cuemm_manager *span_manager(cuemm_stream_spans spans, int ipc)
   c.pool_ipc = ipc;
   c.stream_spans = spans;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -63,7 +63,7 @@ static void test_cut_and_back(void)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr p = 0;
-  CHECK_CU(cuemm_alloc_async(m, &p, 1 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB, s, &p));
   cuemm_stats st = stats_of(m);
   is(st.stream_spans, 1, "a large request opened a span");
   is(st.stream_span_bytes, 16 * MIB, "of 16 MiB (the least a span is)");
@@ -81,7 +81,7 @@ static void test_cut_and_back(void)
     int k = i % 3;
     if (q[k])
       CHECK_CU(cuemm_free_async(m, q[k], s));
-    CHECK_CU(cuemm_alloc_async(m, &q[k], sizes[i % 6], s));
+    CHECK_CU(cuemm_allocate_async(m, sizes[i % 6], s, &q[k]));
     inside &= q[k] >= p - 16 * MIB && q[k] < p + 16 * MIB;
   }
   is(sim_driver_work(), work, "60 pairs of 256 KiB .. 4 MiB: no driver call");
@@ -98,7 +98,7 @@ static void test_cut_and_back(void)
   CHECK_CU(cuemm_free_async(m, r, s));
   is(stats_of(m).stream_span_free_bytes, before + rsz, "a block freed on the span's stream is back in it at once");
   CUdeviceptr again = 0;
-  CHECK_CU(cuemm_alloc_async(m, &again, rsz, s));
+  CHECK_CU(cuemm_allocate_async(m, rsz, s, &again));
   is(stats_of(m).stream_span_free_bytes, before, "and serves the stream's next request");
   q[0] = again;
   /* Contents written are read back. */
@@ -131,16 +131,16 @@ static void test_other_stream(void)
   if (sim_present)
     sim.set_queue_mode(1);
   CUdeviceptr p = 0, q = 0, x = 0;
-  CHECK_CU(cuemm_alloc_async(m, &p, 2 * MIB, s));
-  CHECK_CU(cuemm_alloc_async(m, &x, 512 * KIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 2 * MIB, s, &p));
+  CHECK_CU(cuemm_allocate_async(m, 512 * KIB, s, &x));
   size_t free_before = stats_of(m).stream_span_free_bytes;
   CHECK_CU(cuMemsetD8Async(p, 0x77, 2 * MIB, s2)); /* work on another stream, still queued */
   CHECK_CU(cuemm_free_async(m, p, s2));
   is(stats_of(m).stream_span_free_bytes, free_before, "freed on another stream: not back in the span");
-  CHECK_CU(cuemm_alloc_async(m, &q, 2 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 2 * MIB, s, &q));
   ok(q != p, "the span's stream does not get it while the other stream's work may use it");
   CUdeviceptr on2 = 0;
-  CHECK_CU(cuemm_alloc_async(m, &on2, 2 * MIB, s2));
+  CHECK_CU(cuemm_allocate_async(m, 2 * MIB, s2, &on2));
   ok(on2 == p, "the stream it was freed on takes it at once (stream order)");
   CHECK_CU(cuemm_free_async(m, on2, s2));
   if (sim_present)
@@ -177,10 +177,10 @@ static void test_other_ways(void)
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
   CUdeviceptr a = 0, b = 0, c = 0, d = 0;
-  CHECK_CU(cuemm_alloc_async(m, &a, 1 * MIB, s));
-  CHECK_CU(cuemm_alloc_async(m, &b, 1 * MIB + 1000, s));
-  CHECK_CU(cuemm_alloc_async(m, &c, 300 * KIB, s));
-  CHECK_CU(cuemm_alloc_async(m, &d, 2 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB, s, &a));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB + 1000, s, &b));
+  CHECK_CU(cuemm_allocate_async(m, 300 * KIB, s, &c));
+  CHECK_CU(cuemm_allocate_async(m, 2 * MIB, s, &d));
   size_t free0 = stats_of(m).stream_span_free_bytes;
 
   /* Another thread frees one on the span's stream: it is back in the span. */
@@ -195,7 +195,7 @@ static void test_other_ways(void)
   /* Its address range, from inside it. */
   CUdeviceptr base = 0;
   size_t size = 0;
-  is(cuemm_mem_get_address_range(m, &base, &size, b + 4096), CUDA_SUCCESS, "the address range of a span block");
+  is(cuemm_address_range(m, b + 4096, &base, &size), CUDA_SUCCESS, "the address range of a span block");
   ok(base == b && size == 1 * MIB + 1000, "is the block's (0x%llx, %zu bytes)", (unsigned long long)base, size);
 
   /* A snapshot lists it, live, with what was asked for. */
@@ -237,8 +237,8 @@ static void test_ipc_and_suspend(void)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr a = 0, b = 0;
-  CHECK_CU(cuemm_alloc_async(m, &a, 1 * MIB, s));
-  CHECK_CU(cuemm_alloc_async(m, &b, 3 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB, s, &a));
+  CHECK_CU(cuemm_allocate_async(m, 3 * MIB, s, &b));
   cuemm_ipc_handle h;
   CUresult r = cuemm_ipc_export(m, b + 4096, 8192, &h);
   is(r, CUDA_SUCCESS, "IPC export of a part of a span block (%s)", r ? cuemm_last_error() : "ok");
@@ -263,7 +263,7 @@ static void test_ipc_and_suspend(void)
   is(device_byte_at(a, 1 * MIB - 1), 0x21, "after the resumption the first block holds its contents");
   is(device_byte_at(b, 0), 0x43, "and the second its own");
   CUdeviceptr c = 0;
-  CHECK_CU(cuemm_alloc_async(m, &c, 1 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB, s, &c));
   ok(c > b, "the span serves again after the resumption");
   CHECK_CU(cuemm_free_async(m, a, s));
   CHECK_CU(cuemm_free_async(m, b, s));
@@ -280,18 +280,18 @@ static void test_new_span(void)
   /* The lowest free address of the span serves: a block freed at the
    * span's start is the next request's, on the same stream, with no wait. */
   CUdeviceptr lo = 0, hi = 0, back = 0;
-  CHECK_CU(cuemm_alloc_async(m, &lo, 1 * MIB, s));
-  CHECK_CU(cuemm_alloc_async(m, &hi, 1 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB, s, &lo));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB, s, &hi));
   CHECK_CU(cuemm_free_async(m, lo, s));
-  CHECK_CU(cuemm_alloc_async(m, &back, 1 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB, s, &back));
   ok(back == lo, "a block freed on the span's stream is that stream's next block (0x%llx)", (unsigned long long)back);
   CHECK_CU(cuemm_free_async(m, back, s));
   CHECK_CU(cuemm_free_async(m, hi, s));
   CUdeviceptr first[4] = { 0 }, more = 0;
   for (int i = 0; i < 4; i++)
-    CHECK_CU(cuemm_alloc_async(m, &first[i], 4 * MIB, s));
+    CHECK_CU(cuemm_allocate_async(m, 4 * MIB, s, &first[i]));
   is(stats_of(m).stream_spans, 1, "four blocks of 4 MiB fill one span of 16 MiB");
-  CHECK_CU(cuemm_alloc_async(m, &more, 4 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 4 * MIB, s, &more));
   cuemm_stats st = stats_of(m);
   is(st.stream_spans, 2, "the fifth opens a second span");
   is(st.stream_span_bytes, 16 * MIB + 32 * MIB, "twice the bytes the stream's span hands out (32 MiB)");
@@ -312,12 +312,12 @@ static void test_stream_release(void)
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
   CUdeviceptr a = 0, b = 0, c = 0;
-  CHECK_CU(cuemm_alloc_async(m, &a, 1 * MIB, s));
-  CHECK_CU(cuemm_alloc_async(m, &b, 1 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB, s, &a));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB, s, &b));
   CHECK_CU(cuemm_free_async(m, b, s));
   is(cuemm_stream_release(m, s), CUDA_SUCCESS, "a stream with a live span block is released");
   is(stats_of(m).stream_spans, 1, "its span stays while a block of it is live");
-  CHECK_CU(cuemm_alloc_async(m, &c, 1 * MIB, s2));
+  CHECK_CU(cuemm_allocate_async(m, 1 * MIB, s2, &c));
   ok(c < a - 15 * MIB || c >= a + 16 * MIB, "another stream's request is cut from a span of its own");
   CHECK_CU(cuemm_free_async(m, a, s2));
   CHECK_CU(cuemm_free_async(m, c, s2));
@@ -349,7 +349,7 @@ static void *large_pairs(void *arg)
     size_t size = 256 * KIB + ((x >> 8) % 2048) * 1024;
     if (live[k])
       CHECK_CU(cuemm_free_async(w->m, live[k], s));
-    CHECK_CU(cuemm_alloc_async(w->m, &live[k], size, s));
+    CHECK_CU(cuemm_allocate_async(w->m, size, s, &live[k]));
     atomic_fetch_add(&w->pairs, 1);
   }
   for (int k = 0; k < 8; k++)

@@ -106,7 +106,7 @@ static void *run(void *arg)
     if (n < 64 && (r % 100 < 55 || n == 0)) {
       blk b = { .size = sizes[(r >> 8) % 7] + (r >> 16) % 3 * 256, .tag = (unsigned char)(r >> 24),
                 .s = streams[(r >> 32) % 4] };
-      CUresult cr = cuemm_alloc_async(mgr, &b.p, b.size, b.s);
+      CUresult cr = cuemm_allocate_async(mgr, b.size, b.s, &b.p);
       if (cr != CUDA_SUCCESS) {
         note_error("cuemm_alloc_async", cr);
         continue;
@@ -198,7 +198,7 @@ static void one_run(cuemm_stream_reuse reuse, int queue)
    * default number, whose evictions then run on every thread. */
   if (reuse == CUEMM_STREAM_REUSE_INTERNAL)
     c.stream_keep_large = 1;
-  CHECK_CU(cuemm_create(&mgr, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &mgr));
   if (sim_present && sim.set_queue_mode)
     sim.set_queue_mode(queue);
   overlaps_seen = early_reuses = corrupt = errors = 0;

@@ -28,7 +28,7 @@ static cuemm_manager *manager(cuemm_stream_spans spans)
   c.pool_chunk = 32 * MIB;
   c.stream_spans = spans;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -52,7 +52,7 @@ static void *remote_work(void *arg)
   }
   for (int i = 0; i < 64 && w->r == CUDA_SUCCESS; i++) {
     CUdeviceptr q = 0;
-    w->r = cuemm_alloc_async(w->m, &q, (size_t)(i % 8 + 1) * 3000, w->s);
+    w->r = cuemm_allocate_async(w->m, (size_t)(i % 8 + 1) * 3000, w->s, &q);
     if (w->r == CUDA_SUCCESS)
       w->r = cuemm_free_async(w->m, q, w->s);
   }
@@ -83,7 +83,7 @@ static void run(cuemm_stream_spans spans, const char *what)
                                    700, 9000, 64 * KIB, 300 * KIB, 2 * MIB, 5 * MIB };
   CUdeviceptr b[N];
   for (int i = 0; i < N; i++) {
-    CHECK_CU(cuemm_alloc_async(m, &b[i], sizes[i], s));
+    CHECK_CU(cuemm_allocate_async(m, sizes[i], s, &b[i]));
     CHECK_CU(cuMemsetD8Async(b[i], (unsigned char)(i + 1), 64, s));
   }
   for (int i = 0; i < 6; i++)
@@ -94,7 +94,7 @@ static void run(cuemm_stream_spans spans, const char *what)
   /* One live block that t uses too (an event on t at its free), one that s
    * uses while it belongs to t. */
   CUdeviceptr u = 0;
-  CHECK_CU(cuemm_alloc_async(m, &u, 100 * KIB, t));
+  CHECK_CU(cuemm_allocate_async(m, 100 * KIB, t, &u));
   CHECK_CU(cuemm_record_stream(m, u, s));
   CHECK_CU(cuemm_record_stream(m, b[7], t));
 
@@ -116,7 +116,7 @@ static void run(cuemm_stream_spans spans, const char *what)
     CHECK_CU(cuemm_free_async(m, b[i], t)); /* live blocks of s, freed on t */
   CUdeviceptr x[N];
   for (int i = 0; i < N; i++)
-    CHECK_CU(cuemm_alloc_async(m, &x[i], sizes[i], t));
+    CHECK_CU(cuemm_allocate_async(m, sizes[i], t, &x[i]));
   cuemm_snapshot *snap = NULL;
   CHECK_CU(cuemm_snapshot_take(m, &snap));
   cuemm_snapshot_free(snap);
@@ -138,7 +138,7 @@ static void run(cuemm_stream_spans spans, const char *what)
   CHECK_CU(cuemm_pool_suspend(m, 0));
   CHECK_CU(cuemm_pool_resume(m));
   CUdeviceptr y = 0;
-  CHECK_CU(cuemm_alloc_async(m, &y, 5 * MIB, t));
+  CHECK_CU(cuemm_allocate_async(m, 5 * MIB, t, &y));
   CHECK_CU(cuemm_free_async(m, y, t));
   CHECK_CU(cuemm_pool_trim(m));
   st = test_stats(m);
@@ -165,8 +165,8 @@ static void release_fails(void)
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CHECK_CU(cuStreamCreate(&t, CU_STREAM_NON_BLOCKING));
   CUdeviceptr u = 0, v = 0;
-  CHECK_CU(cuemm_alloc_async(m, &u, 100 * KIB, t));
-  CHECK_CU(cuemm_alloc_async(m, &v, 200 * KIB, t));
+  CHECK_CU(cuemm_allocate_async(m, 100 * KIB, t, &u));
+  CHECK_CU(cuemm_allocate_async(m, 200 * KIB, t, &v));
   CHECK_CU(cuemm_record_stream(m, u, s));
   CHECK_CU(cuemm_record_stream(m, v, s));
   sim.fail_from("cuEventRecord", 2, CUDA_ERROR_LAUNCH_FAILED); /* the second of the two events fails */

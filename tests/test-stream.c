@@ -1,4 +1,4 @@
-/* test-stream.c: the stream-ordered path (cuemm_alloc_async and friends):
+/* test-stream.c: the stream-ordered path (cuemm_allocate_async and friends):
  * refusals, same-stream reuse without a driver call, cross-stream reuse only
  * after the freeing stream's event (or with a wait), record_stream, mixing
  * with the deferred path, frees from other threads, the pool taking cached
@@ -35,7 +35,7 @@ static cuemm_manager *pool_manager_keeping(cuemm_stream_reuse reuse, int keep_la
   c.stream_reuse = reuse;
   c.stream_keep_large = keep_large;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   return m;
 }
 
@@ -53,9 +53,9 @@ static void test_refusals(void)
 {
   cuemm_config c = test_config(10, 0.2);
   cuemm_manager *plain = NULL;
-  CHECK_CU(cuemm_create(&plain, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &plain));
   CUdeviceptr p = 0;
-  is(cuemm_alloc_async(plain, &p, 256, NULL), CUDA_ERROR_NOT_SUPPORTED, "no pool: alloc_async refused");
+  is(cuemm_allocate_async(plain, 256, NULL, &p), CUDA_ERROR_NOT_SUPPORTED, "no pool: alloc_async refused");
   like(cuemm_last_error(), "no pool", "the message says the manager has no pool");
   like(cuemm_last_error(), "CUEMM_POOL=vmm", "and how to get one");
   is(cuemm_free_async(plain, 0x1000, NULL), CUDA_ERROR_NOT_SUPPORTED, "no pool: free_async refused");
@@ -63,14 +63,14 @@ static void test_refusals(void)
   CHECK_CU(cuemm_destroy(plain));
 
   cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
-  is(cuemm_alloc_async(NULL, &p, 256, NULL), CUDA_ERROR_INVALID_VALUE, "NULL manager refused");
-  is(cuemm_alloc_async(m, NULL, 256, NULL), CUDA_ERROR_INVALID_VALUE, "NULL out pointer refused");
-  is(cuemm_alloc_async(m, &p, 0, NULL), CUDA_ERROR_INVALID_VALUE, "size 0 refused");
+  is(cuemm_allocate_async(NULL, 256, NULL, &p), CUDA_ERROR_INVALID_VALUE, "NULL manager refused");
+  is(cuemm_allocate_async(m, 256, NULL, NULL), CUDA_ERROR_INVALID_VALUE, "NULL out pointer refused");
+  is(cuemm_allocate_async(m, 0, NULL, &p), CUDA_ERROR_INVALID_VALUE, "size 0 refused");
   like(cuemm_last_error(), "size is 0", "the message says why");
   is(cuemm_free_async(m, 0, NULL), CUDA_ERROR_INVALID_VALUE, "freeing 0 refused");
   is(cuemm_free_async(m, 0xdead0000, NULL), CUDA_ERROR_INVALID_VALUE, "a foreign pointer refused");
   like(cuemm_last_error(), "cuemm_free_async: 0x", "the message names the call and the pointer");
-  CHECK_CU(cuemm_alloc_async(m, &p, 1000, NULL));
+  CHECK_CU(cuemm_allocate_async(m, 1000, NULL, &p));
   is(cuemm_free_async(m, p + 256, NULL), CUDA_ERROR_INVALID_VALUE, "an interior pointer refused");
   CHECK_CU(cuemm_free_async(m, p, NULL));
   is(cuemm_free_async(m, p, NULL), CUDA_ERROR_INVALID_VALUE, "a double free refused");
@@ -93,13 +93,13 @@ static void test_same_stream(void)
   static const size_t sizes[] = { 256, 4096, 65536, MIB, 16 * MIB };
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     CUdeviceptr p = 0, q = 0;
-    CHECK_CU(cuemm_alloc_async(m, &p, sizes[i], s));
+    CHECK_CU(cuemm_allocate_async(m, sizes[i], s, &p));
     CHECK_CU(cuemm_free_async(m, p, s));
     if (sim_present)
       sim.calls_reset();
     int same = 1;
     for (int k = 0; k < 100; k++) {
-      CHECK_CU(cuemm_alloc_async(m, &q, sizes[i], s));
+      CHECK_CU(cuemm_allocate_async(m, sizes[i], s, &q));
       same &= q == p;
       CHECK_CU(cuemm_free_async(m, q, s));
     }
@@ -111,9 +111,9 @@ static void test_same_stream(void)
   }
   /* NULL and CU_STREAM_LEGACY are one stream. */
   CUdeviceptr a, b;
-  CHECK_CU(cuemm_alloc_async(m, &a, 3000, NULL));
+  CHECK_CU(cuemm_allocate_async(m, 3000, NULL, &a));
   CHECK_CU(cuemm_free_async(m, a, NULL));
-  CHECK_CU(cuemm_alloc_async(m, &b, 3000, CU_STREAM_LEGACY));
+  CHECK_CU(cuemm_allocate_async(m, 3000, CU_STREAM_LEGACY, &b));
   is(b, a, "a block freed on NULL serves CU_STREAM_LEGACY at once");
   CHECK_CU(cuemm_free_async(m, b, CU_STREAM_LEGACY));
   cuemm_stats st = test_stats(m);
@@ -164,36 +164,36 @@ static void test_cross_stream(void)
   cuemm_manager *m = t.m;
   CUstream s1 = t.s1, s2 = t.s2;
   CUdeviceptr p, q;
-  CHECK_CU(cuemm_alloc_async(m, &p, 8192, s1));
+  CHECK_CU(cuemm_allocate_async(m, 8192, s1, &p));
   CHECK_CU(cuMemsetD8Async(p, 0xAA, 8192, s1));
   CHECK_CU(cuemm_free_async(m, p, s1));
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &q, 8192, s2));
+  CHECK_CU(cuemm_allocate_async(m, 8192, s2, &q));
   ok(q != p, "s2 does not get s1's block while s1's work on it is queued");
   is(calls("cuEventRecord"), 1, "one event recorded on s1 for its batch");
   CHECK_CU(cuStreamSynchronize(s1));
   is(device_byte_at(p, 8191), 0xAA, "s1's work wrote the block");
   CUdeviceptr r;
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &r, 8192, s2));
+  CHECK_CU(cuemm_allocate_async(m, 8192, s2, &r));
   is(r, p, "once s1's event completed, s2 takes the block");
   is(calls("cuEventRecord"), 0, "no new event for the same batch");
 
   /* A batch of ten frees: one event. */
   CUdeviceptr v[10];
   for (int i = 0; i < 10; i++) {
-    CHECK_CU(cuemm_alloc_async(m, &v[i], 512, s1));
+    CHECK_CU(cuemm_allocate_async(m, 512, s1, &v[i]));
     CHECK_CU(cuMemsetD8Async(v[i], (unsigned char)i, 512, s1));
   }
   for (int i = 0; i < 10; i++)
     CHECK_CU(cuemm_free_async(m, v[i], s1));
   sim.calls_reset();
   CUdeviceptr w[10];
-  CHECK_CU(cuemm_alloc_async(m, &w[0], 512, s2)); /* records the batch's event, not ready */
+  CHECK_CU(cuemm_allocate_async(m, 512, s2, &w[0])); /* records the batch's event, not ready */
   CHECK_CU(cuStreamSynchronize(s1));
   int from_s1 = 0;
   for (int i = 1; i < 10; i++) {
-    CHECK_CU(cuemm_alloc_async(m, &w[i], 512, s2));
+    CHECK_CU(cuemm_allocate_async(m, 512, s2, &w[i]));
     for (int k = 0; k < 10; k++)
       from_s1 += w[i] == v[k];
   }
@@ -211,11 +211,11 @@ static CUdeviceptr take_from_busy(cuemm_manager *m, CUstream s1, CUstream s2, si
                                   CUdeviceptr *freed)
 {
   CUdeviceptr r;
-  CHECK_CU(cuemm_alloc_async(m, freed, size, s1));
+  CHECK_CU(cuemm_allocate_async(m, size, s1, freed));
   CHECK_CU(cuMemsetD8Async(*freed, tag, size, s1));
   CHECK_CU(cuemm_free_async(m, *freed, s1));
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &r, size, s2));
+  CHECK_CU(cuemm_allocate_async(m, size, s2, &r));
   return r;
 }
 
@@ -233,10 +233,10 @@ static void test_idle_stream(void)
   cuemm_manager *m = t.m;
   CUstream s1 = t.s1, s2 = t.s2;
   CUdeviceptr p, q, r;
-  CHECK_CU(cuemm_alloc_async(m, &p, 8192, s1));
+  CHECK_CU(cuemm_allocate_async(m, 8192, s1, &p));
   CHECK_CU(cuemm_free_async(m, p, s1));
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &q, 8192, s2));
+  CHECK_CU(cuemm_allocate_async(m, 8192, s2, &q));
   is(q, p, "s1 has no work: s2 takes its block at once");
   is(calls("cuEventRecord"), 0, "no event recorded");
   is(calls("cuStreamQuery"), 1, "one cuStreamQuery of s1");
@@ -265,11 +265,11 @@ static void test_idle_stream(void)
   CUstream s3;
   CHECK_CU(cuStreamCreate(&s3, CU_STREAM_NON_BLOCKING));
   CUdeviceptr c, d;
-  CHECK_CU(cuemm_alloc_async(m, &c, 16384, s3));
+  CHECK_CU(cuemm_allocate_async(m, 16384, s3, &c));
   CHECK_CU(cuemm_free_async(m, c, s3));
   is(sim.stream_set_capturing(s3, 1), 0, "s3 starts capturing");
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &d, 16384, s2));
+  CHECK_CU(cuemm_allocate_async(m, 16384, s2, &d));
   is(calls("cuStreamQuery"), 0, "a capturing stream is never queried");
   is(calls("cuStreamIsCapturing"), 1, "its capture status was asked");
   is(sim.stream_set_capturing(s3, 0), 1, "and its capture was not invalidated");
@@ -279,11 +279,11 @@ static void test_idle_stream(void)
   CUstream s4;
   CHECK_CU(cuStreamCreate(&s4, CU_STREAM_DEFAULT));
   CUdeviceptr e, f;
-  CHECK_CU(cuemm_alloc_async(m, &e, 24576, NULL));
+  CHECK_CU(cuemm_allocate_async(m, 24576, NULL, &e));
   CHECK_CU(cuemm_free_async(m, e, NULL));
   sim.stream_set_capturing(s4, 1);
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &f, 24576, s2));
+  CHECK_CU(cuemm_allocate_async(m, 24576, s2, &f));
   is(calls("cuStreamQuery"), 0, "the legacy stream is not queried while a blocking stream captures");
   is(sim.stream_set_capturing(s4, 0), 1, "that capture stays valid");
   CHECK_CU(cuemm_free_async(m, f, s2));
@@ -308,7 +308,7 @@ static void test_pool_tagged(void)
   CUstream s1 = t.s1, s2 = t.s2;
   CUdeviceptr v[4];
   for (int i = 0; i < 4; i++) {
-    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s1));
+    CHECK_CU(cuemm_allocate_async(m, MIB, s1, &v[i]));
     CHECK_CU(cuMemsetD8Async(v[i], (unsigned char)(0x40 + i), MIB, s1));
   }
   ok(v[1] == v[0] + MIB && v[2] == v[1] + MIB && v[3] == v[2] + MIB, "four 1 MiB blocks side by side");
@@ -318,7 +318,7 @@ static void test_pool_tagged(void)
   is(st.stream_cached_bytes, MIB, "the thread keeps one of them, the pool the others");
   sim.calls_reset();
   CUdeviceptr a;
-  CHECK_CU(cuemm_alloc_async(m, &a, 3 * MIB, s1));
+  CHECK_CU(cuemm_allocate_async(m, 3 * MIB, s1, &a));
   ok(a >= v[0] && a + 3 * MIB <= v[3] + MIB, "s1 gets 3 MiB at once from its own freed blocks, merged");
   ok(calls("cuMemCreate") == 0 && calls("cuEventRecord") == 0 && calls("cuEventQuery") == 0,
      "with no driver call: stream order makes it safe");
@@ -326,7 +326,7 @@ static void test_pool_tagged(void)
   CHECK_CU(cuemm_free_async(m, a, s1));
   sim.calls_reset();
   CUdeviceptr b;
-  CHECK_CU(cuemm_alloc_async(m, &b, 3 * MIB, s2));
+  CHECK_CU(cuemm_allocate_async(m, 3 * MIB, s2, &b));
   ok(b + 3 * MIB <= v[0] || b >= v[3] + MIB, "s2 does not get them while s1's work on them is queued");
   tap_diag("events recorded: %lu", calls("cuEventRecord"));
   ok(calls("cuEventRecord") >= 1 && calls("cuEventRecord") <= 3 && calls("cuEventSynchronize") == 0,
@@ -338,7 +338,7 @@ static void test_pool_tagged(void)
   is(device_byte_at(a, 0), 0x55, "and on the 3 MiB");
   sim.calls_reset();
   CUdeviceptr c;
-  CHECK_CU(cuemm_alloc_async(m, &c, 3 * MIB, s2));
+  CHECK_CU(cuemm_allocate_async(m, 3 * MIB, s2, &c));
   ok(c >= v[0] && c + 3 * MIB <= v[3] + MIB, "once the event completed, s2 takes s1's blocks");
   is(calls("cuMemCreate"), 0, "without growing");
   st = test_stats(m);
@@ -363,11 +363,11 @@ static void test_wait_mode(void)
   cuemm_manager *m = t.m;
   CUstream s1 = t.s1, s2 = t.s2;
   CUdeviceptr p, q;
-  CHECK_CU(cuemm_alloc_async(m, &p, 4096, s1));
+  CHECK_CU(cuemm_allocate_async(m, 4096, s1, &p));
   CHECK_CU(cuMemsetD8Async(p, 0x11, 4096, s1));
   CHECK_CU(cuemm_free_async(m, p, s1));
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &q, 4096, s2));
+  CHECK_CU(cuemm_allocate_async(m, 4096, s2, &q));
   is(q, p, "wait mode: s2 takes s1's block at once");
   is(calls("cuStreamWaitEvent"), 1, "and waits on s1's event");
   CHECK_CU(cuMemsetD8Async(q, 0x22, 4096, s2));
@@ -391,7 +391,7 @@ static void test_internal_mode(void)
   CUstream s1 = t.s1, s2 = t.s2;
   CUdeviceptr v[4], b, c;
   for (int i = 0; i < 4; i++) {
-    CHECK_CU(cuemm_alloc_async(m, &v[i], 8 * MIB, s1));
+    CHECK_CU(cuemm_allocate_async(m, 8 * MIB, s1, &v[i]));
     CHECK_CU(cuMemsetD8Async(v[i], (unsigned char)(0x40 + i), 8 * MIB, s1));
   }
   cuemm_pool_stats ps;
@@ -400,7 +400,7 @@ static void test_internal_mode(void)
   for (int i = 3; i >= 0; i--)
     CHECK_CU(cuemm_free_async(m, v[i], s1));
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &b, 16 * MIB, s2));
+  CHECK_CU(cuemm_allocate_async(m, 16 * MIB, s2, &b));
   ok(b >= v[0] && b + 16 * MIB <= v[3] + 8 * MIB, "where the pool would grow, s2 takes s1's freed blocks");
   is(calls("cuMemCreate"), 0, "without growing");
   is(calls("cuStreamWaitEvent"), 1, "s2 waits on s1's event");
@@ -413,7 +413,7 @@ static void test_internal_mode(void)
   is(st.stream_event_waits, 1, "the wait is counted");
   CHECK_CU(cuStreamSynchronize(s1));
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &c, 8 * MIB, s2));
+  CHECK_CU(cuemm_allocate_async(m, 8 * MIB, s2, &c));
   is(calls("cuStreamWaitEvent") + calls("cuMemCreate"), 0, "once s1's work is done, s2 takes the rest as it is");
   ok(c + 8 * MIB <= b || c >= b + 16 * MIB, "apart from s2's first block");
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
@@ -431,7 +431,7 @@ static void test_record_stream(void)
   cuemm_manager *m = t.m;
   CUstream s1 = t.s1, s2 = t.s2;
   CUdeviceptr p, q;
-  CHECK_CU(cuemm_alloc_async(m, &p, 4096, s1));
+  CHECK_CU(cuemm_allocate_async(m, 4096, s1, &p));
   CHECK_CU(cuemm_record_stream(m, p, s2));
   CHECK_CU(cuemm_record_stream(m, p, s2)); /* twice: once is kept */
   CHECK_CU(cuemm_record_stream(m, p, s1)); /* its own stream: nothing */
@@ -439,7 +439,7 @@ static void test_record_stream(void)
   sim.calls_reset();
   CHECK_CU(cuemm_free_async(m, p, s1));
   is(calls("cuStreamWaitEvent"), 1, "the free makes s1 wait for s2's work, once");
-  CHECK_CU(cuemm_alloc_async(m, &q, 4096, s1));
+  CHECK_CU(cuemm_allocate_async(m, 4096, s1, &q));
   is(q, p, "s1 reuses the block in its own order");
   CHECK_CU(cuMemsetD8Async(q, 0x44, 4096, s1));
   CHECK_CU(cuStreamSynchronize(s1));
@@ -448,14 +448,14 @@ static void test_record_stream(void)
   CHECK_CU(cuemm_free_async(m, q, s1));
 
   /* A block of s1's freed with cuemm_free goes back to the pool's cache of
-   * its size, and cuemm_alloc takes it from there: it must not come out
+   * its size, and cuemm_allocate takes it from there: it must not come out
    * still naming s1, or record_stream(s1) would take s1 for its own stream
    * and a free on s2 would not wait for s1's work. */
   CUdeviceptr a, b;
-  CHECK_CU(cuemm_alloc_async(m, &a, 512, s1));
+  CHECK_CU(cuemm_allocate_async(m, 512, s1, &a));
   CHECK_CU(cuemm_free(m, a));
   CHECK_CU(cuemm_flush(m));
-  CHECK_CU(cuemm_alloc(m, &b, 512));
+  CHECK_CU(cuemm_allocate(m, 512, &b));
   is(b, a, "cuemm_alloc takes the block back from the pool's cache");
   cuemm_snapshot *snap = NULL;
   CHECK_CU(cuemm_snapshot_take(m, &snap));
@@ -474,7 +474,7 @@ static void test_record_stream(void)
 
   /* A free that fails to wait for a named stream keeps that stream named:
    * tried again, it waits. */
-  CHECK_CU(cuemm_alloc_async(m, &p, 4096, s1));
+  CHECK_CU(cuemm_allocate_async(m, 4096, s1, &p));
   CHECK_CU(cuemm_record_stream(m, p, s2));
   CHECK_CU(cuMemsetD8Async(p, 0x66, 4096, s2)); /* held back */
   sim.calls_reset();
@@ -493,16 +493,16 @@ static void test_mixing(void)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr p, q;
-  /* cuemm_alloc, then cuemm_free_async: the block follows the stream. */
-  CHECK_CU(cuemm_alloc(m, &p, 5000));
+  /* cuemm_allocate, then cuemm_free_async: the block follows the stream. */
+  CHECK_CU(cuemm_allocate(m, 5000, &p));
   CHECK_CU(cuemm_free_async(m, p, s));
   cuemm_stats st = test_stats(m);
   is(st.live_count, 0, "cuemm_alloc's block freed on a stream: not live");
   is(st.stream_cached_count, 1, "it is cached for its stream");
   is(st.pending_count, 0, "and not queued");
-  CHECK_CU(cuemm_alloc_async(m, &q, 5000, s));
+  CHECK_CU(cuemm_allocate_async(m, 5000, s, &q));
   is(q, p, "the stream reuses it");
-  /* cuemm_alloc_async, then cuemm_free: deferred like any free. */
+  /* cuemm_allocate_async, then cuemm_free: deferred like any free. */
   CHECK_CU(cuemm_free(m, q));
   st = test_stats(m);
   is(st.pending_count, 1, "cuemm_alloc_async's block freed with cuemm_free: queued");
@@ -520,7 +520,7 @@ static void test_mixing(void)
   CUdeviceptr big;
   if (sim_present)
     sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &big, 300 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 300 * MIB, s, &big));
   if (sim_present)
     is(calls("cuMemAlloc"), 1, "a request past the pool's capacity goes to cuMemAlloc");
   else
@@ -552,10 +552,10 @@ static void test_mixing(void)
   c.pool_reserve = 256 * MIB;
   c.pool_limit = 64 * MIB;
   c.pool_limit_hard = 1;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   if (sim_present)
     sim.calls_reset();
-  is(cuemm_alloc_async(m, &big, 65 * MIB, s), CUDA_ERROR_OUT_OF_MEMORY, "past a hard limit: refused");
+  is(cuemm_allocate_async(m, 65 * MIB, s, &big), CUDA_ERROR_OUT_OF_MEMORY, "past a hard limit: refused");
   like(cuemm_last_error(), "hard limit", "the message names the hard limit");
   like(cuemm_last_error(), "cuemm_alloc_async", "and the stream call");
   if (sim_present)
@@ -571,13 +571,13 @@ static void test_mixing(void)
   c.pool_reserve = 256 * MIB;
   c.pool_chunk = 2 * MIB;
   c.pool_limit = 8 * MIB;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   CUdeviceptr known, mid;
-  CHECK_CU(cuemm_alloc_async(m, &known, 4096, s));
+  CHECK_CU(cuemm_allocate_async(m, 4096, s, &known));
   CHECK_CU(cuemm_free_async(m, known, s));
   if (sim_present)
     sim.calls_reset();
-  is(cuemm_alloc_async(m, &mid, 12 * MIB, s), CUDA_SUCCESS, "12 MiB past a soft limit of 8 MiB: served");
+  is(cuemm_allocate_async(m, 12 * MIB, s, &mid), CUDA_SUCCESS, "12 MiB past a soft limit of 8 MiB: served");
   if (sim_present)
     is(calls("cuMemAlloc"), 1, "by cuMemAlloc");
   else
@@ -600,7 +600,7 @@ static void *free_elsewhere(void *arg)
   xthread *x = arg;
   cuCtxSetCurrent(ctx);
   x->r1 = cuemm_free_async(x->m, x->p, x->s);
-  x->r2 = cuemm_alloc_async(x->m, &x->again, 6000, x->s);
+  x->r2 = cuemm_allocate_async(x->m, 6000, x->s, &x->again);
   if (x->r2 == CUDA_SUCCESS)
     cuemm_free_async(x->m, x->again, x->s);
   return NULL;
@@ -612,7 +612,7 @@ static void test_threads(void)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   xthread x = { .m = m, .s = s };
-  CHECK_CU(cuemm_alloc_async(m, &x.p, 6000, s));
+  CHECK_CU(cuemm_allocate_async(m, 6000, s, &x.p));
   pthread_t t;
   pthread_create(&t, NULL, free_elsewhere, &x);
   pthread_join(t, NULL);
@@ -628,7 +628,7 @@ static void test_threads(void)
   is(st.live_count, 0, "nothing live");
   /* The exited thread's heap is adopted by the next thread. */
   x.p = 0;
-  CHECK_CU(cuemm_alloc_async(m, &x.p, 6000, s));
+  CHECK_CU(cuemm_allocate_async(m, 6000, s, &x.p));
   pthread_create(&t, NULL, free_elsewhere, &x);
   pthread_join(t, NULL);
   st = test_stats(m);
@@ -638,7 +638,7 @@ static void test_threads(void)
   CUstream s2;
   CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
   x.p = 0;
-  CHECK_CU(cuemm_alloc_async(m, &x.p, 6000, s));
+  CHECK_CU(cuemm_allocate_async(m, 6000, s, &x.p));
   CHECK_CU(cuemm_record_stream(m, x.p, s2));
   if (sim_present)
     sim.calls_reset();
@@ -663,19 +663,19 @@ static void test_give_back_own_stream(void)
   c.pool_release_threshold = 256 * MIB;
   c.stream_reuse = CUEMM_STREAM_REUSE_EVENT;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   enum { N = 150 };
   CUdeviceptr p[N];
   for (int i = 0; i < N; i++)
-    CHECK_CU(cuemm_alloc_async(m, &p[i], 200 << 10, s));
+    CHECK_CU(cuemm_allocate_async(m, 200 << 10, s, &p[i]));
   for (int i = 0; i < N; i++)
     CHECK_CU(cuemm_free_async(m, p[i], s));
   cuemm_stats before = test_stats(m);
   unsigned long records = calls("cuEventRecord"), creates = calls("cuMemCreate");
   CUdeviceptr big;
-  is(cuemm_alloc_async(m, &big, 8 * MIB, s), CUDA_SUCCESS, "8 MiB on a stream whose thread caches 29 MiB on it");
+  is(cuemm_allocate_async(m, 8 * MIB, s, &big), CUDA_SUCCESS, "8 MiB on a stream whose thread caches 29 MiB on it");
   cuemm_stats after = test_stats(m);
   is(calls("cuEventRecord") - records, 0, "no event was recorded for it");
   is(calls("cuMemCreate") - creates, 0, "the pool did not grow");
@@ -696,18 +696,18 @@ static void test_churn_grows(void)
   c.pool_reserve = 256 * MIB;
   c.pool_release_threshold = 256 * MIB;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr live[16];
   uint64_t x = 88172645463325252ull;
   for (int i = 0; i < 16; i++)
-    CHECK_CU(cuemm_alloc_async(m, &live[i], 256, s));
+    CHECK_CU(cuemm_allocate_async(m, 256, s, &live[i]));
   for (int k = 0; k < 20000; k++) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     int i = (int)(x % 16);
     CHECK_CU(cuemm_free_async(m, live[i], s));
-    CHECK_CU(cuemm_alloc_async(m, &live[i], 256 + (size_t)(x >> 20) % (128 << 10), s));
+    CHECK_CU(cuemm_allocate_async(m, 256 + (size_t)(x >> 20) % (128 << 10), s, &live[i]));
   }
   cuemm_stats st = test_stats(m);
   cuemm_pool_stats ps;
@@ -754,7 +754,7 @@ static void test_remote_free(void)
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   remote x = { .m = m, .s = s };
   for (int i = 0; i < 3; i++)
-    CHECK_CU(cuemm_alloc_async(m, &x.p[i], 6000, s));
+    CHECK_CU(cuemm_allocate_async(m, 6000, s, &x.p[i]));
   pthread_t t;
   pthread_create(&t, NULL, free_for_another, &x);
   pthread_join(t, NULL);
@@ -765,8 +765,8 @@ static void test_remote_free(void)
   like(x.why, "was freed already, by another thread", "as a double free");
   unsigned long work = sim_driver_work();
   CUdeviceptr a = 0, b = 0;
-  CHECK_CU(cuemm_alloc_async(m, &a, 6000, s));
-  CHECK_CU(cuemm_alloc_async(m, &b, 6100, s));
+  CHECK_CU(cuemm_allocate_async(m, 6000, s, &a));
+  CHECK_CU(cuemm_allocate_async(m, 6100, s, &b));
   tap_diag("got 0x%llx 0x%llx, freed 0x%llx 0x%llx 0x%llx", (unsigned long long)a, (unsigned long long)b,
            (unsigned long long)x.p[0], (unsigned long long)x.p[1], (unsigned long long)x.p[2]);
   ok(a == x.p[2] && b == x.p[1], "this thread's next requests on the stream take the last two back, newest first");
@@ -786,7 +786,7 @@ static void test_remote_free(void)
     x.s = s2;
     x.p[0] = a;
     x.p[1] = b;
-    CHECK_CU(cuemm_alloc_async(m, &x.p[2], 6000, s));
+    CHECK_CU(cuemm_allocate_async(m, 6000, s, &x.p[2]));
     CHECK_CU(cuCtxSynchronize());
     sim.set_queue_mode(1);
     for (int i = 0; i < 3; i++)
@@ -795,7 +795,7 @@ static void test_remote_free(void)
     pthread_join(t, NULL);
     CUdeviceptr c[3];
     for (int i = 0; i < 3; i++)
-      CHECK_CU(cuemm_alloc_async(m, &c[i], 6000, s));
+      CHECK_CU(cuemm_allocate_async(m, 6000, s, &c[i]));
     int taken = 0;
     for (int i = 0; i < 3; i++)
       for (int j = 0; j < 3; j++)
@@ -832,7 +832,7 @@ static void *alloc_elsewhere(void *arg)
 {
   growth *g = arg;
   cuCtxSetCurrent(ctx);
-  g->r = cuemm_alloc_async(g->m, &g->p, g->size, g->s);
+  g->r = cuemm_allocate_async(g->m, g->size, g->s, &g->p);
   if (g->r == CUDA_SUCCESS)
     g->r = cuemm_free_async(g->m, g->p, g->s);
   return NULL;
@@ -842,7 +842,7 @@ static void *alloc_only(void *arg)
 {
   growth *g = arg;
   cuCtxSetCurrent(ctx);
-  g->r = cuemm_alloc_async(g->m, &g->p, g->size, g->s);
+  g->r = cuemm_allocate_async(g->m, g->size, g->s, &g->p);
   return NULL;
 }
 
@@ -859,14 +859,14 @@ static void test_cache_bound_halves(void)
     cuemm_config c = vmm_config(512 * MIB, 32 * MIB);
     c.pool_release_threshold = 64 * MIB; /* the caches' bound, below a quarter of the pool or 256 MiB */
     cuemm_manager *m = NULL;
-    CHECK_CU(cuemm_create(&m, ctx, &c));
+    CHECK_CU(cuemm_manager_create(ctx, &c, &m));
     CUstream s, s2;
     CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
     static CUdeviceptr p[2 * N];
     int cached = mode == 1 ? 16 : N; /* 3 MiB, or 48 MiB */
     for (int i = 0; i < cached; i++)
-      CHECK_CU(cuemm_alloc_async(m, &p[i], BLK, s));
+      CHECK_CU(cuemm_allocate_async(m, BLK, s, &p[i]));
     for (int i = 0; i < cached; i++)
       CHECK_CU(cuemm_free_async(m, p[i], s));
     CHECK_CU(cuStreamSynchronize(s));
@@ -891,7 +891,7 @@ static void test_cache_bound_halves(void)
      * (64 MiB when it began) it gives its idle blocks back, and keeps
      * caching up to the bound. */
     for (int i = 0; i < 2 * N; i++)
-      CHECK_CU(cuemm_alloc_async(m, &p[i], BLK, s));
+      CHECK_CU(cuemm_allocate_async(m, BLK, s, &p[i]));
     for (int i = 0; i < 2 * N; i++)
       CHECK_CU(cuemm_free_async(m, p[i], s));
     cuemm_stats st = test_stats(m);
@@ -927,13 +927,13 @@ static void test_grow_before_raid(void)
     c.pool_release_threshold = 256 * MIB;
     c.pool_limit = mode == 2 ? 32 * MIB : 0;
     cuemm_manager *m = NULL;
-    CHECK_CU(cuemm_create(&m, ctx, &c));
+    CHECK_CU(cuemm_manager_create(ctx, &c, &m));
     CUstream s;
     CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     if (mode == 0) {
       /* The pool held 64 MiB once, then gave them back. */
       CUdeviceptr big;
-      CHECK_CU(cuemm_alloc_async(m, &big, 64 * MIB, s));
+      CHECK_CU(cuemm_allocate_async(m, 64 * MIB, s, &big));
       CHECK_CU(cuemm_free_async(m, big, s));
       CHECK_CU(cuStreamSynchronize(s));
       CHECK_CU(cuemm_pool_trim(m));
@@ -942,7 +942,7 @@ static void test_grow_before_raid(void)
     enum { N = 128 };
     CUdeviceptr p[N];
     for (int i = 0; i < N; i++)
-      CHECK_CU(cuemm_alloc_async(m, &p[i], 192 << 10, s));
+      CHECK_CU(cuemm_allocate_async(m, 192 << 10, s, &p[i]));
     for (int i = 0; i < N; i++)
       CHECK_CU(cuemm_free_async(m, p[i], s));
     CHECK_CU(cuStreamSynchronize(s));
@@ -1008,14 +1008,14 @@ static void test_growth_joins_own_stream(void)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr a, b;
-  CHECK_CU(cuemm_alloc_async(m, &a, 4 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 4 * MIB, s, &a));
   cuemm_pool_stats ps;
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   size_t mapped = ps.mapped_bytes;
   CHECK_CU(cuMemsetD8Async(a, 0x5A, 4 * MIB, s)); /* s's work on the block, still queued at its free */
   CHECK_CU(cuemm_free_async(m, a, s));
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &b, 6 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 6 * MIB, s, &b));
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(b, a, "the 6 MiB request on s starts at the 4 MiB block s freed");
   is(ps.mapped_bytes, mapped + 2 * MIB, "the pool mapped only the 2 MiB missing (%zu MiB before, %zu now)",
@@ -1044,13 +1044,13 @@ static void test_own_cache_past_peak(void)
   CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
   CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
   CUdeviceptr p, q;
-  CHECK_CU(cuemm_alloc_async(m, &p, 4 * MIB, s2));
+  CHECK_CU(cuemm_allocate_async(m, 4 * MIB, s2, &p));
   CHECK_CU(cuMemsetD8Async(p, 0x3C, 4 * MIB, s2));
   CHECK_CU(cuemm_free_async(m, p, s2));
   cuemm_stats before = test_stats(m);
   is(before.stream_cached_bytes, 4 * MIB, "the thread caches its 4 MiB block, s2's work on it queued");
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &q, 4 * MIB, s1));
+  CHECK_CU(cuemm_allocate_async(m, 4 * MIB, s1, &q));
   cuemm_stats after = test_stats(m);
   is(q, p, "a request on s1 that would grow the pool past its peak gets that block");
   is(calls("cuMemCreate"), 0, "the pool did not grow");
@@ -1078,8 +1078,8 @@ static void test_adopt_pieces(void)
   for (int i = 0; i < 3; i++)
     CHECK_CU(cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING));
   CUdeviceptr a, b, q;
-  CHECK_CU(cuemm_alloc_async(m, &a, 2 * MIB, s[0]));
-  CHECK_CU(cuemm_alloc_async(m, &b, 2 * MIB, s[1]));
+  CHECK_CU(cuemm_allocate_async(m, 2 * MIB, s[0], &a));
+  CHECK_CU(cuemm_allocate_async(m, 2 * MIB, s[1], &b));
   ok(b == a + 2 * MIB, "two 2 MiB blocks side by side, on s0 and s1");
   CHECK_CU(cuMemsetD8Async(a, 0x11, 2 * MIB, s[0]));
   CHECK_CU(cuMemsetD8Async(b, 0x22, 2 * MIB, s[1]));
@@ -1089,7 +1089,7 @@ static void test_adopt_pieces(void)
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   size_t mapped = ps.mapped_bytes;
   sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &q, 4 * MIB, s[2]));
+  CHECK_CU(cuemm_allocate_async(m, 4 * MIB, s[2], &q));
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(q, a, "a 4 MiB request on s2 gets the two pieces, merged");
   is(ps.mapped_bytes, mapped, "the pool did not grow");
@@ -1118,7 +1118,7 @@ static void test_reclaim(void)
   CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
   CUdeviceptr v[64];
   for (int i = 0; i < 64; i++)
-    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s1));
+    CHECK_CU(cuemm_allocate_async(m, MIB, s1, &v[i]));
   for (int i = 0; i < 64; i++)
     CHECK_CU(cuemm_free_async(m, v[i], s1));
   CHECK_CU(cuStreamSynchronize(s1));
@@ -1127,7 +1127,7 @@ static void test_reclaim(void)
   size_t mapped = ps.mapped_bytes;
   is(mapped, 64 * MIB, "64 blocks of 1 MiB mapped 64 MiB");
   CUdeviceptr big;
-  CHECK_CU(cuemm_alloc_async(m, &big, 48 * MIB, s2));
+  CHECK_CU(cuemm_allocate_async(m, 48 * MIB, s2, &big));
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.mapped_bytes, mapped, "a 48 MiB request on another stream is served by the cached blocks, no growth");
   cuemm_stats st = test_stats(m);
@@ -1153,7 +1153,7 @@ static cuemm_manager *small_pool(int keep_large, CUstream *s)
   cuemm_config c = vmm_config(64 * MIB, 8 * MIB);
   c.stream_keep_large = keep_large;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   CHECK_CU(cuStreamCreate(s, CU_STREAM_NON_BLOCKING));
   return m;
 }
@@ -1167,7 +1167,7 @@ static void test_reclaim_all(void)
   cuemm_manager *m = small_pool(5, &s);
   CUdeviceptr v[4], r;
   for (int i = 0; i < 4; i++)
-    CHECK_CU(cuemm_alloc_async(m, &v[i], 2 * MIB, s));
+    CHECK_CU(cuemm_allocate_async(m, 2 * MIB, s, &v[i]));
   for (int i = 0; i < 4; i++)
     CHECK_CU(cuemm_free_async(m, v[i], s));
   CHECK_CU(cuStreamSynchronize(s));
@@ -1178,7 +1178,7 @@ static void test_reclaim_all(void)
      "the stream keeps all four 2 MiB blocks, the whole 8 MiB chunk (%zu cached)", (size_t)st.stream_cached_bytes);
   /* 3 MiB: no kept block serves it and the pool has nothing free; the two
    * oldest kept blocks, merged, would do. */
-  CHECK_CU(cuemm_alloc_async(m, &r, 3 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 3 * MIB, s, &r));
   st = test_stats(m);
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.mapped_bytes, 8 * MIB, "a 3 MiB request is served without growing");
@@ -1198,7 +1198,7 @@ static void *small_pair(void *arg)
   cuemm_manager *m = arg;
   CUdeviceptr p;
   CHECK_CU(cuCtxSetCurrent(ctx));
-  CHECK_CU(cuemm_alloc_async(m, &p, 4096, CU_STREAM_PER_THREAD));
+  CHECK_CU(cuemm_allocate_async(m, 4096, CU_STREAM_PER_THREAD, &p));
   CHECK_CU(cuemm_free_async(m, p, CU_STREAM_PER_THREAD));
   return NULL;
 }
@@ -1211,7 +1211,7 @@ static void test_keep_large_share(void)
   cuemm_manager *m = small_pool(4, &s);
   CUdeviceptr v[4];
   for (int i = 0; i < 4; i++)
-    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
+    CHECK_CU(cuemm_allocate_async(m, MIB, s, &v[i]));
   for (int i = 0; i < 4; i++)
     CHECK_CU(cuemm_free_async(m, v[i], s));
   cuemm_stats st = test_stats(m);
@@ -1222,7 +1222,7 @@ static void test_keep_large_share(void)
   st = test_stats(m);
   is(st.stream_heaps, 2, "a second thread made a cache of its own");
   for (int i = 0; i < 4; i++)
-    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
+    CHECK_CU(cuemm_allocate_async(m, MIB, s, &v[i]));
   for (int i = 0; i < 4; i++)
     CHECK_CU(cuemm_free_async(m, v[i], s));
   st = test_stats(m);
@@ -1238,17 +1238,17 @@ static void test_keep_large(void)
   cuemm_config c = vmm_config(64 * MIB, 8 * MIB);
   c.stream_keep_large = 3;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr v[5], p, q;
   /* One chunk of 8 MiB, idle, that the blocks below come from (a pool
    * this small grows by less). */
-  CHECK_CU(cuemm_alloc(m, &p, 8 * MIB));
+  CHECK_CU(cuemm_allocate(m, 8 * MIB, &p));
   CHECK_CU(cuemm_free(m, p));
   CHECK_CU(cuemm_flush(m));
   for (int i = 0; i < 5; i++) {
-    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
+    CHECK_CU(cuemm_allocate_async(m, MIB, s, &v[i]));
     CHECK_CU(cuMemsetD8Async(v[i], (unsigned char)(0x30 + i), MIB, s));
   }
   ok(v[1] == v[0] + MIB && v[4] == v[0] + 4 * MIB, "five 1 MiB blocks side by side");
@@ -1262,10 +1262,10 @@ static void test_keep_large(void)
   is(ps.free_blocks, 2, "merged: one free block of the two, and the chunk's untouched 3 MiB");
   if (sim_present)
     sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &p, MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, MIB, s, &p));
   is(p, v[4], "a request of that size on the stream gets the newest kept block");
   is(sim_driver_work(), 0, "with no driver call");
-  CHECK_CU(cuemm_alloc_async(m, &q, 2 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 2 * MIB, s, &q));
   is(q, v[0], "a size it keeps none of comes from the pool: the two oldest, merged");
   CHECK_CU(cuemm_free_async(m, q, s));
   CHECK_CU(cuemm_free_async(m, p, s));
@@ -1274,7 +1274,7 @@ static void test_keep_large(void)
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.used_bytes, 4 * MIB, "and the pool has it");
   CUdeviceptr r;
-  CHECK_CU(cuemm_alloc_async(m, &r, 3 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 3 * MIB, s, &r));
   st = test_stats(m);
   is(st.stream_cached_bytes, 2 * MIB + MIB,
      "a request that goes to the pool with three kept sends the oldest back first");
@@ -1286,9 +1286,9 @@ static void test_keep_large(void)
    * cannot serve makes room first (q goes back); four more sizes are asked
    * for after x's. */
   CUdeviceptr x, y[4];
-  CHECK_CU(cuemm_alloc_async(m, &x, MIB / 4, s));
+  CHECK_CU(cuemm_allocate_async(m, MIB / 4, s, &x));
   for (int i = 0; i < 4; i++)
-    CHECK_CU(cuemm_alloc_async(m, &y[i], (size_t)(5 + i) * MIB / 16, s));
+    CHECK_CU(cuemm_allocate_async(m, (size_t)(5 + i) * MIB / 16, s, &y[i]));
   CHECK_CU(cuemm_free_async(m, y[0], s));
   is(test_stats(m).stream_cached_bytes, MIB + 3 * MIB + 5 * MIB / 16, "kept: p, r and y[0] (q went back for x)");
   CHECK_CU(cuemm_free_async(m, x, s));
@@ -1306,12 +1306,12 @@ static void test_keep_large(void)
   CHECK_CU(cuemm_destroy(m));
 
   c.stream_keep_large = 0;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   for (int i = 0; i < 5; i++)
-    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
+    CHECK_CU(cuemm_allocate_async(m, MIB, s, &v[i]));
   for (int i = 0; i < 5; i++)
     CHECK_CU(cuemm_free_async(m, v[i], s));
-  CHECK_CU(cuemm_alloc_async(m, &p, 256, s));
+  CHECK_CU(cuemm_allocate_async(m, 256, s, &p));
   CHECK_CU(cuemm_free_async(m, p, s));
   st = test_stats(m);
   is(st.stream_cached_bytes, 256, "CUEMM_STREAM_KEEP_LARGE=0: the large blocks all went back, a small one stays");
@@ -1325,12 +1325,12 @@ static void test_keep_large(void)
  * growth past the peak before the threads keep large blocks again. */
 #define KEEP_QUIET 16384
 
-/* One cuemm_alloc_async + cuemm_free_async pair of `size` on s; returns
+/* One cuemm_allocate_async + cuemm_free_async pair of `size` on s; returns
  * the bytes the threads' caches keep afterwards. */
 static size_t pair_cached(cuemm_manager *m, size_t size, CUstream s)
 {
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc_async(m, &p, size, s));
+  CHECK_CU(cuemm_allocate_async(m, size, s, &p));
   CHECK_CU(cuemm_free_async(m, p, s));
   return test_stats(m).stream_cached_bytes;
 }
@@ -1349,11 +1349,11 @@ static void test_keep_quiet(void)
 
   m = small_pool(4, &s);
   CUdeviceptr p, q[4], x;
-  CHECK_CU(cuemm_alloc(m, &p, 8 * MIB));
+  CHECK_CU(cuemm_allocate(m, 8 * MIB, &p));
   CHECK_CU(cuemm_free(m, p));
   CHECK_CU(cuemm_flush(m));
   for (int i = 0; i < 4; i++)
-    CHECK_CU(cuemm_alloc(m, &q[i], 2 * MIB));
+    CHECK_CU(cuemm_allocate(m, 2 * MIB, &q[i]));
   CHECK_CU(cuemm_free(m, q[0]));
   CHECK_CU(cuemm_free(m, q[2]));
   CHECK_CU(cuemm_flush(m));
@@ -1361,7 +1361,7 @@ static void test_keep_quiet(void)
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   ok(ps.mapped_bytes == 8 * MIB && ps.free_bytes == 4 * MIB && ps.largest_free_block == 2 * MIB,
      "8 MiB mapped, 4 MiB free in two holes of 2 MiB");
-  CHECK_CU(cuemm_alloc_async(m, &x, 3 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 3 * MIB, s, &x));
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   ok(ps.mapped_bytes > 8 * MIB, "3 MiB fit in no hole: the pool grew past its peak (%zu bytes mapped)",
      ps.mapped_bytes);
@@ -1388,17 +1388,17 @@ static void test_unkept_takes_own_stream(void)
   CUstream s;
   cuemm_manager *m = small_pool(0, &s);
   CUdeviceptr p, v[32], x;
-  CHECK_CU(cuemm_alloc(m, &p, 8 * MIB));
+  CHECK_CU(cuemm_allocate(m, 8 * MIB, &p));
   CHECK_CU(cuemm_free(m, p));
   CHECK_CU(cuemm_flush(m));
   for (int i = 0; i < 32; i++)
-    CHECK_CU(cuemm_alloc_async(m, &v[i], 128 * 1024, s));
+    CHECK_CU(cuemm_allocate_async(m, 128 * 1024, s, &v[i]));
   for (int i = 0; i < 32; i++)
     CHECK_CU(cuemm_free_async(m, v[i], s));
   is(test_stats(m).stream_cached_bytes, 4 * MIB, "the stream's cache holds 32 blocks of 128 KiB");
   if (sim_present)
     sim.calls_reset();
-  CHECK_CU(cuemm_alloc_async(m, &x, 6 * MIB, s));
+  CHECK_CU(cuemm_allocate_async(m, 6 * MIB, s, &x));
   cuemm_pool_stats ps;
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.mapped_bytes, 8 * MIB, "6 MiB served without growing");
@@ -1419,12 +1419,12 @@ static void test_threshold(void)
   c.pool_release_delay_ms = 0;
   c.stream_keep_large = 1;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr v[16];
   for (int i = 0; i < 16; i++)
-    CHECK_CU(cuemm_alloc_async(m, &v[i], MIB, s));
+    CHECK_CU(cuemm_allocate_async(m, MIB, s, &v[i]));
   cuemm_pool_stats ps;
   CHECK_CU(cuemm_pool_get_stats(m, &ps));
   is(ps.mapped_bytes, 16 * MIB, "16 blocks of 1 MiB mapped");
@@ -1448,7 +1448,7 @@ static void test_release_and_reset(void)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr p, q;
-  CHECK_CU(cuemm_alloc_async(m, &p, 7000, s));
+  CHECK_CU(cuemm_allocate_async(m, 7000, s, &p));
   CHECK_CU(cuemm_free_async(m, p, s));
   if (sim_present) {
     sim.set_queue_mode(1);
@@ -1460,7 +1460,7 @@ static void test_release_and_reset(void)
     is(calls("cuEventRecord"), 1, "release records one last event on the stream");
   else
     skip(1, SIM_REASON);
-  CHECK_CU(cuemm_alloc_async(m, &q, 7000, s));
+  CHECK_CU(cuemm_allocate_async(m, 7000, s, &q));
   if (sim_present)
     ok(q != p, "the same handle afterwards is a new stream: it does not get the block while the old work is queued");
   else
@@ -1476,13 +1476,13 @@ static void test_release_and_reset(void)
   is(st.stream_cached_count, 0, "reset: nothing cached");
   is(st.pending_count, 0, "reset: flushed");
   is(cuemm_free_async(m, q, s), CUDA_ERROR_INVALID_VALUE, "a block freed by reset cannot be freed again");
-  CHECK_CU(cuemm_alloc_async(m, &q, 7000, s));
+  CHECK_CU(cuemm_allocate_async(m, 7000, s, &q));
   CHECK_CU(cuemm_destroy(m));
   like(cuemm_last_error(), "1 outstanding", "destroy counts the live stream block as outstanding");
   CHECK_CU(cuStreamDestroy(s));
 }
 
-/* The block's own range and IPC export, as for cuemm_alloc's blocks. */
+/* The block's own range and IPC export, as for cuemm_allocate's blocks. */
 static void test_range_and_ipc(void)
 {
   cuemm_config c = test_config(10, 0.2);
@@ -1490,7 +1490,7 @@ static void test_range_and_ipc(void)
   c.pool_reserve = 256 * MIB;
   c.pool_ipc = 1;
   cuemm_manager *m = NULL;
-  CUresult cr = cuemm_create(&m, ctx, &c);
+  CUresult cr = cuemm_manager_create(ctx, &c, &m);
   if (cr == CUDA_ERROR_NOT_SUPPORTED) {
     skip(8, "the device cannot export pool memory as file descriptors");
     return;
@@ -1500,22 +1500,22 @@ static void test_range_and_ipc(void)
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr p, base = 0;
   size_t size = 0;
-  CHECK_CU(cuemm_alloc_async(m, &p, 3000, s));
-  CHECK_CU(cuemm_mem_get_address_range(m, &base, &size, p + 2999));
+  CHECK_CU(cuemm_allocate_async(m, 3000, s, &p));
+  CHECK_CU(cuemm_address_range(m, p + 2999, &base, &size));
   ok(base == p && size == 3000, "the range of a stream block, from its last byte: its start and size (%zu)", size);
-  is(cuemm_mem_get_address_range(m, &base, &size, p + 3000), CUDA_ERROR_NOT_FOUND, "one past its end: not found");
+  is(cuemm_address_range(m, p + 3000, &base, &size), CUDA_ERROR_NOT_FOUND, "one past its end: not found");
   cuemm_ipc_handle h;
   CHECK_CU(cuemm_ipc_export(m, p + 1000, 0, &h));
   ok(h.kind == CUEMM_IPC_KIND_POOL && h.size == 2000, "a stream block exports as a pool handle (%llu bytes)",
      (unsigned long long)h.size);
   CHECK_CU(cuemm_free_async(m, p, s));
-  is(cuemm_mem_get_address_range(m, &base, &size, p), CUDA_ERROR_NOT_FOUND, "freed on its stream: not found");
+  is(cuemm_address_range(m, p, &base, &size), CUDA_ERROR_NOT_FOUND, "freed on its stream: not found");
   like(cuemm_last_error(), "freed already", "the message says it was freed");
   is(cuemm_ipc_export(m, p, 0, &h), CUDA_ERROR_INVALID_VALUE, "and its export is refused");
   /* Reused for a larger request of the same rounded size: the range follows. */
   CUdeviceptr q;
-  CHECK_CU(cuemm_alloc_async(m, &q, 3070, s));
-  CHECK_CU(cuemm_mem_get_address_range(m, &base, &size, q + 3050));
+  CHECK_CU(cuemm_allocate_async(m, 3070, s, &q));
+  CHECK_CU(cuemm_address_range(m, q + 3050, &base, &size));
   ok(q == p && base == q && size == 3070, "reused for 3070 bytes: the range is the new request's");
   CHECK_CU(cuemm_free_async(m, q, s));
   CHECK_CU(cuemm_destroy(m));
@@ -1537,11 +1537,11 @@ static void test_busy_stream(cuemm_stream_reuse reuse)
   CHECK_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
   CHECK_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
   CUdeviceptr p, q;
-  CHECK_CU(cuemm_alloc_async(m, &p, size, a));
+  CHECK_CU(cuemm_allocate_async(m, size, a, &p));
   for (unsigned i = 0; i < 40; i++) /* tens of milliseconds of writes on a GPU */
     CHECK_CU(cuMemsetD32Async(p, 0xA0000000u + i, words, a));
   CHECK_CU(cuemm_free_async(m, p, a));
-  CHECK_CU(cuemm_alloc_async(m, &q, size, b));
+  CHECK_CU(cuemm_allocate_async(m, size, b, &q));
   CHECK_CU(cuMemsetD32Async(q, 0xB0B0B0B0u, words, b));
   CHECK_CU(cuStreamSynchronize(b));
   CHECK_CU(cuStreamSynchronize(a));
@@ -1572,7 +1572,7 @@ static void test_managed(void)
   cuemm_config c = test_config(10, 0.2);
   c.memory = CUEMM_MEMORY_MANAGED;
   cuemm_manager *m = NULL;
-  CUresult cr = cuemm_create(&m, ctx, &c);
+  CUresult cr = cuemm_manager_create(ctx, &c, &m);
   if (cr == CUDA_ERROR_NOT_SUPPORTED) {
     skip(6, "no managed memory on this device");
     return;
@@ -1581,7 +1581,7 @@ static void test_managed(void)
   CUstream s;
   CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr p;
-  is(cuemm_alloc_async(m, &p, 5000, s), CUDA_SUCCESS, "managed memory: cuemm_alloc_async is cuemm_alloc");
+  is(cuemm_allocate_async(m, 5000, s, &p), CUDA_SUCCESS, "managed memory: cuemm_alloc_async is cuemm_alloc");
   CHECK_CU(cuMemsetD8Async(p, 7, 5000, s));
   is(cuemm_record_stream(m, p, CU_STREAM_LEGACY), CUDA_SUCCESS, "record_stream of a live block does nothing");
   is(cuemm_record_stream(m, p + 256, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_VALUE,
@@ -1597,13 +1597,13 @@ static void test_exit_per_thread(void)
 {
   cuemm_manager *m = pool_manager(CUEMM_STREAM_REUSE_EVENT);
   xthread x = { .m = m, .s = CU_STREAM_PER_THREAD };
-  CHECK_CU(cuemm_alloc_async(m, &x.p, 6000, CU_STREAM_PER_THREAD));
+  CHECK_CU(cuemm_allocate_async(m, 6000, CU_STREAM_PER_THREAD, &x.p));
   pthread_t t;
   pthread_create(&t, NULL, free_elsewhere, &x); /* frees on its own per-thread stream, then exits */
   pthread_join(t, NULL);
   is(x.r1, CUDA_SUCCESS, "freed on another thread's per-thread stream");
   CUdeviceptr q;
-  CHECK_CU(cuemm_alloc_async(m, &q, 6000, CU_STREAM_PER_THREAD));
+  CHECK_CU(cuemm_allocate_async(m, 6000, CU_STREAM_PER_THREAD, &q));
   ok(q != x.p, "this thread's per-thread stream is another stream: it does not take that block as its own");
   CHECK_CU(cuemm_free_async(m, q, CU_STREAM_PER_THREAD));
   CHECK_CU(cuemm_destroy(m));

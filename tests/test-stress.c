@@ -45,7 +45,7 @@ typedef struct block {
   size_t size;
   unsigned char v;
   int dropin;       /* from cuemm_mem_alloc: freed with cuemm_mem_free */
-  CUstream s;       /* from cuemm_alloc_async on this stream (NULL: cuemm_alloc) */
+  CUstream s;       /* from cuemm_allocate_async on this stream (NULL: cuemm_allocate) */
 } block;
 
 typedef struct hblock {
@@ -161,7 +161,7 @@ static void op_alloc(worker *w, int dropin)
   b->size = random_size(w);
   b->v = (unsigned char)(w->index * 16 + (w->ops & 15) + 1);
   b->dropin = dropin;
-  CUresult r = dropin ? cuemm_mem_alloc(&b->p, b->size) : cuemm_alloc(w->m, &b->p, b->size);
+  CUresult r = dropin ? cuemm_mem_alloc(&b->p, b->size) : cuemm_allocate(w->m, b->size, &b->p);
   if (r != CUDA_SUCCESS) {
     fail(w, dropin ? "cuemm_mem_alloc" : "cuemm_alloc", r);
     return;
@@ -181,7 +181,7 @@ static void op_alloc_async(worker *w)
   b->v = (unsigned char)(w->index * 16 + (w->ops & 15) + 1);
   b->dropin = 0;
   b->s = w->st[next_rand(&w->rng) % 2];
-  CUresult r = cuemm_alloc_async(w->m, &b->p, b->size, b->s);
+  CUresult r = cuemm_allocate_async(w->m, b->size, b->s, &b->p);
   if (r != CUDA_SUCCESS) {
     fail(w, "cuemm_alloc_async", r);
     return;
@@ -219,7 +219,7 @@ static void op_host(worker *w)
     h->size = 64 + next_rand(&w->rng) % 16384;
     h->v = (unsigned char)(w->index + 100);
     void *p = NULL;
-    CUresult r = cuemm_host_alloc(w->m, &p, h->size, (w->ops & 2) ? CU_MEMHOSTALLOC_PORTABLE : 0);
+    CUresult r = cuemm_host_allocate(w->m, h->size, (w->ops & 2) ? CU_MEMHOSTALLOC_PORTABLE : 0, &p);
     if (r != CUDA_SUCCESS) {
       fail(w, "cuemm_host_alloc", r);
       return;
@@ -293,19 +293,19 @@ static void op_ipc(worker *w)
   if (h.checksum != fnv1a(&h) || h.size < b->size - off ||
       (h.kind == CUEMM_IPC_KIND_DEVICE && h.offset != off))
     ipc_fail(w, "an exported handle is inconsistent");
-  if (cuemm_ipc_handle_from_bytes(&back, &h, sizeof h) != CUDA_SUCCESS || memcmp(&back, &h, sizeof h) != 0)
+  if (cuemm_ipc_handle_parse(&h, sizeof h, &back) != CUDA_SUCCESS || memcmp(&back, &h, sizeof h) != 0)
     ipc_fail(w, "cuemm_ipc_handle_from_bytes refused or changed a fresh handle");
   unsigned char bad[CUEMM_IPC_HANDLE_SIZE];
   memcpy(bad, &h, sizeof bad);
   bad[16 + next_rand(&w->rng) % 24] ^= 0x40; /* offset, size or alloc_size */
-  if (cuemm_ipc_handle_from_bytes(&back, bad, sizeof bad) != CUDA_ERROR_INVALID_VALUE)
+  if (cuemm_ipc_handle_parse(bad, sizeof bad, &back) != CUDA_ERROR_INVALID_VALUE)
     ipc_fail(w, "a corrupted handle was not refused");
   CUdeviceptr q = 0;
   if (cuemm_ipc_open(w->m, &h, &q) != CUDA_ERROR_INVALID_CONTEXT)
     ipc_fail(w, "opening this process's own handle was not refused");
   if (next_rand(&w->rng) % 2) {
     memset(&back, 0, sizeof back);
-    if ((r = cuemm_ipc_send(w->sv[0], w->m, &h)) != CUDA_SUCCESS)
+    if ((r = cuemm_ipc_handle_send(w->m, &h, w->sv[0])) != CUDA_SUCCESS)
       fail(w, "cuemm_ipc_send", r);
     else if ((r = cuemm_ipc_recv(w->sv[1], &back)) != CUDA_SUCCESS)
       fail(w, "cuemm_ipc_recv", r);
@@ -447,7 +447,7 @@ static void stress(int pool, uint64_t seed, CUcontext ctx)
     c.pool_ipc = 1;
   }
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, ctx, &c));
+  CHECK_CU(cuemm_manager_create(ctx, &c, &m));
   cuemm_stats s0 = test_stats(m);
 
   static worker w[NTHREADS];

@@ -30,7 +30,7 @@ static cuemm_manager *make_pool(size_t limit, int ipc)
   c.pool_limit = limit;
   c.pool_ipc = ipc;
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   return m;
 }
 
@@ -74,9 +74,9 @@ static void make_blocks(cuemm_manager *m, blocks *b, CUstream s)
   for (int i = 0; i < NB; i++) {
     b->n[i] = i % 3 == 0 ? 3 * MiB + 512 : i % 3 == 1 ? 64 * KiB : 700 * KiB;
     if (i % 2)
-      CHECK_CU(cuemm_alloc_async(m, &b->p[i], b->n[i], s));
+      CHECK_CU(cuemm_allocate_async(m, b->n[i], s, &b->p[i]));
     else
-      CHECK_CU(cuemm_alloc(m, &b->p[i], b->n[i]));
+      CHECK_CU(cuemm_allocate(m, b->n[i], &b->p[i]));
     fill(b->p[i], b->n[i], (unsigned)i + 1);
     b->live[i] = 1;
   }
@@ -155,11 +155,11 @@ static void test_cycle(void)
 
   /* While suspended. */
   CUdeviceptr q = 0;
-  is(cuemm_alloc(m, &q, 4096), CUDA_ERROR_ILLEGAL_STATE, "cuemm_alloc refused");
+  is(cuemm_allocate(m, 4096, &q), CUDA_ERROR_ILLEGAL_STATE, "cuemm_alloc refused");
   like(cuemm_last_error(), "suspended", "the message says suspended: %s", cuemm_last_error());
-  is(cuemm_alloc_async(m, &q, 4096, s), CUDA_ERROR_ILLEGAL_STATE, "cuemm_alloc_async refused");
-  is(cuemm_alloc_async(m, &q, 64 * KiB, s), CUDA_ERROR_ILLEGAL_STATE, "cuemm_alloc_async refused (a cached size)");
-  is(cuemm_alloc(m, &q, 600 * MiB), CUDA_ERROR_ILLEGAL_STATE, "a request beyond the pool refused");
+  is(cuemm_allocate_async(m, 4096, s, &q), CUDA_ERROR_ILLEGAL_STATE, "cuemm_alloc_async refused");
+  is(cuemm_allocate_async(m, 64 * KiB, s, &q), CUDA_ERROR_ILLEGAL_STATE, "cuemm_alloc_async refused (a cached size)");
+  is(cuemm_allocate(m, 600 * MiB, &q), CUDA_ERROR_ILLEGAL_STATE, "a request beyond the pool refused");
   is(cuemm_pool_trim(m), CUDA_ERROR_ILLEGAL_STATE, "cuemm_pool_trim refused");
   int ndev = 0;
   cuDeviceGetCount(&ndev);
@@ -200,7 +200,7 @@ static void test_cycle(void)
   }
   CUdeviceptr base = 0;
   size_t range = 0;
-  is(cuemm_mem_get_address_range(m, &base, &range, b.p[3] + 100), CUDA_SUCCESS, "the address range of a block "
+  is(cuemm_address_range(m, b.p[3] + 100, &base, &range), CUDA_SUCCESS, "the address range of a block "
      "works while suspended");
   ok(base == b.p[3] && range >= b.n[3], "and names the block (0x%llx, %zu bytes)", (unsigned long long)base, range);
   {
@@ -235,8 +235,8 @@ static void test_cycle(void)
   ok(blocks_intact(&b), "every live block's contents intact");
   is(cuemm_pool_resume(m), CUDA_ERROR_ILLEGAL_STATE, "resume of a manager not suspended refused");
   like(cuemm_last_error(), "not suspended", "and says so");
-  is(cuemm_alloc(m, &q, 4096), CUDA_SUCCESS, "allocation works again");
-  is(cuemm_alloc_async(m, &q, 64 * KiB, s), CUDA_SUCCESS, "stream allocation works again");
+  is(cuemm_allocate(m, 4096, &q), CUDA_SUCCESS, "allocation works again");
+  is(cuemm_allocate_async(m, 64 * KiB, s, &q), CUDA_SUCCESS, "stream allocation works again");
   CHECK_CU(cuemm_free_async(m, q, s));
 
   /* Without KEEP: no copy at all. */
@@ -267,7 +267,7 @@ static void test_refusals(void)
   is(cuemm_pool_resume(NULL), CUDA_ERROR_INVALID_VALUE, "NULL manager (resume)");
   cuemm_config c = test_config(10, 1.0);
   cuemm_manager *m;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   is(cuemm_pool_suspend(m, 0), CUDA_ERROR_NOT_SUPPORTED, "a manager without a pool");
   like(cuemm_last_error(), "CUEMM_POOL=vmm", "the message says what is needed: %s", cuemm_last_error());
   is(cuemm_pool_resume(m), CUDA_ERROR_ILLEGAL_STATE, "resume of a manager without a pool");
@@ -275,7 +275,7 @@ static void test_refusals(void)
   c.pool = CUEMM_POOL_VMM;
   c.pool_slab = 1;
   c.pool_reserve = 64 * MiB;
-  CHECK_CU(cuemm_create(&m, NULL, &c));
+  CHECK_CU(cuemm_manager_create(NULL, &c, &m));
   is(cuemm_pool_suspend(m, 0), CUDA_ERROR_NOT_SUPPORTED, "a slab pool");
   like(cuemm_last_error(), "CUEMM_POOL_SLAB", "the message names the slab: %s", cuemm_last_error());
   CHECK_CU(cuemm_destroy(m));
@@ -353,7 +353,7 @@ static void test_faults(void)
       is(l.vmm_handle_bytes, 0, "%s: simcuda holds no physical memory of the pool", ft->entry);
     } else if (!ft->suspended_after) {
       CUdeviceptr q;
-      is(cuemm_alloc(m, &q, 4096), CUDA_SUCCESS, "%s: the manager still serves", ft->entry);
+      is(cuemm_allocate(m, 4096, &q), CUDA_SUCCESS, "%s: the manager still serves", ft->entry);
       CHECK_CU(cuemm_free(m, q));
       ok(blocks_intact(&b), "%s: nothing lost", ft->entry);
     } else
@@ -433,7 +433,7 @@ static void test_no_early_reuse(void)
   enum { N = 6 };
   CUdeviceptr p[N];
   for (int i = 0; i < N; i++) {
-    CHECK_CU(cuemm_alloc_async(m, &p[i], 64 * KiB, a));
+    CHECK_CU(cuemm_allocate_async(m, 64 * KiB, a, &p[i]));
     CHECK_CU(cuMemsetD8Async(p[i], (unsigned char)i, 64 * KiB, a));
   }
   for (int i = 0; i < N / 2; i++)
@@ -446,7 +446,7 @@ static void test_no_early_reuse(void)
   size_t early = 0;
   CUdeviceptr q[N];
   for (int i = 0; i < N; i++) {
-    CHECK_CU(cuemm_alloc_async(m, &q[i], 64 * KiB, b));
+    CHECK_CU(cuemm_allocate_async(m, 64 * KiB, b, &q[i]));
     early += reuse_check(b, q[i], 64 * KiB);
   }
   is(early, 0, "no block reused early by another stream after the resumption: %s", explain());
@@ -518,11 +518,11 @@ static void test_limits(void)
   size_t live0 = sim_live_baseline();
   cuemm_manager *m = make_pool(32 * MiB, 0);
   CUdeviceptr big, a, c2;
-  CHECK_CU(cuemm_alloc(m, &big, 40 * MiB)); /* past the limit: cuMemAlloc */
+  CHECK_CU(cuemm_allocate(m, 40 * MiB, &big)); /* past the limit: cuMemAlloc */
   fill(big, 40 * MiB, 77);
-  CHECK_CU(cuemm_alloc(m, &a, 8 * MiB));
+  CHECK_CU(cuemm_allocate(m, 8 * MiB, &a));
   fill(a, 8 * MiB, 5);
-  CHECK_CU(cuemm_alloc(m, &c2, 8 * MiB));
+  CHECK_CU(cuemm_allocate(m, 8 * MiB, &c2));
   simcuda_live l0, l1;
   if (sim_present)
     sim.live_get(&l0);
@@ -543,7 +543,7 @@ static void test_limits(void)
   ok(ps.mapped_bytes <= 32 * MiB, "mapped %zu bytes, within the limit", ps.mapped_bytes);
   CUdeviceptr x[4];
   int n = 0;
-  while (n < 4 && cuemm_alloc(m, &x[n], 8 * MiB) == CUDA_SUCCESS)
+  while (n < 4 && cuemm_allocate(m, 8 * MiB, &x[n]) == CUDA_SUCCESS)
     n++;
   ok(pstats(m).mapped_bytes <= 32 * MiB, "growth after a resumption keeps the limit (%zu mapped)",
      pstats(m).mapped_bytes);
@@ -552,7 +552,7 @@ static void test_limits(void)
   CHECK_CU(cuemm_free(m, a));
   CHECK_CU(cuemm_pool_trim(m));
   is(pstats(m).mapped_bytes, 0, "a trim after a resumption releases what is wholly free");
-  CHECK_CU(cuemm_alloc(m, &a, 8 * MiB));
+  CHECK_CU(cuemm_allocate(m, 8 * MiB, &a));
   ok(pstats(m).mapped_bytes >= 8 * MiB, "the pool grows again");
   CHECK_CU(cuemm_free(m, a));
   CHECK_CU(cuemm_flush(m));
@@ -575,17 +575,17 @@ static void test_two_managers(void)
   cuemm_config c = test_config(10, 1.0);
   c.pool = CUEMM_POOL_VMM;
   c.pool_reserve = 256 * MiB;
-  is(cuemm_create(&kv, NULL, &c), CUDA_ERROR_ALREADY_ACQUIRED, "a second manager of the context is refused");
+  is(cuemm_manager_create(NULL, &c, &kv), CUDA_ERROR_ALREADY_ACQUIRED, "a second manager of the context is refused");
   c.secondary = 1;
-  is(cuemm_create(&kv, NULL, &c), CUDA_SUCCESS, "a secondary one is made: %s", cuemm_last_error());
-  is(cuemm_create(&third, NULL, &c), CUDA_SUCCESS, "and another");
+  is(cuemm_manager_create(NULL, &c, &kv), CUDA_SUCCESS, "a secondary one is made: %s", cuemm_last_error());
+  is(cuemm_manager_create(NULL, &c, &third), CUDA_SUCCESS, "and another");
   is(cuemm_get(&got), CUDA_SUCCESS, "cuemm_get");
   ok(got == w, "cuemm_get finds the context's manager, not a secondary one");
   is(cuemm_context(kv), cuemm_context(w), "both on one context");
   CUdeviceptr pw, pk, pt;
-  CHECK_CU(cuemm_alloc(w, &pw, 6 * MiB));
-  CHECK_CU(cuemm_alloc(kv, &pk, 10 * MiB));
-  CHECK_CU(cuemm_alloc(third, &pt, MiB));
+  CHECK_CU(cuemm_allocate(w, 6 * MiB, &pw));
+  CHECK_CU(cuemm_allocate(kv, 10 * MiB, &pk));
+  CHECK_CU(cuemm_allocate(third, MiB, &pt));
   fill(pw, 6 * MiB, 9);
   fill(pk, 10 * MiB, 10);
   fill(pt, MiB, 11);
@@ -593,11 +593,11 @@ static void test_two_managers(void)
   is(pstats(w).suspended, 0, "the weights' manager is not suspended");
   is(pstats(third).suspended, 0, "nor the third");
   CUdeviceptr q;
-  is(cuemm_alloc(w, &q, MiB), CUDA_SUCCESS, "the weights' manager still serves");
+  is(cuemm_allocate(w, MiB, &q), CUDA_SUCCESS, "the weights' manager still serves");
   CHECK_CU(cuemm_free(w, q));
   is(cuemm_mem_alloc(&q, MiB), CUDA_SUCCESS, "so do the drop-ins, on the context's manager");
   CHECK_CU(cuemm_mem_free(q));
-  is(cuemm_alloc(kv, &q, MiB), CUDA_ERROR_ILLEGAL_STATE, "the KV manager refuses");
+  is(cuemm_allocate(kv, MiB, &q), CUDA_ERROR_ILLEGAL_STATE, "the KV manager refuses");
   is(cuemm_pool_suspend(w, CUEMM_SUSPEND_KEEP), CUDA_SUCCESS, "the weights' manager suspends, contents kept");
   ok(holds(pt, MiB, 11), "the third manager's block is untouched");
   is(cuemm_pool_resume(w), CUDA_SUCCESS, "the weights come back");
@@ -624,7 +624,7 @@ static void test_ipc(void)
   size_t live0 = sim_live_baseline();
   cuemm_manager *m = make_pool(0, 1);
   CUdeviceptr p;
-  CHECK_CU(cuemm_alloc(m, &p, 4 * MiB));
+  CHECK_CU(cuemm_allocate(m, 4 * MiB, &p));
   fill(p, 4 * MiB, 3);
   cuemm_ipc_handle h;
   CHECK_CU(cuemm_ipc_export(m, p, 0, &h));
@@ -637,7 +637,7 @@ static void test_ipc(void)
     printf("Bail out! socketpair\n");
     exit(1);
   }
-  CUresult r = cuemm_ipc_send(sp[0], m, &h);
+  CUresult r = cuemm_ipc_handle_send(m, &h, sp[0]);
   is(r, CUDA_SUCCESS, "the handle is sent: %s", cuemm_last_error());
   cuemm_ipc_handle got;
   CHECK_CU(cuemm_ipc_recv(sp[1], &got));
@@ -684,7 +684,7 @@ static void *work(void *arg)
     cuemm_pool_stats a, b;
     CHECK_CU(cuemm_pool_get_stats(w->m, &a));
     CUdeviceptr p = 0;
-    CUresult r = cuemm_alloc_async(w->m, &p, n, s);
+    CUresult r = cuemm_allocate_async(w->m, n, s, &p);
     CHECK_CU(cuemm_pool_get_stats(w->m, &b));
     if (r == CUDA_SUCCESS) {
       w->served++;
@@ -724,7 +724,7 @@ static void test_threads(void)
   size_t live0 = sim_live_baseline();
   cuemm_manager *m = make_pool(0, 0);
   CUdeviceptr keep;
-  CHECK_CU(cuemm_alloc(m, &keep, 3 * MiB));
+  CHECK_CU(cuemm_allocate(m, 3 * MiB, &keep));
   fill(keep, 3 * MiB, 42);
   enum { NT = 4, ROUNDS = 40 };
   atomic_int stop;

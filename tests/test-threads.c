@@ -81,7 +81,7 @@ static void *churn_thread(void *arg)
   for (int i = 0; i < ITERATIONS; i++) {
     size_t size = 256 + next_random(&seed) % (64 * 1024 - 256 + 1);
     CUdeviceptr p = 0;
-    CUresult r = cuemm_alloc(c->m, &p, size);
+    CUresult r = cuemm_allocate(c->m, size, &p);
     c->ctx_mismatches += current_context() != c->own;
     if (r != CUDA_SUCCESS) {
       churn_error(c, "cuemm_alloc", r);
@@ -124,7 +124,7 @@ static void churn_test(void)
 
   cuemm_config cfg = test_config(10, 0.2);
   cuemm_manager *m = NULL;
-  CHECK_CU(cuemm_create(&m, primary, &cfg));
+  CHECK_CU(cuemm_manager_create(primary, &cfg, &m));
   unsigned long frees0 = sim_calls("cuMemFree"), allocs0 = sim_calls("cuMemAlloc");
 
   churn c[NTHREADS];
@@ -215,7 +215,7 @@ static void *scope_thread(void *arg)
   CUdeviceptr p[SCOPE_FREES];
   int n = 0;
   for (int i = 0; i < SCOPE_FREES; i++)
-    if (cuemm_alloc(sh->m, &p[n], 1024 + 256 * (size_t)(i % 8)) == CUDA_SUCCESS)
+    if (cuemm_allocate(sh->m, 1024 + 256 * (size_t)(i % 8), &p[n]) == CUDA_SUCCESS)
       n++;
     else
       a->errors++;
@@ -233,7 +233,7 @@ static void scope_test(void)
   cuemm_config cfg = test_config(10, 0.2);
   scope_shared sh;
   memset(&sh, 0, sizeof sh);
-  CHECK_CU(cuemm_create(&sh.m, primary, &cfg));
+  CHECK_CU(cuemm_manager_create(primary, &cfg, &sh.m));
   pthread_barrier_init(&sh.allocated, NULL, NTHREADS);
   pthread_barrier_init(&sh.opened, NULL, NTHREADS);
   pthread_barrier_init(&sh.freed, NULL, NTHREADS);

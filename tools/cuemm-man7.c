@@ -45,12 +45,12 @@ static void page(void)
   printf(".SH NAME\ncuemm \\- environment variables of the cuemm device memory manager\n");
   printf(".SH DESCRIPTION\n");
   line("cuemm_config_init(3) fills a cuemm_config with the defaults, then applies the CUEMM_* variables of the "
-       "environment below; cuemm_create(3) with no configuration does the same, and so do the framework "
+       "environment below; cuemm_manager_create(3) with no configuration does the same, and so do the framework "
        "adapters and the Numba plugin.  An unset or empty variable keeps its default.  A program may change "
        "the fields afterwards: its values win.");
   printf(".PP\n");
   line("Parsing is strict.  A value that is not one the table accepts (not a number, a negative one, trailing "
-       "characters, an unknown unit) makes cuemm_config_init and cuemm_create fail with "
+       "characters, an unknown unit) makes cuemm_config_init and cuemm_manager_create fail with "
        "CUDA_ERROR_INVALID_VALUE, and the message (cuemm_last_error) names every invalid variable, its value "
        "and what is accepted; a number past the range, or too large for its type, is said to be too large, "
        "with the largest value accepted.");

@@ -17,8 +17,8 @@
  *     cuMemAlloc       cuMemAlloc / cuMemFree (streams ignored)
  *     cuMemAllocAsync  cuMemAllocAsync / cuMemFreeAsync on the device's
  *                      default memory pool, release threshold at UINT64_MAX
- *     cuemm-async      cuemm_alloc_async / cuemm_free_async
- *     cuemm-deferred   cuemm_alloc / cuemm_free
+ *     cuemm-async      cuemm_allocate_async / cuemm_free_async
+ *     cuemm-deferred   cuemm_allocate / cuemm_free
  *   ("cuemm" names both cuemm backends, "all" those four.)  Four models
  *   place the log on paper, with no GPU and no time, as a yardstick for
  *   the allocators' footprints (only when named; "models" names the four):
@@ -560,9 +560,9 @@ static void trace_print(const trace *t)
 
 /* ---- the backends --------------------------------------------------------- */
 
-typedef CUresult (*alloc_async_fn)(cuemm_manager *, CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*alloc_async_fn)(cuemm_manager *, size_t, CUstream, CUdeviceptr *);
 typedef CUresult (*free_async_fn)(cuemm_manager *, CUdeviceptr, CUstream);
-static const alloc_async_fn alloc_async = cuemm_alloc_async;
+static const alloc_async_fn alloc_async = cuemm_allocate_async;
 static const free_async_fn free_async = cuemm_free_async;
 
 static CUcontext ctx;
@@ -672,7 +672,7 @@ static cuemm_config cuemm_cfg;
 static void cuemm_config_read(void)
 {
   if (cuemm_config_init(&cuemm_cfg) != CUDA_SUCCESS) {
-    fprintf(stderr, PROG ": the CUEMM_* environment: %s\n", shown(cuemm_cfg.env_error));
+    fprintf(stderr, PROG ": the CUEMM_* environment: %s\n", shown(cuemm_last_error()));
     exit(1);
   }
   if (cuemm_cfg.pool != CUEMM_POOL_VMM) {
@@ -692,7 +692,7 @@ static void cuemm_config_read(void)
 
 static const char *cuemm_setup(void)
 {
-  CHECK(cuemm_create(&mgr, ctx, &cuemm_cfg));
+  CHECK(cuemm_manager_create(ctx, &cuemm_cfg, &mgr));
   cuemm_pool_stats ps;
   CHECK(cuemm_pool_get_stats(mgr, &ps));
   printf("# cuemm pool: %zu MiB reserved, chunk %zu MiB, release threshold %zu MiB%s\n", ps.reserved_bytes / MiB,
@@ -707,7 +707,7 @@ static const char *cuemm_async_setup(void)
 
 static CUresult cuemm_async_alloc(CUdeviceptr *p, size_t size, CUstream s)
 {
-  return alloc_async(mgr, p, size, s);
+  return alloc_async(mgr, size, s, p);
 }
 
 static CUresult cuemm_async_free(CUdeviceptr p, size_t size, CUstream s)
@@ -719,7 +719,7 @@ static CUresult cuemm_async_free(CUdeviceptr p, size_t size, CUstream s)
 static CUresult cuemm_deferred_alloc(CUdeviceptr *p, size_t size, CUstream s)
 {
   (void)s;
-  return cuemm_alloc(mgr, p, size);
+  return cuemm_allocate(mgr, size, p);
 }
 
 static CUresult cuemm_deferred_free(CUdeviceptr p, size_t size, CUstream s)
@@ -1363,8 +1363,8 @@ static const char help_text[] =
     "Options:\n"
     "  --backends LIST        the backends to run, comma-separated, in that order:\n"
     "                         cuMemAlloc, cuMemAllocAsync, cuemm-async\n"
-    "                         (cuemm_alloc_async/cuemm_free_async), cuemm-deferred\n"
-    "                         (cuemm_alloc/cuemm_free); cuemm: both cuemm ones;\n"
+    "                         (cuemm_allocate_async/cuemm_free_async), cuemm-deferred\n"
+    "                         (cuemm_allocate/cuemm_free); cuemm: both cuemm ones;\n"
     "                         all: those four (the default); the models, which\n"
     "                         place the log on paper (no GPU, no time), ignoring\n"
     "                         streams: model-first-fit (lowest address),\n"

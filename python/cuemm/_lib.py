@@ -126,7 +126,7 @@ _PROTOTYPES = {
     "cuemm_torch_begin_allocate_to_pool": (None, None),  # called by PyTorch only
     "cuemm_torch_end_allocate_to_pool": (None, None),
     "cuemm_torch_release_pool": (None, None),
-    "cuemm_host_alloc": (ctypes.c_int, (_vp, _P(_vp), ctypes.c_size_t, ctypes.c_uint)),
+    "cuemm_host_allocate": (ctypes.c_int, (_vp, ctypes.c_size_t, ctypes.c_uint, _P(_vp))),
     "cuemm_host_free": (ctypes.c_int, (_vp, _vp)),
     "cuemm_stream_release": (ctypes.c_int, (_vp, _vp)),
 }

@@ -10,7 +10,7 @@ device, over its primary context, with the stream-ordered pool unless
 CUEMM_POOL is set), through the same entry points as PyTorch's
 (cuemm_torch_alloc, cuemm_torch_free), and freed in stream order on that
 stream when CuPy drops the memory.  cupy.cuda.set_pinned_memory_allocator
-gets cuemm_host_alloc (portable pinned memory, freed deferred).  CuPy's own
+gets cuemm_host_allocate (portable pinned memory, freed deferred).  CuPy's own
 pools (cupy.get_default_memory_pool()) are then unused; cuemm's figures are
 in stats().  An allocation cuemm cannot serve raises CuPy's
 OutOfMemoryError with cuemm's message.
@@ -195,14 +195,14 @@ def malloc(size):
 
 def malloc_pinned(size):
     """The allocator cupy.cuda.set_pinned_memory_allocator gets: `size`
-    bytes of portable pinned host memory (cuemm_host_alloc)."""
+    bytes of portable pinned host memory (cuemm_host_allocate)."""
     cupy = _cupy
     lib = _lib.load()
     if size == 0:
         return cupy.cuda.PinnedMemoryPointer(_PinnedBlock(lib, None, 0, 0), 0)
     m = _manager(cupy.cuda.runtime.getDevice())
     p = ctypes.c_void_p()
-    rc = lib.cuemm_host_alloc(m, ctypes.byref(p), size, _lib.CU_MEMHOSTALLOC_PORTABLE)
+    rc = lib.cuemm_host_allocate(m, size, _lib.CU_MEMHOSTALLOC_PORTABLE, ctypes.byref(p))
     if rc != _lib.CUDA_SUCCESS:
         raise OutOfMemoryError(size, _lib.last_error())
     return cupy.cuda.PinnedMemoryPointer(_PinnedBlock(lib, m, p.value, size), 0)

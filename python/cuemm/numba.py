@@ -173,18 +173,18 @@ _PROTOTYPES = {
     "cuemm_last_error": (ctypes.c_char_p, ()),
     "cuemm_driver_load": (ctypes.c_int, ()),
     "cuemm_driver_get_info": (ctypes.c_int, (_P(_DriverInfo),)),
-    "cuemm_create": (ctypes.c_int, (_P(_vp), _vp, _vp)),
+    "cuemm_manager_create": (ctypes.c_int, (_vp, _vp, _P(_vp))),
     "cuemm_destroy": (ctypes.c_int, (_vp,)),
     "cuemm_get": (ctypes.c_int, (_P(_vp),)),
     "cuemm_context": (_vp, (_vp,)),
-    "cuemm_alloc": (ctypes.c_int, (_vp, _P(_u64), _sz)),
+    "cuemm_allocate": (ctypes.c_int, (_vp, _sz, _P(_u64))),
     "cuemm_free": (ctypes.c_int, (_vp, _u64)),
     "cuemm_flush": (ctypes.c_int, (_vp,)),
     "cuemm_defer_cleanup_begin": (ctypes.c_int, (_vp,)),
     "cuemm_defer_cleanup_end": (ctypes.c_int, (_vp,)),
-    "cuemm_host_alloc": (ctypes.c_int, (_vp, _P(_vp), _sz, ctypes.c_uint)),
+    "cuemm_host_allocate": (ctypes.c_int, (_vp, _sz, ctypes.c_uint, _P(_vp))),
     "cuemm_host_free": (ctypes.c_int, (_vp, _vp)),
-    "cuemm_host_get_device_pointer": (ctypes.c_int, (_vp, _P(_u64), _vp)),
+    "cuemm_host_device_pointer": (ctypes.c_int, (_vp, _vp, _P(_u64))),
     "cuemm_host_pin": (ctypes.c_int, (_vp, _vp, _sz, ctypes.c_uint)),
     "cuemm_host_unpin": (ctypes.c_int, (_vp, _vp)),
     "cuemm_get_memory_info": (ctypes.c_int, (_vp, _P(_sz), _P(_sz))),
@@ -195,7 +195,7 @@ _PROTOTYPES = {
 # everything else works without them.
 _OPTIONAL = {
     "cuemm_ipc_export": (ctypes.c_int, (_vp, _u64, _sz, _P(IpcHandle))),
-    "cuemm_mem_get_address_range": (ctypes.c_int, (_vp, _P(_u64), _P(_sz), _u64)),
+    "cuemm_address_range": (ctypes.c_int, (_vp, _u64, _P(_u64), _P(_sz))),
 }
 
 _lib = None
@@ -357,8 +357,8 @@ class Manager(object):
 
     def alloc(self, size):
         p = _u64()
-        _check(self._lib.cuemm_alloc(self.handle, ctypes.byref(p), size),
-               "cuemm_alloc(%d bytes)" % size)
+        _check(self._lib.cuemm_allocate(self.handle, size, ctypes.byref(p)),
+               "cuemm_allocate(%d bytes)" % size)
         return p.value
 
     def free(self, p):
@@ -384,8 +384,8 @@ class Manager(object):
 
     def host_alloc(self, size, flags=0):
         p = ctypes.c_void_p()
-        _check(self._lib.cuemm_host_alloc(self.handle, ctypes.byref(p), size, flags),
-               "cuemm_host_alloc(%d bytes, flags 0x%x)" % (size, flags))
+        _check(self._lib.cuemm_host_allocate(self.handle, size, flags, ctypes.byref(p)),
+               "cuemm_host_allocate(%d bytes, flags 0x%x)" % (size, flags))
         return p.value
 
     def host_free(self, p):
@@ -393,8 +393,8 @@ class Manager(object):
 
     def host_device_pointer(self, p):
         d = _u64()
-        _check(self._lib.cuemm_host_get_device_pointer(self.handle, ctypes.byref(d), p),
-               "cuemm_host_get_device_pointer(0x%x)" % p)
+        _check(self._lib.cuemm_host_device_pointer(self.handle, p, ctypes.byref(d)),
+               "cuemm_host_device_pointer(0x%x)" % p)
         return d.value
 
     def pin(self, p, size, flags=0):
@@ -436,14 +436,14 @@ class Manager(object):
         """(start, size) of the allocation of this manager that holds device
         pointer p (a pool block, not the driver's whole mapping), or None
         when p is not in one."""
-        fn = getattr(self._lib, "cuemm_mem_get_address_range", None)
+        fn = getattr(self._lib, "cuemm_address_range", None)
         if fn is None:
             return None
         base, size = _u64(), _sz()
-        rc = fn(self.handle, ctypes.byref(base), ctypes.byref(size), p)
+        rc = fn(self.handle, p, ctypes.byref(base), ctypes.byref(size))
         if rc == CUDA_ERROR_NOT_FOUND:
             return None
-        _check(rc, "cuemm_mem_get_address_range(0x%x)" % p)
+        _check(rc, "cuemm_address_range(0x%x)" % p)
         return base.value, size.value
 
     @classmethod
@@ -506,7 +506,7 @@ def _host_pointer(addr):
 def install_extents(drv):
     """Routes Numba's extent queries through cuemm: drv.device_extents (and
     so drv.device_memory_size, which calls it) answers for memory cuemm
-    handed out with cuemm_mem_get_address_range, and with Numba's own code
+    handed out with cuemm_address_range, and with Numba's own code
     (cuMemGetAddressRange) for any other memory.  The driver's answer for a
     pool block is the whole mapping around it, so a memset or copy sized
     from it would overrun the block.  Idempotent; returns the function

@@ -86,7 +86,7 @@ static CUresult device_manager_slow(int device, cuemm_manager **out)
     pthread_mutex_unlock(&dev_lock);
     return cuemm__driver_error(r, "%s: cuDevicePrimaryCtxRetain(device %d)", fn, device);
   }
-  r = cuemm_create(&m, ctx, &cfg);
+  r = cuemm_manager_create(ctx, &cfg, &m);
   if (r == CUDA_ERROR_ALREADY_ACQUIRED) {
     /* The program made the primary context's manager itself: use it. */
     CUcontext popped;
@@ -246,7 +246,7 @@ static CUresult tag_manager_slow(int t, int device, cuemm_manager **out)
     snprintf(log, sizeof log, "%s.%s", cfg.log_file, tag_names[t]);
     cfg.log_file = log;
   }
-  r = cuemm_create(&m, cuemm_context(m0), &cfg);
+  r = cuemm_manager_create(cuemm_context(m0), &cfg, &m);
   if (r != CUDA_SUCCESS) {
     pthread_mutex_unlock(&dev_lock);
     return cuemm__error_prefix(r, "%s: the manager of tag \"%s\" on device %d", fn, tag_names[t], device);
@@ -293,7 +293,7 @@ static int holds(cuemm_manager *m, CUdeviceptr p, int in_pool_only)
   if (in_pool_only)
     return 0;
   CUdeviceptr base = 0;
-  return cuemm_mem_get_address_range(m, &base, NULL, p) == CUDA_SUCCESS && base == p;
+  return cuemm_address_range(m, p, &base, NULL) == CUDA_SUCCESS && base == p;
 }
 
 /* The manager of `device` that handed out p, the default one first; NULL
@@ -685,7 +685,7 @@ static __attribute__((noinline)) CUresult alloc_for_pool(cuemm_manager *m, int d
 {
   relaxed x;
   relaxed_enter(m, &x);
-  CUresult r = deferred_only(m) ? cuemm_alloc(m, p, size) : cuemm_alloc_async(m, p, size, stream);
+  CUresult r = deferred_only(m) ? cuemm_allocate(m, size, p) : cuemm_allocate_async(m, size, stream, p);
   relaxed_leave(m, &x);
   if (r == CUDA_SUCCESS && tag_block(device, *p) != 0) {
     /* Unrecorded, the block would be reused while the graph lives. */
@@ -712,9 +712,9 @@ CUEMM_EXTERN void *cuemm_torch_alloc(size_t size, int device, CUstream stream)
     if (__builtin_expect(atomic_load_explicit(&graph_open[device], memory_order_relaxed) != 0, 0))
       r = alloc_for_pool(m, device, &p, size, stream);
     else if (__builtin_expect(deferred_only(m), 0))
-      r = cuemm_alloc(m, &p, size);
+      r = cuemm_allocate(m, size, &p);
     else
-      r = cuemm_alloc_async(m, &p, size, stream);
+      r = cuemm_allocate_async(m, size, stream, &p);
   }
   if (r != CUDA_SUCCESS) {
     note_failure(F_ALLOC, "cuemm_torch_alloc(%zu bytes, device %d, stream %p%s%s%s)", size, device, (void *)stream,
@@ -759,7 +759,7 @@ CUEMM_EXTERN void cuemm_torch_record_stream(void *ptr, CUstream stream)
     cuemm_manager *m = tagged ? claim(i, p) : existing(i);
     if (!m)
       continue;
-    CUresult r = deferred_only(m) ? cuemm_mem_get_address_range(m, NULL, NULL, p)
+    CUresult r = deferred_only(m) ? cuemm_address_range(m, p, NULL, NULL)
                                   : cuemm_record_stream(m, p, stream);
     if (r == CUDA_SUCCESS)
       return; /* on the deferred path the free synchronizes: nothing to record */

@@ -186,7 +186,7 @@ static const knob knobs[] = {
 };
 
 #define NKNOBS (sizeof knobs / sizeof knobs[0])
-_Static_assert(NKNOBS <= 64, "cuemm_config.env_set has one bit per knob");
+_Static_assert(NKNOBS <= 64, "cuemm_config.env_set and env_invalid have one bit per knob");
 
 /* Variables read outside the table: not knobs of cuemm_config, each read
  * where it acts.  Listed here so that the cuemm(7) page names them too. */
@@ -402,32 +402,61 @@ static int parse(const knob *k, const char *text, double *out)
   return PARSED;
 }
 
-/* Adds one refused variable's sentence to cfg->env_error, after "; " when
- * another came before.  env_error holds every variable's (see the test of
- * all of them at once in test-config). */
-static void refuse(cuemm_config *cfg, const knob *k, const char *text, int why)
+/* Appends one refused variable's sentence to the text at *buf (of *len
+ * bytes, grown as needed), after "; " when another came before.  why is
+ * INVALID or TOO_LARGE for the value `text`; PARSED for a variable refused
+ * earlier whose value is no longer at hand. */
+static void refusal(char **buf, size_t *len, const knob *k, const char *text, int why)
 {
-  size_t used = strlen(cfg->env_error);
-  char *at = cfg->env_error + used;
-  size_t cap = sizeof cfg->env_error - used;
-  const char *sep = used ? "; " : "";
-  cfg->env_status = CUDA_ERROR_INVALID_VALUE;
+  char most[96] = "", units[128] = "";
   if (why == TOO_LARGE) {
-    char most[64];
     format_value(k, k->max, most, sizeof most);
     if (k->type == KNOB_SIZE)
       snprintf(most + strlen(most), sizeof most - strlen(most), " (%.0f bytes)", k->max);
-    snprintf(at, cap, "%s%s=\"%.64s\" is too large (at most %s): expected %s", sep, k->env, text, most, k->accepts);
   } else if (why == UNKNOWN_UNIT) {
     /* Said as such, not as the knob's whole grammar: 64Mib is a unit away
      * from a valid value. */
-    char units[128] = "";
     for (size_t i = 1, n = 0; i < NSIZE_UNITS && n < sizeof units; i++)
       n += (size_t)snprintf(units + n, sizeof units - n, "%s%s", i > 1 ? ", " : "", size_units[i].suffix);
-    snprintf(at, cap, "%s%s=\"%.64s\" is invalid: unknown unit '%.16s' (units: %s; none for bytes)", sep, k->env,
-             text, size_unit(text), units);
-  } else
-    snprintf(at, cap, "%s%s=\"%.64s\" is invalid: expected %s", sep, k->env, text, k->accepts);
+  }
+  const char *sep = *len ? "; " : "";
+#define REFUSAL(to, cap)                                                                                    \
+  (why == TOO_LARGE ? snprintf(to, cap, "%s%s=\"%.64s\" is too large (at most %s): expected %s", sep, k->env,  \
+                               text, most, k->accepts)                                                     \
+   : why == UNKNOWN_UNIT ? snprintf(to, cap, "%s%s=\"%.64s\" is invalid: unknown unit '%.16s' (units: %s; none for " \
+                                    "bytes)", sep, k->env, text, size_unit(text), units)                      \
+   : why == INVALID ? snprintf(to, cap, "%s%s=\"%.64s\" is invalid: expected %s", sep, k->env, text, k->accepts) \
+                    : snprintf(to, cap, "%s%s was refused by cuemm_config_init: expected %s", sep, k->env,       \
+                               k->accepts))
+  int n = REFUSAL(NULL, 0);
+  char *grown = n < 0 ? NULL : realloc(*buf, *len + (size_t)n + 1);
+  if (!grown)
+    return; /* the bits still say which; the message is shorter */
+  *buf = grown;
+  REFUSAL(*buf + *len, (size_t)n + 1);
+#undef REFUSAL
+  *len += (size_t)n;
+}
+
+/* Sets the thread's message to the sentences of the variables cfg->env_invalid
+ * names, as the environment has them now (the same text cuemm_config_init
+ * gave, unless the environment changed since). */
+static CUresult refused(const cuemm_config *cfg)
+{
+  char *buf = NULL;
+  size_t len = 0;
+  double v;
+  for (size_t i = 0; i < NKNOBS; i++) {
+    if (!((cfg->env_invalid >> i) & 1))
+      continue;
+    const char *text = getenv(knobs[i].env);
+    int r = text && *text ? parse(&knobs[i], text, &v) : PARSED;
+    refusal(&buf, &len, &knobs[i], r == PARSED ? "" : text, r);
+  }
+  CUresult r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s",
+                            buf ? buf : "the configuration carries an environment error (cuemm_config.env_status)");
+  free(buf);
+  return r;
 }
 
 /* ---- CUEMM_ variables nobody reads ------------------------------------------ */
@@ -539,6 +568,7 @@ CUEMM_EXTERN CUresult cuemm_config_init(cuemm_config *cfg)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_config_init: cfg is NULL");
   warn_unknown();
   memset(cfg, 0, sizeof *cfg);
+  cfg->size = sizeof *cfg;
   for (size_t i = 0; i < NKNOBS; i++)
     set_field(cfg, &knobs[i], knobs[i].def);
   cfg->env_status = CUDA_SUCCESS;
@@ -557,19 +587,65 @@ CUEMM_EXTERN CUresult cuemm_config_init(cuemm_config *cfg)
     if (r == PARSED) {
       set_field(cfg, &knobs[i], v);
       cfg->env_set |= 1ull << i;
-    } else
-      refuse(cfg, &knobs[i], text, r);
+    } else {
+      cfg->env_invalid |= 1ull << i;
+      cfg->env_status = CUDA_ERROR_INVALID_VALUE;
+    }
   }
   if (cfg->env_status != CUDA_SUCCESS)
-    return cuemm__error(cfg->env_status, "%s", cfg->env_error);
+    return refused(cfg);
+  return CUDA_SUCCESS;
+}
+
+/* The bytes of a knob's field. */
+static size_t knob_width(const knob *k)
+{
+  return k->type == KNOB_COUNT || k->type == KNOB_SIZE ? sizeof(size_t)
+         : k->type == KNOB_RATIO ? sizeof(double)
+         : k->type == KNOB_PATH ? sizeof(const char *)
+         : k->type == KNOB_FLAG ? sizeof(int)
+         : sizeof(cuemm_pool_kind); /* the enums */
+}
+
+CUresult cuemm__config_copy(const cuemm_config *cfg, cuemm_config *out)
+{
+  /* The smallest struct a cuemm.h with the size field declares: the size
+   * and the first setting. */
+  const size_t least = offsetof(cuemm_config, max_pending_count) + sizeof cfg->max_pending_count;
+  if (cfg->size < least || cfg->size > sizeof *cfg)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE,
+                        "cuemm_config.size = %zu is invalid: expected the size of the program's cuemm_config "
+                        "(%zu bytes in this library's cuemm.h, at least %zu in any), which cuemm_config_init sets: "
+                        "fill the struct with cuemm_config_init before changing fields", cfg->size, sizeof *cfg,
+                        least);
+  /* Defaults first, then the program's bytes; a field that does not lie
+   * wholly within them (a struct of an older cuemm.h) keeps its default. */
+  memset(out, 0, sizeof *out);
+  for (size_t i = 0; i < NKNOBS; i++)
+    set_field(out, &knobs[i], knobs[i].def);
+  cuemm_config defaults = *out;
+  memcpy(out, cfg, cfg->size);
+  for (size_t i = 0; i < NKNOBS; i++)
+    if (knobs[i].offset + knob_width(&knobs[i]) > cfg->size)
+      set_field(out, &knobs[i], knobs[i].def);
+  static const struct { size_t offset, width; } others_fields[] = {
+    { offsetof(cuemm_config, env_status), sizeof(CUresult) },
+    { offsetof(cuemm_config, env_set), sizeof(uint64_t) },
+    { offsetof(cuemm_config, env_invalid), sizeof(uint64_t) },
+    { offsetof(cuemm_config, secondary), sizeof(int) },
+  };
+  for (size_t i = 0; i < sizeof others_fields / sizeof others_fields[0]; i++)
+    if (others_fields[i].offset + others_fields[i].width > cfg->size)
+      memcpy((char *)out + others_fields[i].offset, (const char *)&defaults + others_fields[i].offset,
+             others_fields[i].width);
+  out->size = sizeof *out;
   return CUDA_SUCCESS;
 }
 
 CUresult cuemm__config_validate(const cuemm_config *cfg)
 {
   if (cfg->env_status != CUDA_SUCCESS)
-    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "%s",
-                        cfg->env_error[0] ? cfg->env_error : "the configuration carries an environment error");
+    return refused(cfg);
   for (size_t i = 0; i < NKNOBS; i++) {
     if (knobs[i].type == KNOB_PATH)
       continue;

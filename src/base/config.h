@@ -12,6 +12,13 @@
 
 #include "cuemm.h"
 
+/* Copies the program's configuration cfg into *out, a whole cuemm_config
+ * of this library: the cfg->size bytes the program's struct has, the fields
+ * past them at their defaults (a struct of an older cuemm.h).  Returns
+ * CUDA_ERROR_INVALID_VALUE, naming cuemm_config.size, for a size no
+ * version of the struct has (0, garbage, larger than this library's). */
+CUresult cuemm__config_copy(const cuemm_config *cfg, cuemm_config *out);
+
 /* Checks every field of a configuration a program may have edited, and the
  * environment error cuemm_config_init recorded in it.  Returns
  * CUDA_ERROR_INVALID_VALUE with a message naming the field, or CUDA_SUCCESS. */

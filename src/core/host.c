@@ -18,7 +18,7 @@
   (CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |                \
    CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)
 
-CUEMM_EXTERN CUresult cuemm_host_alloc(cuemm_manager *m, void **p, size_t size, unsigned int flags)
+CUEMM_EXTERN CUresult cuemm_host_allocate(cuemm_manager *m, size_t size, unsigned int flags, void **p)
 {
   if (!m || !p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_host_alloc: %s is NULL", m ? "p" : "manager");
@@ -41,7 +41,7 @@ CUEMM_EXTERN CUresult cuemm_host_free(cuemm_manager *m, void *p)
   return cuemm__manager_free(m, "cuemm_host_free", CUEMM__KIND_HOST, (uintptr_t)p, NULL);
 }
 
-CUEMM_EXTERN CUresult cuemm_host_get_device_pointer(cuemm_manager *m, CUdeviceptr *dptr, void *p)
+CUEMM_EXTERN CUresult cuemm_host_device_pointer(cuemm_manager *m, void *p, CUdeviceptr *dptr)
 {
   if (!m || !dptr || !p)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_host_get_device_pointer: %s is NULL",

@@ -649,7 +649,7 @@ static __attribute__((noinline)) CUresult free_logged(cuemm_manager *m, CUdevice
   return r;
 }
 
-CUEMM_EXTERN CUresult cuemm_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
+CUEMM_EXTERN CUresult cuemm_allocate(cuemm_manager *m, size_t size, CUdeviceptr *p)
 {
   CUEMM__CHECK_MANAGER(m, "cuemm_alloc");
   if (__builtin_expect(m->log != NULL, 0))

@@ -56,7 +56,7 @@ static CUresult not_found(cuemm_manager *m, uintptr_t p, const cuemm__owned_entr
                       "this manager (allocated elsewhere, host memory, or freed and released already)", fn, p);
 }
 
-CUEMM_EXTERN CUresult cuemm_mem_get_address_range(cuemm_manager *m, CUdeviceptr *base, size_t *size, CUdeviceptr p)
+CUEMM_EXTERN CUresult cuemm_address_range(cuemm_manager *m, CUdeviceptr p, CUdeviceptr *base, size_t *size)
 {
   if (!m) {
     CUresult r = cuemm_get(&m);

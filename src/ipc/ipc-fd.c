@@ -332,7 +332,7 @@ static CUresult os_error(int err, const char *what)
   return cuemm__error(CUDA_ERROR_OPERATING_SYSTEM, "%s: %s", what, strerror(err));
 }
 
-CUEMM_EXTERN CUresult cuemm_ipc_send(int sock, cuemm_manager *m, const cuemm_ipc_handle *h)
+CUEMM_EXTERN CUresult cuemm_ipc_handle_send(cuemm_manager *m, const cuemm_ipc_handle *h, int sock)
 {
   if (!h)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_send: h is NULL");

@@ -116,7 +116,7 @@ CUresult cuemm__ipc_check_handle(const cuemm_ipc_handle *h, const char *fn)
   return CUDA_SUCCESS;
 }
 
-CUEMM_EXTERN CUresult cuemm_ipc_handle_from_bytes(cuemm_ipc_handle *h, const void *bytes, size_t len)
+CUEMM_EXTERN CUresult cuemm_ipc_handle_parse(const void *bytes, size_t len, cuemm_ipc_handle *h)
 {
   if (!h)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_ipc_handle_from_bytes: h is NULL");

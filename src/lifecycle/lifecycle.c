@@ -47,12 +47,12 @@ static CUresult read_context(cuemm_manager *m, CUcontext ctx)
   return cuemm__ctx_leave(m, &g, r);
 }
 
-CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cuemm_config *cfg)
+CUEMM_EXTERN CUresult cuemm_manager_create(CUcontext ctx, const cuemm_config *cfg, cuemm_manager **out)
 {
   if (!out)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_create: m is NULL");
   *out = NULL;
-  cuemm_config envcfg;
+  cuemm_config envcfg, whole;
   CUresult r;
   if (!cfg) {
     r = cuemm_config_init(&envcfg);
@@ -60,6 +60,9 @@ CUEMM_EXTERN CUresult cuemm_create(cuemm_manager **out, CUcontext ctx, const cue
       return r;
     cfg = &envcfg;
   }
+  if ((r = cuemm__config_copy(cfg, &whole)) != CUDA_SUCCESS)
+    return r;
+  cfg = &whole;
   if ((r = cuemm__config_validate(cfg)) != CUDA_SUCCESS)
     return r;
   const cuemm__driver_table *d = cuemm__driver(&r);

@@ -121,7 +121,7 @@ CUEMM_EXTERN CUresult cuemm_get(cuemm_manager **out)
   cuemm_manager *m = find_locked(id);
   pthread_mutex_unlock(&reg_lock);
   if (!m) {
-    r = cuemm_create(&m, ctx, NULL);
+    r = cuemm_manager_create(ctx, NULL, &m);
     if (r == CUDA_ERROR_ALREADY_ACQUIRED) {
       pthread_mutex_lock(&reg_lock);
       m = find_locked(id);
@@ -142,7 +142,7 @@ CUEMM_EXTERN CUresult cuemm_mem_alloc(CUdeviceptr *p, size_t size)
 {
   cuemm_manager *m;
   CUresult r = cuemm_get(&m);
-  return r == CUDA_SUCCESS ? cuemm_alloc(m, p, size) : r;
+  return r == CUDA_SUCCESS ? cuemm_allocate(m, size, p) : r;
 }
 
 CUEMM_EXTERN CUresult cuemm_mem_free(CUdeviceptr p)

@@ -182,7 +182,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
     /* Too large for the pool: cuemm_alloc's way (cuMemAlloc, whose memory
      * is idle from the start and so serves any stream, its free deferred;
      * or the refusal of a hard limit). */
-    CUresult r = cuemm_alloc(m, p, size);
+    CUresult r = cuemm_allocate(m, size, p);
     if (r != CUDA_SUCCESS)
       cuemm__error_append(" (cuemm_alloc_async on stream %p)", (void *)stream);
     return r;
@@ -507,7 +507,7 @@ static __attribute__((noinline)) CUresult free_async_any(cuemm_manager *m, CUdev
 /* The two entry points go straight to the calling thread's heap when it
  * has one for m and no event log is kept: the checks the whole way makes
  * first (the manager, its path, the thread's slot) fold into a few loads. */
-CUEMM_EXTERN CUresult cuemm_alloc_async(cuemm_manager *m, CUdeviceptr *p, size_t size, CUstream stream)
+CUEMM_EXTERN CUresult cuemm_allocate_async(cuemm_manager *m, size_t size, CUstream stream, CUdeviceptr *p)
 {
   if (__builtin_expect(m && m->stream_inline && p && size - 1 < CUEMM__HEAP_LARGE_MAX && cuemm__thread_heap_slot_first(m) &&
                        cuemm__tls[0].h, 1))

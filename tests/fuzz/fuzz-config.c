@@ -6,8 +6,8 @@
  * parser written here from the documented grammar (whole numbers, sizes
  * with K/KiB/M/MiB/G/GiB/T/TiB, "none"/"vmm", 0/1, a fraction in (0, 1]);
  * an accepted value lands in its field exactly and leaves every other field
- * at its default; a refused one sets env_status and a message naming the
- * variable, in env_error and in cuemm_last_error, and leaves every field at
+ * at its default; a refused one sets env_status, a bit in env_invalid and
+ * a message naming the variable in cuemm_last_error, and leaves every field at
  * its default.  A refusal says "is too large" exactly when the value is a
  * number of the right form past the knob's range or 64 bits, "is invalid:
  * unknown unit" when a size's digits are followed by letters that are no
@@ -178,15 +178,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   } else {
     FUZZ_ASSERT(r == CUDA_ERROR_INVALID_VALUE && c.env_status == r, "refused with %d, env_status %d", (int)r,
                 (int)c.env_status);
-    FUZZ_ASSERT(strstr(c.env_error, v->name) != NULL, "env_error does not name %s: %s", v->name, c.env_error);
+    FUZZ_ASSERT(c.env_invalid != 0 && (c.env_invalid & (c.env_invalid - 1)) == 0,
+                "env_invalid has not one bit: %#llx", (unsigned long long)c.env_invalid);
     FUZZ_ASSERT(strstr(cuemm_last_error(), v->name) != NULL, "message does not name %s: %s", v->name,
                 cuemm_last_error());
     FUZZ_ASSERT(field(&c, v) == field(&def, v), "a refused %s changed its field", v->name);
     char head[160];
     snprintf(head, sizeof head, "%s=\"%.64s\" %s", v->name, text,
              ref == 2 ? "is too large (at most " : ref == 3 ? "is invalid: unknown unit '" : "is invalid: expected ");
-    FUZZ_ASSERT(strncmp(c.env_error, head, strlen(head)) == 0, "%s=\"%s\": the grammar says %s, the message: %s",
-                v->name, text, ref == 2 ? "too large" : ref == 3 ? "an unknown unit" : "malformed", c.env_error);
+    FUZZ_ASSERT(strncmp(cuemm_last_error(), head, strlen(head)) == 0,
+                "%s=\"%s\": the grammar says %s, the message: %s", v->name, text,
+                ref == 2 ? "too large" : ref == 3 ? "an unknown unit" : "malformed", cuemm_last_error());
   }
   for (size_t i = 0; i < NVARS; i++)
     if (&vars[i] != v)

@@ -1,4 +1,4 @@
-/* fuzz-ipc-handle.c: cuemm_ipc_handle_from_bytes on arbitrary bytes, then
+/* fuzz-ipc-handle.c: cuemm_ipc_handle_parse on arbitrary bytes, then
  * cuemm_ipc_open on whatever it accepts, on simcuda.
  *
  * What must hold: a refused input leaves *h as it was, with
@@ -34,7 +34,7 @@ static cuemm_manager *manager(void)
   FUZZ_ASSERT(cuInit(0) == CUDA_SUCCESS && cuDeviceGet(&dev, 0) == CUDA_SUCCESS &&
               cuDevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS && cuCtxSetCurrent(ctx) == CUDA_SUCCESS,
               "no context on the driver");
-  FUZZ_ASSERT(cuemm_create(&m, NULL, &c) == CUDA_SUCCESS, "cuemm_create: %s", cuemm_last_error());
+  FUZZ_ASSERT(cuemm_manager_create(NULL, &c, &m) == CUDA_SUCCESS, "cuemm_create: %s", cuemm_last_error());
   return m;
 }
 
@@ -44,7 +44,7 @@ static void one(const uint8_t *data, size_t size)
   cuemm_ipc_handle h, before;
   memset(&h, 0xA5, sizeof h);
   before = h;
-  CUresult r = cuemm_ipc_handle_from_bytes(&h, data, size);
+  CUresult r = cuemm_ipc_handle_parse(data, size, &h);
   if (r != CUDA_SUCCESS) {
     FUZZ_ASSERT(r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED, "refused with %d", (int)r);
     FUZZ_ASSERT(memcmp(&h, &before, sizeof h) == 0, "a refused input changed *h");

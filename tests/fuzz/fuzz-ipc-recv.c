@@ -7,7 +7,7 @@
  * the sender shuts its side.  What must hold: no descriptor stays open
  * after the input, whatever happened (counted in /proc/self/fd); a refused
  * message leaves *h as it was; an accepted one is a handle that
- * cuemm_ipc_handle_from_bytes accepts too, came with one descriptor per
+ * cuemm_ipc_handle_parse accepts too, came with one descriptor per
  * chunk for a pool handle (kept: cuemm_ipc_discard closes them) or none for
  * a device handle.
  */
@@ -96,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   } else {
     cuemm_ipc_handle again;
     FUZZ_ASSERT(n >= CUEMM_IPC_HANDLE_SIZE && memcmp(&h, payload, sizeof h) == 0, "received bytes differ");
-    FUZZ_ASSERT(cuemm_ipc_handle_from_bytes(&again, &h, sizeof h) == CUDA_SUCCESS, "recv accepted what "
+    FUZZ_ASSERT(cuemm_ipc_handle_parse(&h, sizeof h, &again) == CUDA_SUCCESS, "recv accepted what "
                 "from_bytes refuses: %s", cuemm_last_error());
     if (h.kind == CUEMM_IPC_KIND_POOL) {
       FUZZ_ASSERT(nfds == h.pieces.count, "a pool handle of %u chunks accepted with %u descriptors",

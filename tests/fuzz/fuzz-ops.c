@@ -8,8 +8,8 @@
  * flush threshold, release threshold, a pool limit, hard or not; or no
  * pool, where the stream calls are refused and frees are deferred; or
  * managed memory, where the stream calls are the deferred ones), then
- * operations, one byte each plus their arguments: cuemm_alloc_async and
- * cuemm_alloc of sizes from 1 byte to past the pool's reservation;
+ * operations, one byte each plus their arguments: cuemm_allocate_async and
+ * cuemm_allocate of sizes from 1 byte to past the pool's reservation;
  * cuemm_free_async on the block's stream or, after that stream's work is
  * done, on another, by this thread or by a second one (the block then goes
  * back to this thread's cache without a lock, or the general way);
@@ -30,11 +30,11 @@
  * frees it), so that whatever goes wrong is cuemm's.  What must hold:
  *  - every call succeeds, except an allocation that runs out of memory and,
  *    while driver calls are made to fail, any call (with a message); a call
- *    that failed left its block as cuemm_mem_get_address_range says;
+ *    that failed left its block as cuemm_address_range says;
  *  - no two live blocks overlap; every block is 256-byte aligned;
  *  - no block is handed out while work queued before its free, on a stream
  *    the new owner is not ordered after, is pending (simcuda_reuse_check;
- *    for cuemm_alloc, any such work);
+ *    for cuemm_allocate, any such work);
  *  - every block reads back the last value written to it (after a
  *    suspension without CUEMM_SUSPEND_KEEP, the next one; a suspension with
  *    it keeps every live block's contents);
@@ -66,8 +66,8 @@
 typedef struct blk {
   CUdeviceptr p;
   size_t size;
-  int async;         /* from cuemm_alloc_async */
-  int own;           /* its stream's index; -1: none (cuemm_alloc), -2: destroyed */
+  int async;         /* from cuemm_allocate_async */
+  int own;           /* its stream's index; -1: none (cuemm_allocate), -2: destroyed */
   int writer;        /* the stream of the last write, -1: none pending (written by the host or done) */
   unsigned used;     /* streams named with cuemm_record_stream, a bit each */
   unsigned char tag; /* the last value written */
@@ -104,7 +104,7 @@ static struct {
   cuemm_manager *m;
   int mode;
   CUstream made[NSTREAMS]; /* the created ones, at 2..4 */
-  CUstream probe;          /* never given work: cuemm_alloc's blocks are checked against it */
+  CUstream probe;          /* never given work: cuemm_allocate's blocks are checked against it */
   blk live[MAXLIVE];
   size_t nlive;
   CUdeviceptr freed[FREED];
@@ -245,7 +245,7 @@ static int still_live(const blk *b)
 {
   CUdeviceptr base = 0;
   size_t size = 0;
-  return cuemm_mem_get_address_range(s.m, &base, &size, b->p) == CUDA_SUCCESS && base == b->p;
+  return cuemm_address_range(s.m, b->p, &base, &size) == CUDA_SUCCESS && base == b->p;
 }
 
 static void op_alloc(int async)
@@ -259,7 +259,7 @@ static void op_alloc(int async)
   if (s.nlive == MAXLIVE || (size > RESERVE && large >= 2))
     return;
   CUdeviceptr p = 0;
-  CUresult r = async ? cuemm_alloc_async(s.m, &p, size, stream_of(k)) : cuemm_alloc(s.m, &p, size);
+  CUresult r = async ? cuemm_allocate_async(s.m, size, stream_of(k), &p) : cuemm_allocate(s.m, size, &p);
   if (s.suspended) {
     FUZZ_ASSERT(r == CUDA_ERROR_ILLEGAL_STATE && strstr(cuemm_last_error(), "suspended") && p == 0,
                 "%s of %zu bytes while suspended: %d (%s)", async ? "cuemm_alloc_async" : "cuemm_alloc", size,
@@ -277,7 +277,7 @@ static void op_alloc(int async)
   check_ok(r, async ? "cuemm_alloc_async" : "cuemm_alloc");
   if (r != CUDA_SUCCESS)
     return;
-  /* Managed memory's cuemm_alloc_async is cuemm_alloc: the block is idle. */
+  /* Managed memory's cuemm_allocate_async is cuemm_allocate: the block is idle. */
   if (s.mode == MODE_MANAGED)
     async = 0;
   add_live(p, size, async, async ? k : -1, async ? stream_of(k) : s.probe);
@@ -518,7 +518,7 @@ static void inspect(void)
     const blk *b = &s.live[in.i % s.nlive];
     CUdeviceptr base = 0;
     size_t size = 0;
-    CUresult r = cuemm_mem_get_address_range(s.m, &base, &size, b->p + b->size / 2);
+    CUresult r = cuemm_address_range(s.m, b->p + b->size / 2, &base, &size);
     FUZZ_ASSERT(r == CUDA_SUCCESS && base == b->p && size == b->size,
                 "the address range of 0x%llx + %zu is 0x%llx, %zu bytes (%d: %s)", (unsigned long long)b->p,
                 b->size / 2, (unsigned long long)base, size, (int)r, r ? cuemm_last_error() : "");
@@ -767,7 +767,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   c.pool_release_delay_ms = (c1 >> 3) & 1 ? 0 : 1000;
   c.pool_limit = (c1 >> 4) & 1 ? RESERVE / 2 : 0;
   c.pool_limit_hard = (c1 >> 5) & 1;
-  FUZZ_ASSERT(cuemm_create(&s.m, ctx, &c) == CUDA_SUCCESS, "cuemm_create: %s", cuemm_last_error());
+  FUZZ_ASSERT(cuemm_manager_create(ctx, &c, &s.m) == CUDA_SUCCESS, "cuemm_create: %s", cuemm_last_error());
   for (int k = 2; k < NSTREAMS; k++)
     FUZZ_ASSERT(cuStreamCreate(&s.made[k], k == 3 ? 0 : CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS, "cuStreamCreate");
   FUZZ_ASSERT(cuStreamCreate(&s.probe, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS, "cuStreamCreate");
