@@ -28,7 +28,7 @@ size_t cuemm__account_held_bytes(const cuemm_manager *m)
   if (m->pool)
     h += cuemm__pool_held_from_driver(m->pool);
   if (m->managed)
-    h += cuemm__managed_held(m->managed);
+    h += atomic_load_explicit(&m->managed->held, memory_order_relaxed); /* core/managed.h: written atomically */
   return h;
 }
 

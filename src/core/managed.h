@@ -69,12 +69,6 @@ typedef struct cuemm__managed {
   char warning[256];
 } cuemm__managed;
 
-/* Device memory the managed pool holds.  Any thread, no lock. */
-static inline size_t cuemm__managed_held(const cuemm__managed *mp)
-{
-  return atomic_load_explicit(&mp->held, memory_order_relaxed);
-}
-
 /* Creates m->managed for m->cfg.memory (MANAGED or SYSTEM); checks that the
  * driver and the device support it; `flush` is the manager's flush of its
  * pending frees.  Allocates nothing from the driver. */
