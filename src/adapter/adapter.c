@@ -30,9 +30,8 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "base/config.h"
-#include "base/error.h"
-#include "core/manager.h"
+#include "base/internal.h"
+#include "core/internal.h"
 
 #define MAX_DEVICES CUEMM__POOL_MAX_DEVICES
 

@@ -6,10 +6,10 @@
  * held bytes among them).
  */
 #include "core/account.h"
-#include "base/error.h"
+#include "base/internal.h"
 #include "core/managed.h"
 #include "core/manager.h"
-#include "trace/log.h"
+#include "trace/internal.h"
 
 void cuemm__account_alloc(cuemm_manager *m, size_t size)
 {

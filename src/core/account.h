@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "cuemm.h"
-#include "base/error.h"
+#include "base/internal.h"
 
 /* Counts a device allocation of `size` bytes in the statistics (live, peak,
  * allocs).  Lock held. */

@@ -7,7 +7,7 @@
  * of them.
  */
 #include "core/ctx.h"
-#include "base/error.h"
+#include "base/internal.h"
 #include "core/manager.h"
 
 CUresult cuemm__ctx_enter(cuemm_manager *m, cuemm__ctx_guard *g)

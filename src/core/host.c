@@ -10,7 +10,7 @@
  */
 #include <inttypes.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "core/manager.h"
 
 #define HOST_ALLOC_FLAGS (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)

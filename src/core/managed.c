@@ -34,11 +34,10 @@
 
 #include "core/account.h"
 #include "core/ctx.h"
-#include "base/error.h"
-#include "base/util.h"
+#include "base/internal.h"
 #include "core/managed.h"
 #include "core/manager.h"
-#include "suballoc/suballoc-hole.h"
+#include "suballoc/internal.h"
 
 #define SYSTEM_ALIGN ((size_t)256)
 

@@ -25,9 +25,9 @@
 #include <stdint.h>
 
 #include "cuemm.h"
-#include "base/driver.h"
+#include "base/internal.h"
 #include "core/pending.h"
-#include "suballoc/suballoc.h"
+#include "suballoc/internal.h"
 
 /* One entry per unit (pool_chunk bytes) of the sub-allocator's span.  A
  * segment is one cuMemAllocManaged allocation covering `units` consecutive

@@ -25,11 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "core/managed.h"
 #include "core/manager.h"
-#include "trace/nvtx.h"
-#include "pool/share.h"
+#include "trace/internal.h"
+#include "pool/internal.h"
 
 CUEMM_EXTERN const char *cuemm_version_string(void)
 {

@@ -39,17 +39,17 @@
 #include "core/account.h"
 #include "core/ctx.h"
 #include "cuemm.h"
-#include "base/driver.h"
-#include "base/error.h"
-#include "base/util.h"
-#include "base/lock.h"
-#include "stream/heap.h"
-#include "trace/log.h"
+#include "base/internal.h"
+#include "trace/internal.h"
 #include "core/owned.h"
 #include "core/pending.h"
-#include "pool/pool.h"
+#include "pool/internal.h"
+
+struct cuemm__heap; /* stream/heap.h: the stream path's, which the manager only holds */
 
 struct cuemm_manager {
+  const struct cuemm__extension *const *ext; /* the layers above, in the order lifecycle.c gives */
+  size_t next;
   const cuemm__driver_table *drv;
   CUcontext ctx;
   unsigned long long ctx_id;  /* cuCtxGetId: never reused by the driver */
@@ -64,8 +64,8 @@ struct cuemm_manager {
   size_t pool_pending;        /* pool blocks in `pending` */
   uint64_t fallback_allocs;   /* requests too large for the pool */
   uint64_t serial;            /* unique for the process's life: thread slots tell managers apart by it */
-  cuemm__heap **heaps;        /* the threads' heaps of the stream-ordered path (thread-heap.c) */
-  cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (tags.c;
+  struct cuemm__heap **heaps;        /* the threads' heaps of the stream-ordered path (thread-heap.c) */
+  struct cuemm__heap *pstreams;      /* the streams whose frees the pool holds, and their events (tags.c;
                                * guarded by `lock`, holds no blocks) */
   uint32_t nheaps, capheaps;
   /* Each thread's share of cfg.stream_keep_large: the large blocks a heap
@@ -155,9 +155,10 @@ cuemm__result cuemm__manager_pool_take_locked(cuemm_manager *m, size_t size, uin
 
 /* An extension: a layer above the manager that keeps state of its own per
  * manager (the registry, the IPC mappings) and must hear when a manager
- * starts and ends.  The manager calls no extension by name; extensions.c
- * lists them, and the runners below call each one's hook in that order
- * (any hook may be NULL). */
+ * starts and ends.  The manager calls no extension by name: lifecycle.c
+ * lists them when it creates a manager, and the runners below
+ * (extensions.c) call each one's hook in that order (any hook may be
+ * NULL). */
 typedef struct cuemm__extension {
   /* cuemm_create, once m is whole and before anyone else can see it (m's
    * lock not held).  A failure refuses the creation: the extensions attached
@@ -256,7 +257,9 @@ static inline int cuemm__reclaims_churn(const cuemm_manager *m)
   return m->stream_reclaims - m->reclaims_at_growth >= CUEMM__RECLAIMS_BEFORE_GROWTH;
 }
 
-CUresult cuemm__extensions_attach(cuemm_manager *m);
+/* m's extensions become ext[0..n), in the order their hooks run, and each
+ * one's attach hook runs; a failure abandons those attached before it. */
+CUresult cuemm__extensions_attach(cuemm_manager *m, const struct cuemm__extension *const *ext, size_t n);
 /* Runs every destroy hook; `note` gets their notes joined with "; ". */
 void cuemm__extensions_destroy(cuemm_manager *m, char *note, size_t cap);
 void cuemm__extensions_abandon(cuemm_manager *m);

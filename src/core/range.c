@@ -13,7 +13,7 @@
  */
 #include <inttypes.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "core/manager.h"
 
 /* The live entry whose [key, key + size) holds p, or NULL.  Lock held. */

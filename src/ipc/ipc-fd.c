@@ -28,10 +28,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "ipc/ipc.h"
-#include "pool/share.h"
-#include "pool/vacate.h"
+#include "pool/internal.h"
 
 pthread_mutex_t cuemm__ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 

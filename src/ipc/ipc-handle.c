@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "ipc/ipc.h"
 
 _Static_assert(sizeof(cuemm_ipc_handle) == CUEMM_IPC_HANDLE_SIZE, "handle is 128 bytes");

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "ipc/ipc.h"
 
 /* A device's UUID as the driver's tools print it, for messages. */

@@ -20,7 +20,7 @@
 #ifndef CUEMM_IPC_H
 #define CUEMM_IPC_H
 
-#include "core/manager.h"
+#include "core/internal.h"
 
 /* The most chunks one pool handle names. */
 #define MAX_PIECES CUEMM_IPC_POOL_MAX_PIECES

@@ -11,10 +11,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "base/config.h"
-#include "base/error.h"
-#include "core/managed.h"
-#include "core/manager.h"
+#include "base/internal.h"
+#include "core/internal.h"
+#include "suspend/internal.h"
+#include "stream/internal.h"
+#include "observe/internal.h"
+#include "lifecycle/registry.h"
+#include "ipc/internal.h"
+
+/* The layers above the manager that keep state per manager, in the order
+ * their hooks run.  The registry comes first: once a manager's teardown
+ * has begun, cuemm_get must no longer hand it out.  The statistics table
+ * (CUEMM_STATS) comes next, so that it shows the manager as the program
+ * left it.  The stream-ordered path's caches come next: their blocks go
+ * with the pool.  A suspension's host copy comes last. */
+static const cuemm__extension *const extensions[] = {
+  &cuemm__registry_extension,
+  &cuemm__report_extension,
+  &cuemm__ipc_extension,
+  &cuemm__stream_extension,
+  &cuemm__suspend_extension,
+};
 
 /* ---- creation ------------------------------------------------------------- */
 
@@ -45,6 +62,43 @@ static CUresult read_context(cuemm_manager *m, CUcontext ctx)
   else if ((r = d->MemGetInfo(&free_bytes, &m->st.total_bytes)) != CUDA_SUCCESS)
     cuemm__driver_error(r, "cuMemGetInfo");
   return cuemm__ctx_leave(m, &g, r);
+}
+
+/* The pool of a manager created with CUEMM_POOL=vmm, made in its context;
+ * on a failure none is left.  Its growth and release are noted in `log`. */
+static CUresult create_pool(cuemm_manager *m, cuemm__log *log)
+{
+  cuemm__ctx_guard g;
+  CUresult r = cuemm__ctx_enter(m, &g);
+  if (r == CUDA_SUCCESS) {
+    r = cuemm__pool_create(&m->pool, m->drv, m->dev, &m->cfg, m->st.total_bytes);
+    if (m->pool)
+      cuemm__pool_set_log(m->pool, log);
+    r = cuemm__ctx_leave(m, &g, r);
+  }
+  if (r != CUDA_SUCCESS && m->pool) { /* created, but the caller's context could not be restored */
+    cuemm__pool_destroy(m->pool, 1);
+    m->pool = NULL;
+  }
+  return r;
+}
+
+/* A creation refused after the pool was made: it goes, and m, with the
+ * refusal's message (r) kept. */
+static void unmake(cuemm_manager *m, CUresult r)
+{
+  if (m->pool) {
+    cuemm__saved_error why;
+    cuemm__error_save(&why);
+    cuemm__ctx_guard g;
+    int entered = cuemm__ctx_enter(m, &g) == CUDA_SUCCESS;
+    cuemm__pool_destroy(m->pool, entered);
+    if (entered)
+      cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
+    cuemm__error_restore(&why, r);
+  }
+  cuemm__managed_destroy(m, 0); /* holds no segment yet */
+  free(m);
 }
 
 CUEMM_EXTERN CUresult cuemm_manager_create(CUcontext ctx, const cuemm_config *cfg, cuemm_manager **out)
@@ -92,37 +146,15 @@ CUEMM_EXTERN CUresult cuemm_manager_create(CUcontext ctx, const cuemm_config *cf
     free(m);
     return r;
   }
-  if (cfg->pool == CUEMM_POOL_VMM) {
-    cuemm__ctx_guard g;
-    if ((r = cuemm__ctx_enter(m, &g)) == CUDA_SUCCESS) {
-      r = cuemm__pool_create(&m->pool, d, m->dev, cfg, m->st.total_bytes);
-      if (m->pool)
-        cuemm__pool_set_log(m->pool, log);
-      r = cuemm__ctx_leave(m, &g, r);
-    }
-    if (r != CUDA_SUCCESS) {
-      if (m->pool) /* created, but the caller's context could not be restored */
-        cuemm__pool_destroy(m->pool, 1);
-      free(m);
-      return r;
-    }
+  if (cfg->pool == CUEMM_POOL_VMM && (r = create_pool(m, log)) != CUDA_SUCCESS) {
+    free(m);
+    return r;
   }
   cuemm__lock_init(&m->lock);
   cuemm__owned_init(&m->owned);
   cuemm__pending_init(&m->pending, m->st.max_pending_count, m->st.max_pending_bytes);
-  if ((r = cuemm__extensions_attach(m)) != CUDA_SUCCESS) {
-    if (m->pool) {
-      cuemm__saved_error why;
-      cuemm__error_save(&why);
-      cuemm__ctx_guard g;
-      int entered = cuemm__ctx_enter(m, &g) == CUDA_SUCCESS;
-      cuemm__pool_destroy(m->pool, entered);
-      if (entered)
-        cuemm__ctx_leave(m, &g, CUDA_SUCCESS);
-      cuemm__error_restore(&why, r);
-    }
-    cuemm__managed_destroy(m, 0); /* holds no segment yet */
-    free(m);
+  if ((r = cuemm__extensions_attach(m, extensions, sizeof extensions / sizeof extensions[0])) != CUDA_SUCCESS) {
+    unmake(m, r);
     return r;
   }
   cuemm__config_warn_ignored(&m->cfg, stderr);

@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "lifecycle/registry.h"
 
 typedef struct slot {

@@ -6,7 +6,7 @@
 #ifndef CUEMM_REGISTRY_H
 #define CUEMM_REGISTRY_H
 
-#include "core/manager.h"
+#include "core/internal.h"
 
 extern const cuemm__extension cuemm__registry_extension;
 

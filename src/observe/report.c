@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "observe/report.h"
 #include "observe/stats.h"
-#include "stream/stream.h"
+#include "stream/internal.h"
 
 /* "1.50 MiB": binary units, two decimals; bytes below 1 KiB as they are. */
 static const char *human(char *buf, size_t cap, size_t n)

@@ -3,7 +3,7 @@
 #ifndef CUEMM_REPORT_H
 #define CUEMM_REPORT_H
 
-#include "core/manager.h"
+#include "core/internal.h"
 
 extern const cuemm__extension cuemm__report_extension;
 

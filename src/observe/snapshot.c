@@ -12,11 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/error.h"
-#include "core/manager.h"
-#include "stream/span.h"
+#include "base/internal.h"
+#include "core/internal.h"
+#include "stream/internal.h"
 #include "observe/stats.h"
-#include "stream/stream.h"
 
 typedef struct blocks {
   cuemm_snapshot_block *v;

@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "observe/stats.h"
 
 /* ---- the manager ---------------------------------------------------------- */

@@ -3,7 +3,7 @@
 #ifndef CUEMM_STATS_H
 #define CUEMM_STATS_H
 
-#include "core/manager.h"
+#include "core/internal.h"
 
 /* cuemm_get_stats and cuemm_pool_get_stats with the lock held. */
 void cuemm__stats_locked(cuemm_manager *m, cuemm_stats *s);

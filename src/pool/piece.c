@@ -67,7 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/lock.h"
+#include "base/internal.h"
 #include "pool/piece.h"
 
 #define PIECE_MAX_DEVICES 64

@@ -56,12 +56,11 @@
 
 #include <time.h>
 
-#include "base/error.h"
-#include "trace/nvtx.h"
+#include "base/internal.h"
+#include "trace/internal.h"
 #include "pool/piece.h"
-#include "trace/log.h"
 #include "pool/pool.h"
-#include "suballoc/suballoc-hole.h"
+#include "suballoc/internal.h"
 
 CUmemAllocationProp cuemm__pool_chunk_prop(CUdevice dev, int ipc)
 {

@@ -16,9 +16,8 @@
 #include <time.h>
 
 #include "cuemm.h"
-#include "base/driver.h"
-#include "base/util.h"
-#include "suballoc/suballoc.h"
+#include "base/internal.h"
+#include "suballoc/internal.h"
 
 #define CUEMM__POOL_MAX_DEVICES 64
 

@@ -8,7 +8,7 @@
  */
 #include <stdio.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "pool/share.h"
 
 /* ---- peers ------------------------------------------------------------------- */

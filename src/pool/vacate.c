@@ -18,13 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "base/error.h"
-#include "trace/log.h"
-#include "trace/nvtx.h"
+#include "base/internal.h"
+#include "trace/internal.h"
 #include "pool/piece.h"
 #include "pool/share.h"
 #include "pool/vacate.h"
-#include "suballoc/suballoc-hole.h"
+#include "suballoc/internal.h"
 
 /* ---- the blocks handed out --------------------------------------------------- */
 

@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/error.h"
-#include "base/fence.h"
+#include "base/internal.h"
 #include "stream/event.h"
 
 /* Asks the driver which of stream a's recorded events have completed, and

@@ -7,7 +7,8 @@
 #ifndef CUEMM_STREAM_EVENT_H
 #define CUEMM_STREAM_EVENT_H
 
-#include "core/manager.h"
+#include "stream/heap.h"
+#include "core/internal.h"
 
 static inline int cuemm__event_own_only(CUstream s)
 {

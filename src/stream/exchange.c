@@ -12,9 +12,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "stream/exchange.h"
-#include "trace/nvtx.h"
+#include "trace/internal.h"
 #include "stream/tags.h"
 #include "stream/thread-heap.h"
 

@@ -7,7 +7,8 @@
 #ifndef CUEMM_EXCHANGE_H
 #define CUEMM_EXCHANGE_H
 
-#include "core/manager.h"
+#include "stream/heap.h"
+#include "core/internal.h"
 #include "stream/span.h"
 #include "stream/event.h"
 #include "stream/tags.h"

@@ -10,9 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "stream/exchange.h"
-#include "trace/nvtx.h"
+#include "trace/internal.h"
 #include "stream/event.h"
 #include "stream/free.h"
 #include "stream/thread-heap.h"

@@ -5,7 +5,8 @@
 #ifndef CUEMM_STREAM_FREE_H
 #define CUEMM_STREAM_FREE_H
 
-#include "core/manager.h"
+#include "stream/heap.h"
+#include "core/internal.h"
 
 /* The general free, any thread, any block: see free.c.  `looked`:
  * the caller found no record of dp in h, its own heap. */

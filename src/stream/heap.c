@@ -9,7 +9,7 @@
  * calls the driver.
  */
 #include "stream/heap.h"
-#include "base/fence.h"
+#include "base/internal.h"
 
 #include <sched.h>
 #include <stdlib.h>

@@ -42,7 +42,7 @@
 
 #include <stdatomic.h>
 
-#include "base/lock.h"
+#include "base/internal.h"
 
 #define CUEMM__HEAP_NIL UINT32_MAX
 /* Blocks of this size or more are large: a heap keeps few of them, and

@@ -7,11 +7,10 @@
 #include <stdlib.h>
 
 #include "stream/heap.h"
-#include "core/manager.h"
-#include "core/owned.h"
-#include "pool/pool.h"
+#include "core/internal.h"
+#include "pool/internal.h"
 #include "stream/span.h"
-#include "suballoc/suballoc-hole.h"
+#include "suballoc/internal.h"
 
 static inline uint32_t make_blk(uint32_t id, uint32_t d)
 {

@@ -42,7 +42,8 @@
 
 #include <cuda.h>
 
-#include "suballoc/suballoc.h"
+#include "stream/heap.h"
+#include "suballoc/internal.h"
 
 /* A span block's descriptor: this bit, the span's number and the block's
  * descriptor in the span; CUEMM__SPAN_OWNED once it has an owned entry. */

@@ -46,9 +46,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "stream/exchange.h"
-#include "trace/nvtx.h"
+#include "trace/internal.h"
 #include "stream/event.h"
 #include "stream/span.h"
 #include "stream/free.h"

@@ -5,7 +5,7 @@
 #ifndef CUEMM_STREAM_H
 #define CUEMM_STREAM_H
 
-#include "core/manager.h"
+#include "core/internal.h"
 
 extern const cuemm__extension cuemm__stream_extension;
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "stream/tags.h"
 
 /* A block freed on stream S goes back to the pool at once, although work

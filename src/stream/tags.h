@@ -7,7 +7,8 @@
 #ifndef CUEMM_STREAM_TAGS_H
 #define CUEMM_STREAM_TAGS_H
 
-#include "core/manager.h"
+#include "stream/heap.h"
+#include "core/internal.h"
 #include "stream/event.h"
 
 /* The pool's stream table's place for a stream it has not met; NIL when

@@ -10,7 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "stream/event.h"
 #include "stream/span.h"
 #include "stream/thread-heap.h"

@@ -6,7 +6,8 @@
 #ifndef CUEMM_THREAD_HEAP_H
 #define CUEMM_THREAD_HEAP_H
 
-#include "core/manager.h"
+#include "stream/heap.h"
+#include "core/internal.h"
 
 #define CUEMM__TLS_SLOTS 8
 

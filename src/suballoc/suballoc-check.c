@@ -5,7 +5,7 @@
  */
 #include "suballoc/suballoc-check.h"
 
-#include "suballoc/suballoc-internal.h"
+#include "suballoc/shared.h"
 
 const char *cuemm__sa_check(const cuemm__sa *s)
 {

@@ -25,7 +25,7 @@
  */
 #include "suballoc/suballoc-coalesce.h"
 
-#include "suballoc/suballoc-internal.h"
+#include "suballoc/shared.h"
 #include "suballoc/suballoc-merge.h"
 
 /* Every cached block of the list at *head becomes idle FREE space, merged

@@ -10,7 +10,7 @@
  */
 #include "suballoc/suballoc-hole.h"
 
-#include "suballoc/suballoc-internal.h"
+#include "suballoc/shared.h"
 #include "suballoc/suballoc-merge.h"
 
 /* Gives the part [off, off + size) of the linked block containing it the

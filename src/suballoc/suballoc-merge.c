@@ -12,7 +12,7 @@
 
 #include <stdlib.h>
 
-#include "suballoc/suballoc-internal.h"
+#include "suballoc/shared.h"
 
 /* ---- merging -------------------------------------------------------------- */
 

@@ -1,12 +1,12 @@
 /* suballoc.c: owns the pool's sub-allocator (interface in suballoc.h), but
- * for the parts with files of their own (suballoc-internal.h lists them):
+ * for the parts with files of their own (shared.h lists them):
  * the placement of blocks in the pool's address space (managed.c's
  * segments too), over offsets only, never the driver: the fits, splitting,
  * the descriptors, stream tags, the frees of large sizes the caches' fast
  * path does not take, and the queries.
  *
  * Segregated free lists with bitmaps, in the manner of TLSF (the bins are
- * suballoc-internal.h's).  A small request looks first at the head of its
+ * shared.h's).  A small request looks first at the head of its
  * own bin, then at the first non-empty bin whose every block is large
  * enough (one bitmap scan), then, before giving up, at the rest of its own
  * bin.  A request from 16 KiB up to CUEMM__SA_LOW_FIT (64 KiB) takes the
@@ -37,7 +37,7 @@
 #include <string.h>
 
 #include "suballoc/suballoc-coalesce.h"
-#include "suballoc/suballoc-internal.h"
+#include "suballoc/shared.h"
 #include "suballoc/suballoc-merge.h"
 
 /* ---- bins ----------------------------------------------------------------- */

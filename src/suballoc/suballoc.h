@@ -7,7 +7,7 @@
  * calls the driver and never learns the base address.  Not thread-safe: the
  * manager's lock guards it.
  *
- * Its files are listed in suballoc-internal.h.  Growth and release are
+ * Its files are listed in shared.h.  Growth and release are
  * declared in suballoc-hole.h and the invariant check in suballoc-check.h:
  * they call this header's functions, which call none of theirs.
  */

@@ -30,10 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/error.h"
-#include "stream/exchange.h"
-#include "pool/vacate.h"
-#include "stream/span.h"
+#include "base/internal.h"
+#include "stream/internal.h"
+#include "pool/internal.h"
 #include "suspend/suspend.h"
 
 typedef struct kept_run {

@@ -3,7 +3,7 @@
 #ifndef CUEMM_SUSPEND_H
 #define CUEMM_SUSPEND_H
 
-#include "core/manager.h"
+#include "core/internal.h"
 
 extern const cuemm__extension cuemm__suspend_extension;
 

@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/error.h"
+#include "base/internal.h"
 #include "trace/log.h"
 
 #define LOG_BUFFER (64 * 1024)

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/driver.h"
+#include "base/internal.h"
 
 struct cuemm__nvtx_pool;
 

@@ -1,4 +1,4 @@
-/* suballoc-internal.h: what the files of the pool's sub-allocator share.
+/* shared.h: what the files of the pool's sub-allocator share.
  *
  * The sub-allocator (interface in suballoc.h) is split by concern:
  * suballoc.c owns placement (the fits, splitting a block to size, the
@@ -20,8 +20,8 @@
  * Each tag has bins of its own, and its free blocks of CUEMM__SA_LOW_FIT
  * or more are in its tree as well (addrtree.c).
  */
-#ifndef CUEMM_SUBALLOC_INTERNAL_H
-#define CUEMM_SUBALLOC_INTERNAL_H
+#ifndef CUEMM_SUBALLOC_SHARED_H
+#define CUEMM_SUBALLOC_SHARED_H
 
 #include <string.h>
 
