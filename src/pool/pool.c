@@ -88,10 +88,10 @@ static void roll_epoch(cuemm__pool *p)
   p->epoch_start_ns = now;
 }
 
-CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUdevice dev,
-                            const cuemm_config *cfg, size_t total)
+/* What the pool needs of the driver and the device, for the configuration
+ * asked: refused before anything is made, naming the knob to change. */
+static CUresult check_support(const cuemm__driver_table *d, CUdevice dev, const cuemm_config *cfg)
 {
-  *out = NULL;
   if (!d->MemAddressReserve || !d->MemAddressFree || !d->MemCreate || !d->MemRelease || !d->MemMap ||
       !d->MemUnmap || !d->MemSetAccess || !d->MemGetAllocationGranularity)
     return cuemm__error(CUDA_ERROR_NOT_SUPPORTED, "CUEMM_POOL=vmm: the CUDA driver %s lacks the virtual memory "
@@ -121,9 +121,19 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
                           "descriptors (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0), so "
                           "pool blocks cannot be shared; unset CUEMM_POOL_IPC (cuemm_config.pool_ipc = 0)", (int)dev);
   }
+  return CUDA_SUCCESS;
+}
+
+/* The granularity of the chunks the pool will create, and the reservation
+ * and the limit in whole units of it, since the driver maps nothing
+ * smaller: the reservation rounds up and the limit down, while the step
+ * and the piece, sizes the user chose for mappings, must be multiples. */
+static CUresult pool_sizes(const cuemm__driver_table *d, CUdevice dev, const cuemm_config *cfg, size_t total,
+                           size_t *gran_out, size_t *reserved_out, size_t *limit_out)
+{
   CUmemAllocationProp prop = cuemm__pool_chunk_prop(dev, cfg->pool_ipc);
   size_t gran = 0;
-  r = d->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  CUresult r = d->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (r != CUDA_SUCCESS)
     return cuemm__driver_error(r, "cuMemGetAllocationGranularity(device %d)", (int)dev);
   if (gran == 0 || cfg->pool_chunk % gran != 0)
@@ -143,7 +153,16 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   if (reserved / unit > UINT32_MAX)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE, "CUEMM_POOL_RESERVE / the allocation granularity = %zu units: "
                         "too many; reserve less", reserved / unit);
+  *gran_out = gran;
+  *reserved_out = reserved;
+  *limit_out = limit;
+  return CUDA_SUCCESS;
+}
 
+/* The pool and its host tables, sized for the whole reservation so that
+ * growth never allocates a unit's record; NULL without host memory. */
+static cuemm__pool *new_pool(size_t reserved, size_t unit)
+{
   cuemm__pool *p = calloc(1, sizeof *p);
   if (p)
     p->units = calloc(reserved / unit, sizeof *p->units);
@@ -151,8 +170,42 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
     if (p)
       free(p->units);
     free(p);
-    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the pool's bookkeeping");
+    return NULL;
   }
+  return p;
+}
+
+/* The pool's range of addresses: reserved only, memory to come by growth;
+ * with CUEMM_POOL_SLAB, allocated whole at once. */
+static CUresult reserve_range(cuemm__pool *p)
+{
+  const cuemm__driver_table *d = p->drv;
+  CUresult r = p->slab ? d->MemAlloc(&p->base, p->reserved) : d->MemAddressReserve(&p->base, p->reserved, 0, 0, 0);
+  if (r != CUDA_SUCCESS) {
+    if (p->slab)
+      cuemm__driver_error(r, "cuMemAlloc(%zu bytes) for the pool's slab (CUEMM_POOL_SLAB=1; CUEMM_POOL_RESERVE "
+                          "sets its size)", p->reserved);
+    else
+      cuemm__driver_error(r, "cuMemAddressReserve(%zu bytes) for the pool (CUEMM_POOL_RESERVE)", p->reserved);
+  }
+  return r;
+}
+
+CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUdevice dev,
+                            const cuemm_config *cfg, size_t total)
+{
+  *out = NULL;
+  CUresult r = check_support(d, dev, cfg);
+  if (r != CUDA_SUCCESS)
+    return r;
+  size_t gran = 0, reserved = 0, limit = 0;
+  r = pool_sizes(d, dev, cfg, total, &gran, &reserved, &limit);
+  if (r != CUDA_SUCCESS)
+    return r;
+  size_t unit = gran;
+  cuemm__pool *p = new_pool(reserved, unit);
+  if (!p)
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the pool's bookkeeping");
   p->drv = d;
   p->dev = dev;
   p->reserved = reserved;
@@ -172,13 +225,8 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   p->access[0].location.id = (int)dev;
   p->access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   p->naccess = 1;
-  r = p->slab ? d->MemAlloc(&p->base, reserved) : d->MemAddressReserve(&p->base, reserved, 0, 0, 0);
+  r = reserve_range(p);
   if (r != CUDA_SUCCESS) {
-    if (p->slab)
-      cuemm__driver_error(r, "cuMemAlloc(%zu bytes) for the pool's slab (CUEMM_POOL_SLAB=1; CUEMM_POOL_RESERVE "
-                          "sets its size)", reserved);
-    else
-      cuemm__driver_error(r, "cuMemAddressReserve(%zu bytes) for the pool (CUEMM_POOL_RESERVE)", reserved);
     cuemm__sa_fini(&p->sa);
     free(p->units);
     free(p);
@@ -404,101 +452,136 @@ size_t cuemm__pool_step(const cuemm__pool *p)
   return s > p->step ? p->step : s < least ? least : s;
 }
 
-CUresult cuemm__pool_grow(cuemm__pool *p, size_t size, uint32_t tag)
+/* A place for a growth: where the new memory starts, how much it maps, and
+ * whether it touches free space of the request's tag. */
+typedef struct growth {
+  size_t off, bytes;
+  int joins;
+} growth;
+
+/* Hole h's place for a growth of `need` bytes of tag `tag` whose new
+ * memory ends or starts on a multiple of q; 0 where the hole cannot serve
+ * it. */
+static inline int hole_place(const cuemm__pool *p, const cuemm__sa_block *h, size_t need, uint32_t tag, size_t q,
+                             growth *g)
 {
-  size_t need = cuemm__round_up(size, CUEMM__SA_ALIGN);
   const cuemm__sa *sa = &p->sa;
-  if (cuemm__pool_is_suspended(p))
-    return cuemm__error(CUDA_ERROR_ILLEGAL_STATE, "the pool is suspended (cuemm_pool_suspend): it maps no memory "
-                        "until cuemm_pool_resume");
-  /* Where to map: the place that needs the least new memory.  Mapped
-   * against a free block at one end of a hole, the growth joins it, and
-   * only the rest of the request is new; a hole whose free neighbours
-   * together nearly serve the request is filled.  Placing by address alone
-   * would map a whole request while a large free block waits beside
-   * another hole (a serving trace held 1.21x its live bytes so).  Free
-   * space the requesting stream freed counts as idle space does: that
-   * stream may use it at once, and where its work runs behind (as a
-   * program's GPU does), waiting for it to become idle would map the whole
-   * request anew (a training trace with the GPU 16 allocations behind held
-   * 1.11x its live bytes so, 1.02x with it idle).  What is
-   * new is rounded up to the pool's step (cuemm__pool_step), as far as the
-   * hole allows; where the limit leaves no room for that, to the
-   * granularity only. */
-  size_t best_off = SIZE_MAX, best_bytes = 0;
-  int capped = 0, best_joins = 0;
+  size_t before = joinable_size(sa, h->prev, tag), after = joinable_size(sa, h->next, tag);
+  size_t up = cuemm__round_up(need > before ? need - before : p->unit, p->unit);
+  size_t down = cuemm__round_up(need > after ? need - after : p->unit, p->unit);
+  /* The new memory ends (grows up) or starts (grows down) on a
+   * multiple of the step: a large pool keeps the layout of whole steps
+   * whatever its first small growths left. */
+  size_t qu = cuemm__round_up(h->off + up, q) - h->off;
+  size_t qd = h->off + h->size - (h->off + h->size - down) / q * q;
+  if (up <= h->size && up <= down) {
+    g->bytes = qu < h->size ? qu : h->size;
+    g->off = h->off;                                /* from the hole's start, joining the block before */
+    g->joins = tagged_free(sa, h->prev, tag) || (g->bytes == h->size && tagged_free(sa, h->next, tag));
+  } else if (down <= h->size) {
+    g->bytes = qd < h->size ? qd : h->size;
+    g->off = h->off + h->size - g->bytes;           /* up to the hole's end, joining the block after */
+    g->joins = tagged_free(sa, h->next, tag) || (g->bytes == h->size && tagged_free(sa, h->prev, tag));
+  } else if (before + h->size + after >= need) {
+    g->bytes = h->size, g->off = h->off;            /* the whole hole: free space on both sides joins */
+    g->joins = tagged_free(sa, h->prev, tag) || tagged_free(sa, h->next, tag);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* Where to map: the place that needs the least new memory.  Mapped
+ * against a free block at one end of a hole, the growth joins it, and
+ * only the rest of the request is new; a hole whose free neighbours
+ * together nearly serve the request is filled.  Placing by address alone
+ * would map a whole request while a large free block waits beside
+ * another hole (a serving trace held 1.21x its live bytes so).  Free
+ * space the requesting stream freed counts as idle space does: that
+ * stream may use it at once, and where its work runs behind (as a
+ * program's GPU does), waiting for it to become idle would map the whole
+ * request anew (a training trace with the GPU 16 allocations behind held
+ * 1.11x its live bytes so, 1.02x with it idle).  What is
+ * new is rounded up to the pool's step (cuemm__pool_step), as far as the
+ * hole allows; where the limit leaves no room for that, to the
+ * granularity only.  best->off is SIZE_MAX where no place fits; the
+ * result says whether the limit excluded one. */
+static inline int grow_place(const cuemm__pool *p, size_t need, uint32_t tag, growth *best)
+{
+  const cuemm__sa *sa = &p->sa;
+  best->off = SIZE_MAX, best->bytes = 0, best->joins = 0;
+  int capped = 0;
   size_t quanta[2] = { cuemm__pool_step(p), p->unit };
-  for (int qi = 0; qi < 2 && best_off == SIZE_MAX; qi++) {
+  for (int qi = 0; qi < 2 && best->off == SIZE_MAX; qi++) {
     size_t q = quanta[qi];
     for (uint32_t i = sa->holes; i != CUEMM__SA_NIL; i = sa->b[i].lnext) {
-      const cuemm__sa_block *h = &sa->b[i];
-      size_t before = joinable_size(sa, h->prev, tag), after = joinable_size(sa, h->next, tag);
-      size_t up = cuemm__round_up(need > before ? need - before : p->unit, p->unit);
-      size_t down = cuemm__round_up(need > after ? need - after : p->unit, p->unit);
-      size_t bytes, off;
-      int joins; /* whether the new memory touches free space of the request's tag */
-      /* The new memory ends (grows up) or starts (grows down) on a
-       * multiple of the step: a large pool keeps the layout of whole steps
-       * whatever its first small growths left. */
-      size_t qu = cuemm__round_up(h->off + up, q) - h->off;
-      size_t qd = h->off + h->size - (h->off + h->size - down) / q * q;
-      if (up <= h->size && up <= down) {
-        bytes = qu < h->size ? qu : h->size;
-        off = h->off;                                /* from the hole's start, joining the block before */
-        joins = tagged_free(sa, h->prev, tag) || (bytes == h->size && tagged_free(sa, h->next, tag));
-      } else if (down <= h->size) {
-        bytes = qd < h->size ? qd : h->size;
-        off = h->off + h->size - bytes;              /* up to the hole's end, joining the block after */
-        joins = tagged_free(sa, h->next, tag) || (bytes == h->size && tagged_free(sa, h->prev, tag));
-      } else if (before + h->size + after >= need) {
-        bytes = h->size, off = h->off;               /* the whole hole: free space on both sides joins */
-        joins = tagged_free(sa, h->prev, tag) || tagged_free(sa, h->next, tag);
-      } else {
+      growth g;
+      if (!hole_place(p, &sa->b[i], need, tag, q, &g))
         continue;
-      }
-      if (p->mapped + bytes > p->limit) {
+      if (p->mapped + g.bytes > p->limit) {
         capped = 1;
         continue;
       }
-      if (bytes < best_bytes || (bytes == best_bytes && off < best_off) || best_off == SIZE_MAX) {
-        best_off = off;
-        best_bytes = bytes;
-        best_joins = joins;
-      }
+      if (g.bytes < best->bytes || (g.bytes == best->bytes && g.off < best->off) || best->off == SIZE_MAX)
+        *best = g;
     }
     if (q == p->unit)
       break;
   }
-  if (best_off == SIZE_MAX) {
-    p->grow_failures++;
-    char what[160];
-    cuemm__pool_describe(p, what, sizeof what);
-    if (capped)
-      return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "the pool cannot grow by the %zu bytes a request needs without "
-                          "passing its %slimit (CUEMM_POOL_LIMIT, %zu bytes): %s", need,
-                          p->limit_hard ? "hard " : "", p->limit, what);
-    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "the pool's reservation (CUEMM_POOL_RESERVE, %zu bytes) has no "
-                        "unmapped range where %zu bytes fit: %s", p->reserved, need, what);
-  }
+  return capped;
+}
+
+/* No place fits `need` bytes: the step counts as failed, and the message
+ * names what stood in the way, the limit or the reservation. */
+static CUresult grow_refused(cuemm__pool *p, size_t need, int capped)
+{
+  p->grow_failures++;
+  char what[160];
+  cuemm__pool_describe(p, what, sizeof what);
+  if (capped)
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "the pool cannot grow by the %zu bytes a request needs without "
+                        "passing its %slimit (CUEMM_POOL_LIMIT, %zu bytes): %s", need,
+                        p->limit_hard ? "hard " : "", p->limit, what);
+  return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "the pool's reservation (CUEMM_POOL_RESERVE, %zu bytes) has no "
+                      "unmapped range where %zu bytes fit: %s", p->reserved, need, what);
+}
+
+/* The mapped growth g becomes free space, under the request's tag where it
+ * joins that tag's, and counts in the statistics. */
+static inline void grow_account(cuemm__pool *p, const growth *g, uint32_t tag, size_t pieces)
+{
+  if (g->joins)
+    cuemm__sa_fill_tagged(&p->sa, g->off, g->bytes, tag);
+  else
+    cuemm__sa_fill(&p->sa, g->off, g->bytes);
+  atomic_fetch_add_explicit(&p->mapped, g->bytes, memory_order_relaxed);
+  if (p->mapped > p->recent_need[0])
+    p->recent_need[0] = p->mapped;
+  cuemm__log_note(p->log, "grow", g->bytes);
+  p->chunks += pieces;
+  p->chunks_mapped += pieces;
+  p->grow_steps++;
+}
+
+CUresult cuemm__pool_grow(cuemm__pool *p, size_t size, uint32_t tag)
+{
+  size_t need = cuemm__round_up(size, CUEMM__SA_ALIGN);
+  if (cuemm__pool_is_suspended(p))
+    return cuemm__error(CUDA_ERROR_ILLEGAL_STATE, "the pool is suspended (cuemm_pool_suspend): it maps no memory "
+                        "until cuemm_pool_resume");
+  growth g;
+  int capped = grow_place(p, need, tag, &g);
+  if (g.off == SIZE_MAX)
+    return grow_refused(p, need, capped);
   roll_epoch(p);
-  size_t head = best_off / p->unit, n = best_bytes / p->unit, pieces = 0;
+  size_t head = g.off / p->unit, n = g.bytes / p->unit, pieces = 0;
   CUresult r = map_run(p, head, n, &pieces);
   if (r != CUDA_SUCCESS) {
     p->grow_failures++;
     return r;
   }
   cuemm__pool_nvtx_mapped(p, head, n);
-  if (best_joins)
-    cuemm__sa_fill_tagged(&p->sa, best_off, best_bytes, tag);
-  else
-    cuemm__sa_fill(&p->sa, best_off, best_bytes);
-  atomic_fetch_add_explicit(&p->mapped, best_bytes, memory_order_relaxed);
-  if (p->mapped > p->recent_need[0])
-    p->recent_need[0] = p->mapped;
-  cuemm__log_note(p->log, "grow", best_bytes);
-  p->chunks += pieces;
-  p->chunks_mapped += pieces;
-  p->grow_steps++;
+  grow_account(p, &g, tag, pieces);
   return CUDA_SUCCESS;
 }
 

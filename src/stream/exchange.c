@@ -428,6 +428,79 @@ __attribute__((noinline)) cuemm__result cuemm__exchange_span_open(cuemm_manager 
   return r;
 }
 
+/* Takes m's lock for a pool block.  A heap whose large requests keep
+ * finding it held turns to spans (span.h), which take it once for many
+ * such requests; only where that may happen is a try made first. */
+static inline __attribute__((always_inline)) void pool_lock(cuemm_manager *m, cuemm__heap *own, size_t rs)
+{
+  if (!own || own->spanning || rs < CUEMM__HEAP_LARGE || rs > CUEMM__HEAP_LARGE_MAX ||
+      m->cfg.stream_spans != CUEMM_STREAM_SPANS_AUTO)
+    cuemm__lock_acquire(&m->lock);
+  else if (!cuemm__lock_try(&m->lock)) {
+    /* Another thread holds the lock: this one's large requests queue here
+     * (span.h). */
+    if (++own->contended >= CUEMM__SPAN_CONTENDED)
+      own->spanning = 1;
+    cuemm__lock_acquire(&m->lock);
+  }
+}
+
+/* Block ptr (pool block blk, rs bytes for a request of `size`) into h,
+ * LIVE, so that its free takes the fast path.  The record, or NIL where h
+ * has no host memory for the stream or the record: the block then stays
+ * the pool's.  m's lock held. */
+static inline __attribute__((always_inline)) uint32_t heap_record(cuemm__heap *h, uintptr_t ptr, size_t rs,
+                                                                 uint32_t blk, size_t size, CUstream stream)
+{
+  uint32_t rec = CUEMM__HEAP_NIL;
+  int in = cuemm__thread_heap_get(h);
+  uint32_t hs = cuemm__heap_stream(h, stream);
+  if (hs == CUEMM__HEAP_NIL)
+    hs = cuemm__heap_add_stream(h, stream);
+  if (hs != CUEMM__HEAP_NIL && (rec = cuemm__heap_insert(h, ptr, rs, blk, hs, size)) != CUEMM__HEAP_NIL) {
+    h->allocs++;
+    if (rs >= CUEMM__HEAP_LARGE)
+      h->st[hs].wanted[h->st[hs].nwanted++ % CUEMM__HEAP_WANTED] = rs;
+  }
+  cuemm__thread_heap_exit(h, in);
+  return rec;
+}
+
+/* No host memory for the owned entry of the block just taken: it leaves h
+ * (record rec, or NIL) and goes back to the pool, as freed on its stream
+ * where the stream has a tag there, else idle. */
+static CUresult unrecorded(cuemm_manager *m, cuemm__heap *h, uint32_t rec, uintptr_t ptr, size_t rs, uint32_t blk,
+                           uint32_t tag, CUstream stream)
+{
+  if (rec != CUEMM__HEAP_NIL) {
+    int in = cuemm__thread_heap_get(h);
+    h->allocs--;
+    cuemm__heap_remove(h, rec);
+    cuemm__thread_heap_exit(h, in);
+  }
+  if (tag)
+    cuemm__exchange_return_on(m, ptr, rs, blk, stream);
+  else
+    cuemm__pool_give(m->pool, blk);
+  return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory left to record the allocation");
+}
+
+/* The block's owned entry, as h's (record rec) or as the pool's, and the
+ * manager's statistics.  m's lock held. */
+static inline __attribute__((always_inline)) CUresult owned_record(cuemm_manager *m, cuemm__heap *h, uint32_t rec,
+                                                                  uintptr_t ptr, size_t rs, size_t size, uint32_t blk,
+                                                                  uint32_t tag, CUstream stream)
+{
+  if (rec != CUEMM__HEAP_NIL ? cuemm__owned_add(&m->owned, ptr, rs, CUEMM__KIND_STREAM, h->index) != 0
+                             : cuemm__owned_add(&m->owned, ptr, size, CUEMM__KIND_POOL, blk) != 0)
+    return unrecorded(m, h, rec, ptr, rs, blk, tag, stream);
+  if (rec == CUEMM__HEAP_NIL)
+    cuemm__account_alloc(m, size);
+  else if (m->st.live_bytes + size > m->st.peak_bytes)
+    m->st.peak_bytes = m->st.live_bytes + size; /* as cuemm__account_alloc, the block counted in its heap */
+  return CUDA_SUCCESS;
+}
+
 /* A block from the pool, under the manager's lock.  With `h` (the calling
  * thread's heap), a block of a size the heap keeps goes into it at once,
  * LIVE, so that its free takes the fast path; a large one first makes room
@@ -446,16 +519,7 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
   cuemm__heap *own = h; /* its blocks of this stream go back before the pool grows, kept or not */
   if (rs > CUEMM__HEAP_LARGE_MAX || !kept)
     h = NULL; /* a block no thread's cache keeps */
-  if (!own || own->spanning || rs < CUEMM__HEAP_LARGE || rs > CUEMM__HEAP_LARGE_MAX ||
-      m->cfg.stream_spans != CUEMM_STREAM_SPANS_AUTO)
-    cuemm__lock_acquire(&m->lock);
-  else if (!cuemm__lock_try(&m->lock)) {
-    /* Another thread holds the lock: this one's large requests queue here
-     * (span.h). */
-    if (++own->contended >= CUEMM__SPAN_CONTENDED)
-      own->spanning = 1;
-    cuemm__lock_acquire(&m->lock);
-  }
+  pool_lock(m, own, rs);
   if (__builtin_expect(m->keep_quiet != 0, 0) && --m->keep_quiet == 0)
     cuemm__thread_heap_keep_share(m); /* the pool has stopped growing: the threads keep large blocks again */
   if (cuemm__pool_is_suspended(m->pool)) {
@@ -477,39 +541,8 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
     /* The block remembers its stream (its descriptor's word): for
      * cuemm_record_stream and snapshots while the pool holds it. */
     cuemm__pool_set_block_word(m->pool, blk, (uint64_t)(uintptr_t)(stream ? stream : CU_STREAM_LEGACY));
-    uint32_t rec = CUEMM__HEAP_NIL;
-    int in = 0;
-    if (h) {
-      in = cuemm__thread_heap_get(h);
-      uint32_t hs = cuemm__heap_stream(h, stream);
-      if (hs == CUEMM__HEAP_NIL)
-        hs = cuemm__heap_add_stream(h, stream);
-      if (hs != CUEMM__HEAP_NIL && (rec = cuemm__heap_insert(h, ptr, rs, blk, hs, size)) != CUEMM__HEAP_NIL) {
-        h->allocs++;
-        if (rs >= CUEMM__HEAP_LARGE)
-          h->st[hs].wanted[h->st[hs].nwanted++ % CUEMM__HEAP_WANTED] = rs;
-      }
-      cuemm__thread_heap_exit(h, in);
-    }
-    if (rec != CUEMM__HEAP_NIL ? cuemm__owned_add(&m->owned, ptr, rs, CUEMM__KIND_STREAM, h->index) == 0
-                               : cuemm__owned_add(&m->owned, ptr, size, CUEMM__KIND_POOL, blk) == 0) {
-      if (rec == CUEMM__HEAP_NIL)
-        cuemm__account_alloc(m, size);
-      else if (m->st.live_bytes + size > m->st.peak_bytes)
-        m->st.peak_bytes = m->st.live_bytes + size; /* as cuemm__account_alloc, the block counted in its heap */
-    } else {
-      if (rec != CUEMM__HEAP_NIL) {
-        in = cuemm__thread_heap_get(h);
-        h->allocs--;
-        cuemm__heap_remove(h, rec);
-        cuemm__thread_heap_exit(h, in);
-      }
-      if (tag)
-        cuemm__exchange_return_on(m, ptr, rs, blk, stream);
-      else
-        cuemm__pool_give(m->pool, blk);
-      r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory left to record the allocation");
-    }
+    uint32_t rec = h ? heap_record(h, ptr, rs, blk, size, stream) : CUEMM__HEAP_NIL;
+    r = owned_record(m, h, rec, ptr, rs, size, blk, tag, stream);
   }
   if (r != CUDA_SUCCESS)
     m->st.alloc_failures++;

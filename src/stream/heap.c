@@ -394,7 +394,9 @@ void cuemm__heap_large_compact(cuemm__heap *h, cuemm__hstream *st)
   st->nspan = n;
 }
 
-const char *cuemm__heap_check(const cuemm__heap *h)
+/* Every record in use, against the pointer map and the counters; *cached
+ * is how many are cached, for the lists to be checked against. */
+static const char *check_records(const cuemm__heap *h, size_t *cached_out)
 {
   size_t live = 0, livebytes = 0, cached = 0, cachedbytes = 0, cachedlarge = 0, mapped = 0;
   for (uint32_t r = 1; r < h->nb; r++) {
@@ -427,6 +429,13 @@ const char *cuemm__heap_check(const cuemm__heap *h)
     return "the cached counters are wrong";
   if (cachedlarge != h->cached_large)
     return "the count of cached large blocks is wrong";
+  *cached_out = cached;
+  return NULL;
+}
+
+/* The bins' lists, which together hold the `cached` blocks. */
+static const char *check_bins(const cuemm__heap *h, size_t cached)
+{
   size_t inbins = 0;
   for (size_t i = 0; i < h->bincap; i++) {
     const cuemm__hbin *bn = &h->bins[i];
@@ -448,36 +457,52 @@ const char *cuemm__heap_check(const cuemm__heap *h)
   }
   if (inbins != cached)
     return "cached blocks and bin members differ";
+  return NULL;
+}
+
+/* Stream k's ring of large cached blocks. */
+static const char *check_large_list(const cuemm__heap *h, uint32_t k)
+{
+  const cuemm__hstream *st = &h->st[k];
+  size_t large = 0;
+  for (uint32_t r = 1; r < h->nb; r++)
+    large += h->b[r].state == CUEMM__HB_CACHED && h->b[r].hs == k && h->b[r].size >= CUEMM__HEAP_LARGE;
+  /* Fewer listed than cached only past the list's room (a stream that
+   * evicts nothing: the per-thread default stream). */
+  if (st->nlarge > CUEMM__HEAP_LARGE_KEEP_MAX || st->nlarge > large || st->nspan > CUEMM__HEAP_LARGE_KEEP_MAX ||
+      st->nspan < st->nlarge)
+    return "a stream's list of large cached blocks has too many";
+  if (st->nspan && (st->large[st->large0 & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)] == CUEMM__HEAP_NIL ||
+                    st->large[(st->large0 + st->nspan - 1) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)] == CUEMM__HEAP_NIL))
+    return "a stream's list of large cached blocks starts or ends with a hole";
+  uint32_t listed = 0, prev = CUEMM__HEAP_NIL;
+  for (uint32_t i = 0; i < st->nspan; i++) {
+    uint32_t pos = (st->large0 + i) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1), r = st->large[pos];
+    if (r == CUEMM__HEAP_NIL)
+      continue;
+    const cuemm__hblock *b = &h->b[r];
+    if (r == 0 || r >= h->nb || b->state != CUEMM__HB_CACHED || b->hs != k || b->size < CUEMM__HEAP_LARGE)
+      return "a stream's list of large cached blocks names another block";
+    if (b->lpos != pos)
+      return "a large cached block does not know its slot";
+    if (prev != CUEMM__HEAP_NIL && h->b[prev].seq >= b->seq)
+      return "a stream's list of large cached blocks is not oldest first";
+    prev = r;
+    listed++;
+  }
+  if (listed != st->nlarge)
+    return "a stream's list of large cached blocks holds another count";
+  return NULL;
+}
+
+/* Every stream's ring, then every listed block's slot from the block's
+ * side: a slot that names the block and a block that names the slot. */
+static const char *check_large(const cuemm__heap *h)
+{
   for (uint32_t k = 0; k < h->nst; k++) {
-    const cuemm__hstream *st = &h->st[k];
-    size_t large = 0;
-    for (uint32_t r = 1; r < h->nb; r++)
-      large += h->b[r].state == CUEMM__HB_CACHED && h->b[r].hs == k && h->b[r].size >= CUEMM__HEAP_LARGE;
-    /* Fewer listed than cached only past the list's room (a stream that
-     * evicts nothing: the per-thread default stream). */
-    if (st->nlarge > CUEMM__HEAP_LARGE_KEEP_MAX || st->nlarge > large || st->nspan > CUEMM__HEAP_LARGE_KEEP_MAX ||
-        st->nspan < st->nlarge)
-      return "a stream's list of large cached blocks has too many";
-    if (st->nspan && (st->large[st->large0 & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)] == CUEMM__HEAP_NIL ||
-                      st->large[(st->large0 + st->nspan - 1) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1)] == CUEMM__HEAP_NIL))
-      return "a stream's list of large cached blocks starts or ends with a hole";
-    uint32_t listed = 0, prev = CUEMM__HEAP_NIL;
-    for (uint32_t i = 0; i < st->nspan; i++) {
-      uint32_t pos = (st->large0 + i) & (CUEMM__HEAP_LARGE_KEEP_MAX - 1), r = st->large[pos];
-      if (r == CUEMM__HEAP_NIL)
-        continue;
-      const cuemm__hblock *b = &h->b[r];
-      if (r == 0 || r >= h->nb || b->state != CUEMM__HB_CACHED || b->hs != k || b->size < CUEMM__HEAP_LARGE)
-        return "a stream's list of large cached blocks names another block";
-      if (b->lpos != pos)
-        return "a large cached block does not know its slot";
-      if (prev != CUEMM__HEAP_NIL && h->b[prev].seq >= b->seq)
-        return "a stream's list of large cached blocks is not oldest first";
-      prev = r;
-      listed++;
-    }
-    if (listed != st->nlarge)
-      return "a stream's list of large cached blocks holds another count";
+    const char *e = check_large_list(h, k);
+    if (e)
+      return e;
   }
   for (uint32_t r = 1; r < h->nb; r++) {
     const cuemm__hblock *b = &h->b[r];
@@ -485,6 +510,13 @@ const char *cuemm__heap_check(const cuemm__heap *h)
         (b->hs >= h->nst || b->lpos >= CUEMM__HEAP_LARGE_KEEP_MAX || h->st[b->hs].large[b->lpos] != r))
       return "a large cached block names a slot that holds another";
   }
+  return NULL;
+}
+
+/* The list of every cached block by the time it was freed, which holds the
+ * `cached` blocks; the count bounds the walk should the list loop. */
+static const char *check_age_list(const cuemm__heap *h, size_t cached)
+{
   size_t listed = 0;
   for (uint32_t r = h->oldest, prev = CUEMM__HEAP_NIL; r != CUEMM__HEAP_NIL; prev = r, r = h->b[r].newer) {
     if (h->b[r].state != CUEMM__HB_CACHED || h->b[r].older != prev || ++listed > cached)
@@ -494,6 +526,12 @@ const char *cuemm__heap_check(const cuemm__heap *h)
   }
   if (listed != cached)
     return "the list of cached blocks misses some";
+  return NULL;
+}
+
+/* The streams' free numbers and their share of the cached blocks. */
+static const char *check_streams(const cuemm__heap *h)
+{
   size_t st_count = 0;
   for (uint32_t i = 0; i < h->nst; i++) {
     const cuemm__hstream *st = &h->st[i];
@@ -503,5 +541,15 @@ const char *cuemm__heap_check(const cuemm__heap *h)
   }
   if (st_count != h->cached_count)
     return "the streams' cached blocks do not add up";
+  return NULL;
+}
+
+const char *cuemm__heap_check(const cuemm__heap *h)
+{
+  size_t cached = 0;
+  const char *e;
+  if ((e = check_records(h, &cached)) || (e = check_bins(h, cached)) || (e = check_large(h)) ||
+      (e = check_age_list(h, cached)) || (e = check_streams(h)))
+    return e;
   return NULL;
 }
