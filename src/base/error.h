@@ -1,6 +1,6 @@
 /* error.h: how a failure travels inside cuemm (error.c).
  *
- * Every public function returns a CUresult, which composes with the error
+ * Almost every public function returns a CUresult (cuemm.h lists the few that cannot fail), which composes with the error
  * handling driver-API programs already have; the thread's message adds what
  * a CUresult cannot say (which variable was invalid, which pointer was
  * foreign, which driver call failed).  Inside the library there is one way:
