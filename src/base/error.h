@@ -1,8 +1,9 @@
 /* error.h: how a failure travels inside cuemm (error.c).
  *
- * Almost every public function returns a CUresult (cuemm.h lists the few that cannot fail), which composes with the error
- * handling driver-API programs already have; the thread's message adds what
- * a CUresult cannot say (which variable was invalid, which pointer was
+ * Almost every public function returns a CUresult (cuemm.h lists the few
+ * that cannot fail), which composes with the error handling driver-API
+ * programs already have; the thread's message adds what a CUresult cannot
+ * say (which variable was invalid, which pointer was
  * foreign, which driver call failed).  Inside the library there is one way:
  *
  * - cuemm__error() sets the message and returns its code, so a failure is
