@@ -1628,6 +1628,37 @@ CUEMM_EXTERN void cuemm_torch_begin_allocate_to_pool(int device, cuemm_torch_poo
 CUEMM_EXTERN void cuemm_torch_end_allocate_to_pool(int device, cuemm_torch_pool_id pool);
 CUEMM_EXTERN void cuemm_torch_release_pool(int device, cuemm_torch_pool_id pool);
 
+/* PyTorch's MemPool mode (cuemm.torch.mempool): torch.cuda.MemPool with a
+ * pluggable allocator takes whole segments from these, while PyTorch's
+ * caching allocator stays the process's allocator and carves the segments
+ * into tensors (so memory_stats() and memory snapshots keep working).
+ *
+ * cuemm_torch_segment_alloc: a segment of `size` bytes for `stream` of
+ * device `device`, with cuemm_alloc_async on the default tag's manager of
+ * the device (cuemm_alloc where that manager has no pool), whatever tag is
+ * current.  NULL for size 0, or on failure, counted as an alloc failure with
+ * its message (PyTorch raises its out-of-memory error on NULL here).
+ * cuemm_torch_segment_alloc_fn: *fn = the same function bound to `tag` (NULL
+ * or "": cuemm_torch_segment_alloc itself; a tag is named and numbered as by
+ * cuemm_adapter_set_tag, see "Tags" below): one function per tag, since the
+ * pluggable signature carries no user data, for a MemPool whose segments
+ * must go to that tag's manager wherever PyTorch asks for them (inside
+ * another pool's scope, on another thread, during a graph capture).  Errors:
+ * CUDA_ERROR_INVALID_VALUE for fn NULL, and those of cuemm_adapter_set_tag's
+ * name.
+ * cuemm_torch_segment_free: gives a segment back to the manager of the
+ * device that holds it (any tag's) with cuemm_free, deferred: the flush
+ * synchronizes the context, as PyTorch's own cudaFree of a segment does, so
+ * the stream named (the segment's, perhaps destroyed since) is not used.
+ * NULL does nothing; a pointer no manager holds is counted as a free
+ * failure.  A segment is a pool block: cuemm_adapter_suspend of its tag
+ * releases its memory under PyTorch's tensors, and cuemm_ipc_export of its
+ * manager shares it (with CUEMM_POOL_IPC=1). */
+typedef void *(*cuemm_torch_alloc_fn)(size_t size, int device, CUstream stream);
+CUEMM_EXTERN void *cuemm_torch_segment_alloc(size_t size, int device, CUstream stream);
+CUEMM_EXTERN CUresult cuemm_torch_segment_alloc_fn(const char *tag, cuemm_torch_alloc_fn *fn);
+CUEMM_EXTERN void cuemm_torch_segment_free(void *p, size_t size, int device, CUstream stream);
+
 /* Tags.  A program that shares a GPU over time (an inference engine and a
  * trainer taking turns, a service going idle) gives back the memory of one
  * purpose while keeping another's: the KV cache discarded, the weights
