@@ -69,7 +69,7 @@ from cuemm import _lib, _tags
 __all__ = ["use", "is_used", "CuemmWarning", "stats", "pool_stats", "adapter_stats", "empty_cache",
            "memory_allocated", "max_memory_allocated", "memory_reserved",
            "max_memory_reserved", "region", "suspend", "resume", "current_tag", "tag_stats",
-           "tag_pool_stats", "mempool", "pool", "recommended_mode", "ModeChoice", "ALLOC", "FREE", "HOOKS",
+           "tag_pool_stats", "mempool", "pool", "release_mempool", "recommended_mode", "ModeChoice", "ALLOC", "FREE", "HOOKS",
            "SEGMENT_ALLOC", "SEGMENT_FREE"]
 
 ALLOC = "cuemm_torch_alloc"
@@ -265,8 +265,9 @@ def adapter_stats():
 def empty_cache():
     """Every device's cuemm pools trimmed (their free memory back to the
     driver), as torch.cuda.empty_cache() does in per-tensor mode.  In
-    MemPool mode PyTorch's empty_cache comes first: it gives its pools'
-    wholly free segments back to cuemm, which then trims."""
+    MemPool mode PyTorch's empty_cache comes first: it gives back to cuemm
+    the cached segments of pools no MemPool holds (release_mempool()),
+    which cuemm then trims."""
     if _pools:
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
@@ -408,10 +409,12 @@ def mempool(tag=None, device=None):
     tag's cuemm manager (cuemm_torch_segment_alloc_fn): PyTorch's caching
     allocator asks for a segment (2 MiB for small tensors, 20 MiB or the
     rounded size for larger ones) when the pool has no cached block that
-    fits, and gives wholly free segments back at torch.cuda.empty_cache()
-    (or its out-of-memory retry); cuemm then holds them deferred until its
-    next flush, and empty_cache() of this module trims them back to the
-    driver.  Whatever makes PyTorch allocate in the pool (pool(), or
+    fits, and keeps a segment while the MemPool lives, its tensors dead or
+    not (PyTorch's empty_cache releases the segments of pools no MemPool
+    holds any more: release_mempool() lets this module's go); a segment
+    given back is freed deferred in cuemm, and empty_cache() of this module
+    trims the memory back to the driver.  Suspending the tag needs none of
+    that: it releases the physical memory of every segment, cached or not.  Whatever makes PyTorch allocate in the pool (pool(), or
     torch.cuda.use_mem_pool, or a CUDA graph captured with pool=p.id, on
     any thread) takes segments from the tag.
 
@@ -448,6 +451,18 @@ def mempool(tag=None, device=None):
                 p = MemPool(allocator=alloc.allocator())
             _pools[key], _pool_allocs[key] = p, alloc
     return p
+
+
+def release_mempool(tag=None, device=None):
+    """Forgets mempool(tag, device): once nothing else holds the MemPool
+    (no pool() scope open on it, no CUDA graph captured into it), PyTorch
+    releases it, giving its cached segments back to cuemm at once and the
+    others as their tensors die.  A later mempool(tag) makes a new one.
+    Returns whether there was one."""
+    key = (_tag_key(tag), _device(device))
+    with _pools_lock:
+        _pool_allocs.pop(key, None)
+        return _pools.pop(key, None) is not None
 
 
 @contextlib.contextmanager
