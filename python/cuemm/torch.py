@@ -355,6 +355,7 @@ BOTH_MODES = ("cuemm.torch: %s: per-tensor mode (use()) and MemPool mode (mempoo
 
 _pools = {}        # (tag, device) -> torch.cuda.MemPool
 _pool_allocs = {}  # (tag, device) -> its allocator object, kept alive with it
+_retired_allocs = []  # the allocators of released pools, never dropped
 _pools_lock = threading.Lock()
 _segment_fn = None
 
@@ -461,7 +462,13 @@ def release_mempool(tag=None, device=None):
     Returns whether there was one."""
     key = (_tag_key(tag), _device(device))
     with _pools_lock:
-        _pool_allocs.pop(key, None)
+        alloc = _pool_allocs.pop(key, None)
+        if alloc is not None:
+            # Kept for good: PyTorch frees a released pool's last segments
+            # through its allocator when their tensors die, after the
+            # MemPool object is gone, and some releases hold the
+            # allocator by a plain pointer.
+            _retired_allocs.append(alloc)
         return _pools.pop(key, None) is not None
 
 

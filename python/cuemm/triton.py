@@ -113,10 +113,10 @@ class Allocator(object):
         size = int(size)
         alignment = int(alignment or 0)
         stream = int(stream or 0)
-        device = self._device()
-        extra = alignment - POOL_ALIGNMENT if alignment > POOL_ALIGNMENT else 0
         if alignment & (alignment - 1):
             raise ValueError("cuemm.triton: alignment %d is not a power of two" % alignment)
+        device = self._device()
+        extra = alignment - POOL_ALIGNMENT if alignment > POOL_ALIGNMENT else 0
         want = max(size, 1) + extra
         base = _lib.load().cuemm_torch_alloc(want, device, stream)
         if not base:
