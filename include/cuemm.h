@@ -76,6 +76,7 @@
  *     cuemm_device_manager         the manager of a device's primary context
  *     cuemm_adapter_get_stats      the adapters' failures
  *     cuemm_torch_*                PyTorch's pluggable allocator and its hooks
+ *     cuemm_torch_segment_*        segments of a torch.cuda.MemPool (MemPool mode)
  *     cuemm_adapter_set_tag        choose the tag (a manager per purpose)
  *     cuemm_adapter_get_tag        the current tag
  *     cuemm_adapter_tag_manager    a tag's manager on a device
@@ -94,7 +95,7 @@
  *   purpose (a program swaps the calls one for one), and the cuemm_torch_*
  *   entry points the signatures PyTorch calls them with.
  *   Returns: a CUresult, CUDA_SUCCESS or the driver's code for the failure,
- *   from every function except these thirteen, which cannot fail by design
+ *   from every function except these fifteen, which cannot fail by design
  *   or whose signature is not cuemm's to choose:
  *     cuemm_version_string, cuemm_last_error  a string, always valid
  *     cuemm_context, cuemm_adapter_get_tag    a value read, nothing to fail
@@ -102,7 +103,9 @@
  *     cuemm_torch_alloc, cuemm_torch_free, cuemm_torch_record_stream,
  *     cuemm_torch_empty_cache, cuemm_torch_init,
  *     cuemm_torch_begin_allocate_to_pool, cuemm_torch_end_allocate_to_pool,
- *     cuemm_torch_release_pool                PyTorch fixes their signatures
+ *     cuemm_torch_release_pool,
+ *     cuemm_torch_segment_alloc, cuemm_torch_segment_free
+ *                                             PyTorch fixes their signatures
  *                                             (void, or a pointer); their
  *                                             failures are counted in
  *                                             cuemm_adapter_stats
@@ -810,6 +813,25 @@ typedef struct cuemm_torch_pool_id {
 CUEMM_EXTERN void cuemm_torch_begin_allocate_to_pool(int device, cuemm_torch_pool_id pool, void *filter);
 CUEMM_EXTERN void cuemm_torch_end_allocate_to_pool(int device, cuemm_torch_pool_id pool);
 CUEMM_EXTERN void cuemm_torch_release_pool(int device, cuemm_torch_pool_id pool);
+
+/* PyTorch's MemPool mode (cuemm.torch.mempool): torch.cuda.MemPool takes
+ * whole segments from these while PyTorch's caching allocator stays in
+ * charge of tensors (its statistics and snapshots keep working).
+ * cuemm_torch_segment_alloc: a segment for `stream` from the default tag's
+ * manager of `device` (cuemm_allocate_async; cuemm_allocate without a
+ * pool); NULL for size 0 or on failure (counted, with its message).
+ * cuemm_torch_segment_alloc_fn: *fn = the same bound to `tag` (NULL or "":
+ * cuemm_torch_segment_alloc), one function per tag since the pluggable
+ * signature carries no user data.  cuemm_torch_segment_free: back to the
+ * manager that holds it, deferred (the flush synchronizes, as PyTorch's
+ * cudaFree of a segment does).  A segment is a pool block: suspending its
+ * tag releases it, cuemm_ipc_export shares it.  Errors
+ * (cuemm_torch_segment_alloc_fn): CUDA_ERROR_INVALID_VALUE for fn NULL, and
+ * those of a tag's name. */
+typedef void *(*cuemm_torch_alloc_fn)(size_t size, int device, CUstream stream);
+CUEMM_EXTERN void *cuemm_torch_segment_alloc(size_t size, int device, CUstream stream);
+CUEMM_EXTERN CUresult cuemm_torch_segment_alloc_fn(const char *tag, cuemm_torch_alloc_fn *fn);
+CUEMM_EXTERN void cuemm_torch_segment_free(void *p, size_t size, int device, CUstream stream);
 
 /* Tags: a name (1 to 63 of [A-Za-z0-9_.-], at most 63 besides the default,
  * NULL or "") that gets its own manager and pool on each device, so that

@@ -1,6 +1,8 @@
 """test-python-package.py: the package cuemm (python/cuemm) apart from its
-framework adapters: its framework modules are attributes imported on first
-use, which refuse clearly without their frameworks; its version is
+framework adapters: its framework modules (cuemm.torch, cuemm.cupy,
+cuemm.numba, cuemm.dask, cuemm.triton, cuemm.cuda_core) are attributes
+imported on first use, which import without their frameworks and refuse
+clearly when used without them; its version is
 configure.ac's AC_INIT and the loaded library's cuemm_version_string(); the
 build's search for cuda.h
 (python/backend/cuemm_build_backend.py) takes CUDA_HOME, then the toolkit
@@ -46,21 +48,32 @@ ok(cuemm.__version__ == ac, "cuemm.__version__ is configure.ac's AC_INIT version
 
 probe = r"""
 import sys
-for name in ("torch", "cupy", "numba", "numba_cuda", "distributed", "dask"):
+for name in ("torch", "cupy", "numba", "numba_cuda", "distributed", "dask", "triton", "cuda", "cuda.core",
+             "cuda.core.experimental"):
     sys.modules[name] = None
 import cuemm
-print("after import:", sorted(m for m in ("cuemm.torch", "cuemm.cupy", "cuemm.numba", "cuemm.dask")
-                              if m in sys.modules))
-for name in ("torch", "cupy", "numba", "dask"):
+print("after import:", sorted(m for m in ("cuemm.torch", "cuemm.cupy", "cuemm.numba", "cuemm.dask",
+                                          "cuemm.triton", "cuemm.cuda_core") if m in sys.modules))
+for name in ("torch", "cupy", "numba", "dask", "triton", "cuda_core"):
     mod = getattr(cuemm, name)
     print("attribute %s: %s" % (name, mod.__name__))
-print("in dir:", all(n in dir(cuemm) for n in ("torch", "cupy", "numba", "dask")))
-for name in ("torch", "cupy", "numba"):
+print("in dir:", all(n in dir(cuemm) for n in ("torch", "cupy", "numba", "dask", "triton", "cuda_core")))
+for name in ("torch", "cupy", "numba", "triton"):
     try:
         getattr(cuemm, name).use()
         print("use %s: no error" % name)
     except ImportError as e:
         print("use %s: ImportError: %s" % (name, e))
+for what, call in (("mempool", lambda: cuemm.torch.mempool("kv")),
+                   ("pool", lambda: cuemm.torch.pool("kv").__enter__()),
+                   ("MemoryResource", lambda: cuemm.cuda_core.MemoryResource(0))):
+    try:
+        call()
+        print("%s: no error" % what)
+    except ImportError as e:
+        print("%s: ImportError: %s" % (what, e))
+print("triton is_used:", cuemm.triton.is_used(), "cuda.core available:", cuemm.cuda_core.available())
+print("mode:", cuemm.torch.recommended_mode(reduce_overhead=True))
 try:
     cuemm.nosuch
 except AttributeError as e:
@@ -72,10 +85,25 @@ if not installed:
 r = subprocess.run([sys.executable, "-c", probe], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                    universal_newlines=True)
 ok(r.returncode == 0 and "after import: []" in r.stdout,
-   "import cuemm imports none of cuemm.torch, cuemm.cupy, cuemm.numba, cuemm.dask", r.stdout)
-ok(all("attribute %s: cuemm.%s" % (n, n) in r.stdout for n in ("torch", "cupy", "numba", "dask"))
+   "import cuemm imports none of cuemm.torch, cuemm.cupy, cuemm.numba, cuemm.dask, cuemm.triton, cuemm.cuda_core",
+   r.stdout)
+ok(all("attribute %s: cuemm.%s" % (n, n) in r.stdout for n in ("torch", "cupy", "numba", "dask", "triton",
+                                                                "cuda_core"))
    and "in dir: True" in r.stdout,
-   "cuemm.torch, cuemm.cupy, cuemm.numba and cuemm.dask are attributes of the package", r.stdout)
+   "cuemm.torch, cuemm.cupy, cuemm.numba, cuemm.dask, cuemm.triton and cuemm.cuda_core are attributes of the "
+   "package, importable without their frameworks", r.stdout)
+ok(re.search(r"mempool: ImportError: cuemm.torch: PyTorch is not importable here .*`pip install torch`", r.stdout)
+   and re.search(r"pool: ImportError: cuemm.torch: PyTorch is not importable", r.stdout),
+   "cuemm.torch.mempool() and pool() without torch: ImportError naming PyTorch", r.stdout)
+ok(re.search(r"use triton: ImportError: cuemm.triton: Triton is not importable here .*`pip install triton`",
+             r.stdout) is not None and "triton is_used: False" in r.stdout,
+   "cuemm.triton.use() without Triton: ImportError naming it and how to install it; is_used() is False",
+   r.stdout)
+ok(re.search(r"MemoryResource: ImportError: cuemm.cuda_core: cuda.core is not importable here .*"
+             r"`pip install cuda-core\[cu12\]`", r.stdout) is not None
+   and "cuda.core available: False" in r.stdout,
+   "cuemm.cuda_core.MemoryResource without cuda.core: ImportError naming it and how to install it", r.stdout)
+ok("mode: mempool" in r.stdout, "cuemm.torch.recommended_mode() needs no torch", r.stdout)
 ok(re.search(r"use torch: ImportError: cuemm.torch: PyTorch is not importable here .*`pip install torch`",
              r.stdout) is not None,
    "cuemm.torch.use() without torch: ImportError naming PyTorch and `pip install torch`", r.stdout)

@@ -1,13 +1,18 @@
 """cuemm: the cuemm device memory manager from Python.
 
     import cuemm; cuemm.torch.use()           # PyTorch (before its first CUDA tensor)
+    with cuemm.torch.pool("kv"): ...          # PyTorch, MemPool mode (any time)
     import cuemm; cuemm.cupy.use()            # CuPy
     NUMBA_CUDA_MEMORY_MANAGER=cuemm.numba     # Numba (numba-cuda), an EMM plugin
+    import cuemm; cuemm.triton.use()          # Triton's runtime scratch
+    cuemm.cuda_core.MemoryResource(0)         # a cuda.core memory resource
 
-The framework modules (cuemm.torch, cuemm.cupy, cuemm.numba, cuemm.dask)
-are attributes of the package, imported when first used, so that `import
-cuemm` imports no framework.  Each imports without its framework and says
-what is missing, and how to install it, when use() is called.  This module holds what needs no framework:
+The framework modules (cuemm.torch, cuemm.cupy, cuemm.numba, cuemm.dask,
+cuemm.triton, cuemm.cuda_core) are attributes of the package, imported
+when first used, so that `import cuemm` imports no framework.  Each
+imports without its framework and says what is missing, and how to
+install it, when use() is called (cuemm.cuda_core: when MemoryResource is
+first used).  This module holds what needs no framework:
 the library (load(), loaded_path(), last_error(), version_string()), the
 statistics of a device's manager (stats() and pool_stats() as dicts,
 held() alone and cheaply, stats_text() and print_stats() as
@@ -25,7 +30,7 @@ from cuemm._report import Block, Chunk, Snapshot, snapshot, stats_text, print_st
 # The framework modules, imported on first use as attributes (PEP 562):
 # cuemm.numba imports Numba's driver module where Numba is installed (its
 # plugin class derives from Numba's), which `import cuemm` must not do.
-_SUBMODULES = ("torch", "cupy", "numba", "dask")
+_SUBMODULES = ("torch", "cupy", "numba", "dask", "triton", "cuda_core")
 
 
 def __getattr__(name):

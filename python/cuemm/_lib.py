@@ -1,5 +1,5 @@
 """cuemm._lib: libcuemm for the package's modules (cuemm.torch, cuemm.cupy,
-cuemm.numba): finding and loading it, its per-device managers, their
+cuemm.numba, cuemm.triton, cuemm.cuda_core): finding and loading it, its per-device managers, their
 statistics and the adapters' failures.
 
 libcuemm is found in this order (candidates()): the path in CUEMM_LIBRARY
@@ -129,6 +129,8 @@ _PROTOTYPES = {
     "cuemm_host_allocate": (ctypes.c_int, (_vp, ctypes.c_size_t, ctypes.c_uint, _P(_vp))),
     "cuemm_host_free": (ctypes.c_int, (_vp, _vp)),
     "cuemm_stream_release": (ctypes.c_int, (_vp, _vp)),
+    "cuemm_allocate_async": (ctypes.c_int, (_vp, ctypes.c_size_t, _vp, _P(ctypes.c_uint64))),
+    "cuemm_free_async": (ctypes.c_int, (_vp, ctypes.c_uint64, _vp)),
 }
 
 _lib = None

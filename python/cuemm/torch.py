@@ -1,10 +1,22 @@
-"""cuemm.torch: PyTorch's CUDA memory from cuemm.
+"""cuemm.torch: PyTorch's CUDA memory from cuemm, in one of two modes.
 
     import torch
     import cuemm.torch
-    cuemm.torch.use()        # before the first CUDA tensor
+    cuemm.torch.use()        # per-tensor mode, before the first CUDA tensor
 
-From then on every CUDA allocation of PyTorch goes to libcuemm's entry
+    with cuemm.torch.pool("kv"):       # MemPool mode, at any time
+        cache = torch.empty(...)       # in a segment of tag kv's manager
+    cuemm.torch.suspend("kv")          # its memory back to the driver
+
+recommended_mode() says which to choose.  Per-tensor mode (use(), below)
+makes every tensor a cuemm block.  MemPool mode (mempool(), pool())
+leaves PyTorch's caching allocator in charge of tensors and gives it whole
+segments from a tag's cuemm manager, through torch.cuda.MemPool: what
+PyTorch reports (torch.cuda.memory_stats(), memory_summary(),
+torch.cuda.memory._snapshot()) keeps working, and the tag's memory can be
+suspended, resumed and exported like any cuemm memory; see mempool().
+
+In per-tensor mode, every CUDA allocation of PyTorch goes to libcuemm's entry
 points for PyTorch's pluggable allocator (torch.cuda.memory.
 CUDAPluggableAllocator): one cuemm manager per device, over the device's
 primary context, with the stream-ordered pool (CUEMM_POOL=vmm unless
@@ -44,9 +56,12 @@ tensor; adapter_stats() says which allocation failed and why.
 The library is found as cuemm._lib finds it (CUEMM_LIBRARY first).
 """
 
+import collections
+import contextlib
 import ctypes
 import importlib.abc
 import sys
+import threading
 import warnings
 
 from cuemm import _lib, _tags
@@ -54,7 +69,8 @@ from cuemm import _lib, _tags
 __all__ = ["use", "is_used", "CuemmWarning", "stats", "pool_stats", "adapter_stats", "empty_cache",
            "memory_allocated", "max_memory_allocated", "memory_reserved",
            "max_memory_reserved", "region", "suspend", "resume", "current_tag", "tag_stats",
-           "tag_pool_stats", "ALLOC", "FREE", "HOOKS"]
+           "tag_pool_stats", "mempool", "pool", "release_mempool", "recommended_mode", "ModeChoice", "ALLOC", "FREE", "HOOKS",
+           "SEGMENT_ALLOC", "SEGMENT_FREE"]
 
 ALLOC = "cuemm_torch_alloc"
 FREE = "cuemm_torch_free"
@@ -119,6 +135,8 @@ def use(graphs=True):
     torch = _torch()
     if _allocator is not None:
         return _allocator
+    if _pools:
+        raise RuntimeError(BOTH_MODES % "use() after mempool()")
     mem = getattr(getattr(torch, "cuda", None), "memory", None)
     if mem is None or not hasattr(mem, "CUDAPluggableAllocator") or not hasattr(mem, "change_current_allocator"):
         raise RuntimeError("cuemm.torch: this torch (%s) has no torch.cuda.memory.CUDAPluggableAllocator "
@@ -245,8 +263,15 @@ def adapter_stats():
 
 
 def empty_cache():
-    """torch.cuda.empty_cache()'s effect without torch: every device's pool
-    trimmed."""
+    """Every device's cuemm pools trimmed (their free memory back to the
+    driver), as torch.cuda.empty_cache() does in per-tensor mode.  In
+    MemPool mode PyTorch's empty_cache comes first: it gives back to cuemm
+    the cached segments of pools no MemPool holds (release_mempool()),
+    which cuemm then trims."""
+    if _pools:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
     _lib.empty_cache()
 
 
@@ -318,6 +343,203 @@ def tag_pool_stats(tag, device=None):
     """The pool statistics of `tag`'s manager on the device (suspended,
     suspended_need_bytes, kept_bytes, mapped_bytes, ...), as a dict."""
     return _tags.pool_stats(tag, _device(device))
+
+
+# ---- MemPool mode ------------------------------------------------------------
+
+SEGMENT_ALLOC = "cuemm_torch_segment_alloc"
+SEGMENT_FREE = "cuemm_torch_segment_free"
+BOTH_MODES = ("cuemm.torch: %s: per-tensor mode (use()) and MemPool mode (mempool(), pool()) exclude each "
+              "other in a process (PyTorch's pluggable allocator has no MemPools); recommended_mode() says "
+              "which to choose")
+
+_pools = {}        # (tag, device) -> torch.cuda.MemPool
+_pool_allocs = {}  # (tag, device) -> its allocator object, kept alive with it
+_retired_allocs = []  # the allocators of released pools, never dropped
+_pools_lock = threading.Lock()
+_segment_fn = None
+
+
+def _tag_key(tag):
+    _tags._name(tag)  # refuses what is not a str or None
+    return tag or None
+
+
+def segment_alloc_address(tag):
+    """The address of the segment allocation function bound to `tag`
+    (cuemm_torch_segment_alloc_fn; None: cuemm_torch_segment_alloc)."""
+    global _segment_fn
+    lib = _lib.load()
+    if _segment_fn is None:
+        fn = getattr(lib, "cuemm_torch_segment_alloc_fn", None)
+        if fn is None:
+            raise OSError("cuemm.torch: the libcuemm loaded (%s) predates MemPool mode: it lacks "
+                          "cuemm_torch_segment_alloc_fn" % _lib.loaded_path())
+        fn.restype = ctypes.c_int
+        fn.argtypes = (ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p))
+        _segment_fn = fn
+    out = ctypes.c_void_p()
+    _lib.check(_segment_fn(_tags._name(tag), ctypes.byref(out)), "cuemm_torch_segment_alloc_fn(%r)" % (tag,))
+    return out.value
+
+
+def _segment_allocator(torch, tag):
+    """The pluggable allocator object of tag's pool: the exported pair by
+    name for the default tag; for another tag the same constructor that
+    CUDAPluggableAllocator ends in (torch._C._cuda_customAllocator), given
+    the address of the tag's own allocation function, which is no exported
+    symbol (one function per tag: PyTorch's signature carries no user
+    data)."""
+    mem = torch.cuda.memory
+    path = _lib.loaded_path()
+    if tag is None:
+        return mem.CUDAPluggableAllocator(path, SEGMENT_ALLOC, SEGMENT_FREE)
+    make = getattr(torch._C, "_cuda_customAllocator", None)
+    wrap = getattr(mem, "_CUDAAllocator", None)
+    if make is None or wrap is None:
+        raise RuntimeError("cuemm.torch: this torch (%s) lacks torch._C._cuda_customAllocator or "
+                           "torch.cuda.memory._CUDAAllocator, which a tag's MemPool is made with"
+                           % getattr(torch, "__version__", "?"))
+    return wrap(make(segment_alloc_address(tag), _lib.symbol_address(SEGMENT_FREE)))
+
+
+def mempool(tag=None, device=None):
+    """The torch.cuda.MemPool of `tag` on the device (tag None: the
+    device's default manager; device None: torch's current device), made on
+    first use and the same object afterwards.  Its segments come from the
+    tag's cuemm manager (cuemm_torch_segment_alloc_fn): PyTorch's caching
+    allocator asks for a segment (2 MiB for small tensors, 20 MiB or the
+    rounded size for larger ones) when the pool has no cached block that
+    fits, and keeps a segment while the MemPool lives, its tensors dead or
+    not (PyTorch's empty_cache releases the segments of pools no MemPool
+    holds any more: release_mempool() lets this module's go); a segment
+    given back is freed deferred in cuemm, and empty_cache() of this module
+    trims the memory back to the driver.  Suspending the tag needs none of
+    that: it releases the physical memory of every segment, cached or not.  Whatever makes PyTorch allocate in the pool (pool(), or
+    torch.cuda.use_mem_pool, or a CUDA graph captured with pool=p.id, on
+    any thread) takes segments from the tag.
+
+    Because the segments are blocks of the tag's pool, suspend(tag) gives
+    their memory back to the driver under the pool's tensors, which keep
+    their addresses (contents kept with keep=True), and resume(tag) maps it
+    again; a segment, or a tensor inside it, can be exported with
+    cuemm_ipc_export of tag_manager (CUEMM_POOL_IPC=1).  While the tag is
+    suspended, do not touch its tensors or allocate in its pool: PyTorch
+    hands out cached blocks of a segment without asking cuemm, and a new
+    segment is refused (PyTorch raises its out-of-memory error).
+
+    The process allocator is not replaced: tensors outside any pool are
+    PyTorch's own, and torch.cuda.memory_stats(), memory_summary() and
+    torch.cuda.memory._snapshot() count every pool.  Not with use() in the
+    same process (RuntimeError).  Needs torch.cuda.MemPool with an
+    allocator (PyTorch 2.5 or newer); raises ImportError without PyTorch,
+    OSError when libcuemm cannot be loaded, CuemmError for a tag name cuemm
+    refuses."""
+    torch = _torch()
+    if _allocator is not None:
+        raise RuntimeError(BOTH_MODES % "mempool() after use()")
+    mem = getattr(torch.cuda, "memory", None)
+    MemPool = getattr(torch.cuda, "MemPool", None) or getattr(mem, "MemPool", None)
+    if MemPool is None or mem is None or not hasattr(mem, "CUDAPluggableAllocator"):
+        raise RuntimeError("cuemm.torch: this torch (%s) has no torch.cuda.MemPool with a pluggable allocator "
+                           "(PyTorch 2.5 or newer, built with CUDA, has it)" % getattr(torch, "__version__", "?"))
+    key = (_tag_key(tag), _device(device))
+    with _pools_lock:
+        p = _pools.get(key)
+        if p is None:
+            alloc = _segment_allocator(torch, key[0])
+            with torch.cuda.device(key[1]):
+                p = MemPool(allocator=alloc.allocator())
+            _pools[key], _pool_allocs[key] = p, alloc
+    return p
+
+
+def release_mempool(tag=None, device=None):
+    """Forgets mempool(tag, device): once nothing else holds the MemPool
+    (no pool() scope open on it, no CUDA graph captured into it), PyTorch
+    releases it, giving its cached segments back to cuemm at once and the
+    others as their tensors die.  A later mempool(tag) makes a new one.
+    Returns whether there was one."""
+    key = (_tag_key(tag), _device(device))
+    with _pools_lock:
+        alloc = _pool_allocs.pop(key, None)
+        if alloc is not None:
+            # Kept for good: PyTorch frees a released pool's last segments
+            # through its allocator when their tensors die, after the
+            # MemPool object is gone, and some releases hold the
+            # allocator by a plain pointer.
+            _retired_allocs.append(alloc)
+        return _pools.pop(key, None) is not None
+
+
+@contextlib.contextmanager
+def pool(tag=None, device=None):
+    """A context manager: PyTorch allocations made inside, on this thread,
+    go to mempool(tag, device) (torch.cuda.use_mem_pool); yields the
+    MemPool.  PyTorch routes only the calling thread's allocations to a
+    pool: the backward pass's gradients, made on autograd threads, land
+    outside it (region() of per-tensor mode is process-wide).  Nests."""
+    torch = _torch()
+    p = mempool(tag, device)
+    use_mem_pool = getattr(torch.cuda, "use_mem_pool", None) or getattr(torch.cuda.memory, "use_mem_pool")
+    with use_mem_pool(p) if device is None else use_mem_pool(p, device=device):
+        yield p
+
+
+# ---- which mode --------------------------------------------------------------
+
+ModeChoice = collections.namedtuple("ModeChoice", "mode reason")
+ModeChoice.__doc__ = """recommended_mode(..., why=True): the mode ("tensor" or "mempool") and why."""
+
+
+def recommended_mode(uses_compile=False, reduce_overhead=False, needs_torch_memory_stats=False,
+                     suspend_everything=False, shares_with_other_frameworks=False, why=False):
+    """Which mode suits a program: "tensor" (use(): every allocation a cuemm
+    block) or "mempool" (mempool()/pool(): PyTorch's caching allocator
+    with segments from cuemm).  With why=True, a ModeChoice (mode, reason).
+    The rule, first match wins:
+
+      needs_torch_memory_stats with suspend_everything or
+        shares_with_other_frameworks      ValueError: no mode gives both
+      suspend_everything                  "tensor": only it puts every
+                                          allocation (autograd threads',
+                                          graph pools', compiled code's) in
+                                          cuemm's tags; reduce-overhead then
+                                          captures plain CUDA graphs
+      shares_with_other_frameworks        "tensor": CuPy and Numba allocate
+                                          from the same managers, block by
+                                          block
+      anything else                       "mempool": PyTorch keeps its
+                                          statistics, snapshots and
+                                          torch.compile's CUDA graph trees
+                                          (reduce-overhead), and nothing
+                                          needs setting before CUDA starts;
+                                          the memory meant to be suspended
+                                          or shared goes in pool(tag)
+
+    uses_compile alone changes nothing (both modes run torch.compile);
+    reduce_overhead implies it."""
+    uses_compile = bool(uses_compile or reduce_overhead)
+    if needs_torch_memory_stats and (suspend_everything or shares_with_other_frameworks):
+        raise ValueError("cuemm.torch.recommended_mode: torch.cuda.memory_stats() and snapshots need PyTorch's "
+                         "caching allocator (MemPool mode), while %s needs every allocation to be a cuemm block "
+                         "(per-tensor mode): no mode gives both"
+                         % ("suspending everything" if suspend_everything else "sharing with CuPy or Numba"))
+    if suspend_everything:
+        choice = ModeChoice("tensor", "only per-tensor mode puts every allocation, autograd threads', CUDA graph "
+                                      "pools' and compiled code's, in cuemm's tags"
+                            + ("; torch.compile's reduce-overhead then captures plain CUDA graphs "
+                               "(cudagraph_trees off)" if reduce_overhead else ""))
+    elif shares_with_other_frameworks:
+        choice = ModeChoice("tensor", "CuPy and Numba allocate from the same cuemm managers block by block: one "
+                                      "pool and one footprint for all")
+    else:
+        choice = ModeChoice("mempool", "PyTorch's caching allocator stays: memory_stats(), snapshots%s keep "
+                                       "working, nothing must run before CUDA starts, and pool(tag) puts the "
+                                       "memory to suspend or share in cuemm's tags"
+                            % (" and torch.compile's CUDA graph trees" if reduce_overhead
+                               else " and torch.compile" if uses_compile else ""))
+    return choice if why else choice.mode
 
 
 # The C entry points with PyTorch's types, for tests and tools that call

@@ -4,7 +4,9 @@
  * of CUDA graphs captured through them, the count of their failures, and
  * the tags: named managers of their own over the same primary context, one
  * per (tag, device), which new allocations go to while their tag is
- * current, so that each can be suspended and resumed on its own.
+ * current, so that each can be suspended and resumed on its own; and the
+ * segments of PyTorch's MemPool mode, each tag's pool taking its segments
+ * from that tag's manager.
  *
  * It sits above the manager, like registry.c: it calls the public
  * functions (and reads which path a manager's blocks take), and no layer
@@ -793,6 +795,108 @@ CUEMM_EXTERN void cuemm_torch_init(int device_count)
   (void)device_count;
   if (cuemm_driver_load() != CUDA_SUCCESS)
     note_failure(F_ALLOC, "cuemm_torch_init");
+}
+
+/* ---- PyTorch's MemPool mode: segments ------------------------------------------- */
+
+/* torch.cuda.MemPool(allocator) keeps PyTorch's caching allocator in charge
+ * of tensors and asks the pluggable allocator for whole segments only: when
+ * its pool has no cached block that fits (raw_alloc, with the device and
+ * the current stream), and when it releases a wholly free segment
+ * (raw_delete: torch.cuda.empty_cache, its out-of-memory retry, the pool's
+ * destruction), with the stream the segment was allocated on.
+ *
+ * The pluggable signature carries no user data, and a segment allocation
+ * happens wherever PyTorch needs one: inside the `with` of one pool or
+ * another, on whatever thread, during a CUDA graph's capture into the pool,
+ * in an out-of-memory retry.  A "current tag for segments" set around those
+ * would be wrong in all the cases it does not see, so each tag number has a
+ * function of its own (seg_allocs[t], made below), handed to PyTorch when
+ * the tag's pool is made: the pool's segments always go to its tag.  The
+ * free needs no such binding: the manager that holds a block is found from
+ * its address, as cuemm_torch_free finds it.
+ *
+ * A segment is taken with cuemm_alloc_async on the stream PyTorch names:
+ * the caching allocator hands a segment's blocks to that stream only (other
+ * streams' uses it orders itself, with events), so the stream-ordered path
+ * is right and costs no synchronization; during a capture PyTorch calls it
+ * in relaxed capture mode, as cudaMalloc.  A segment is given back with
+ * cuemm_free, deferred: its flush synchronizes the context, as the
+ * cudaFree PyTorch calls otherwise does.  PyTorch frees a segment while
+ * work queued on its stream may still use it (a tensor freed in stream
+ * order), and the stream it names may have been destroyed since (an
+ * external stream): a stream-ordered free would have to trust that handle,
+ * the deferred one needs none, and it happens rarely enough (empty_cache,
+ * an out-of-memory retry) to cost nothing that matters.  Segments are
+ * never part of the graph pools above: PyTorch keeps a MemPool's graph
+ * blocks itself. */
+
+static void *segment_alloc(int t, size_t size, int device, CUstream stream)
+{
+  if (size == 0)
+    return NULL;
+  cuemm_manager *m;
+  CUresult r = tag_manager(t, device, &m);
+  if (r == CUDA_SUCCESS && size > (size_t)SSIZE_MAX)
+    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "the size is negative (%zd as ssize_t)", (ssize_t)size);
+  CUdeviceptr p = 0;
+  if (r == CUDA_SUCCESS)
+    r = deferred_only(m) ? cuemm_allocate(m, size, &p) : cuemm_allocate_async(m, size, stream, &p);
+  if (r != CUDA_SUCCESS) {
+    note_failure(F_ALLOC, "cuemm_torch_segment_alloc(%zu bytes, device %d, stream %p%s%s%s)", size, device,
+                 (void *)stream, t ? ", tag \"" : "", t ? tag_names[t] : "", t ? "\"" : "");
+    return NULL;
+  }
+  return (void *)(uintptr_t)p;
+}
+
+CUEMM_EXTERN void *cuemm_torch_segment_alloc(size_t size, int device, CUstream stream)
+{
+  return segment_alloc(0, size, device, stream);
+}
+
+/* seg_allocs[t]: the segment allocation of tag number t (0: the default,
+ * cuemm_torch_segment_alloc itself). */
+#define SEG_FN(h, l)                                                                   \
+  static void *seg_alloc_##h##l(size_t size, int device, CUstream stream)             \
+  {                                                                                    \
+    return segment_alloc((h) * 8 + (l), size, device, stream);                        \
+  }
+#define SEG_ROW(h) SEG_FN(h, 0) SEG_FN(h, 1) SEG_FN(h, 2) SEG_FN(h, 3) SEG_FN(h, 4) SEG_FN(h, 5) SEG_FN(h, 6) SEG_FN(h, 7)
+SEG_ROW(1) SEG_ROW(2) SEG_ROW(3) SEG_ROW(4) SEG_ROW(5) SEG_ROW(6) SEG_ROW(7)
+SEG_FN(0, 1) SEG_FN(0, 2) SEG_FN(0, 3) SEG_FN(0, 4) SEG_FN(0, 5) SEG_FN(0, 6) SEG_FN(0, 7)
+#define SEG_REF(h) seg_alloc_##h##0, seg_alloc_##h##1, seg_alloc_##h##2, seg_alloc_##h##3, \
+                   seg_alloc_##h##4, seg_alloc_##h##5, seg_alloc_##h##6, seg_alloc_##h##7
+static const cuemm_torch_alloc_fn seg_allocs[MAX_TAGS] = {
+  cuemm_torch_segment_alloc, seg_alloc_01, seg_alloc_02, seg_alloc_03, seg_alloc_04, seg_alloc_05, seg_alloc_06,
+  seg_alloc_07, SEG_REF(1), SEG_REF(2), SEG_REF(3), SEG_REF(4), SEG_REF(5), SEG_REF(6), SEG_REF(7),
+};
+_Static_assert(sizeof seg_allocs / sizeof *seg_allocs == MAX_TAGS, "one segment allocation per tag number");
+
+CUEMM_EXTERN CUresult cuemm_torch_segment_alloc_fn(const char *tag, cuemm_torch_alloc_fn *fn)
+{
+  if (!fn)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_torch_segment_alloc_fn: fn is NULL");
+  int t;
+  CUresult r = tag_number("cuemm_torch_segment_alloc_fn", tag, 1, &t);
+  if (r != CUDA_SUCCESS)
+    return r;
+  *fn = seg_allocs[t];
+  return CUDA_SUCCESS;
+}
+
+CUEMM_EXTERN void cuemm_torch_segment_free(void *ptr, size_t size, int device, CUstream stream)
+{
+  if (!ptr)
+    return;
+  CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+  cuemm_manager *m = owner(device, p);
+  CUresult r = m ? cuemm_free(m, p)
+                 : cuemm__error(CUDA_ERROR_INVALID_VALUE, "device %d has no manager: cuemm handed out nothing there",
+                                device);
+  if (r != CUDA_SUCCESS)
+    note_failure(F_FREE, "cuemm_torch_segment_free(%p, %zu bytes, device %d, stream %p)", ptr, size, device,
+                 (void *)stream);
 }
 
 CUEMM_EXTERN CUresult cuemm_adapter_get_stats(cuemm_adapter_stats *s)
