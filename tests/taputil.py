@@ -1,7 +1,9 @@
 """taputil.py: TAP for the suite's Python tests (test-adapters.py,
-test-numba-plugin.py): numbered results, a diagnosis under a failure, the
-plan at the end, and the exit status the harness reads."""
+test-numba-plugin.py, ...): numbered results, a diagnosis under a failure,
+the plan at the end, and the exit status the harness reads; and the
+library the tests bind to (library_for_tests)."""
 
+import os
 import sys
 
 _n = 0
@@ -44,3 +46,22 @@ def done():
     """The plan, then exit: 1 when any result failed."""
     print("1..%d" % _n)
     sys.exit(1 if _failed else 0)
+
+
+def library_for_tests(build, installed):
+    """The libcuemm the package's bindings load in a test: the build tree's
+    (CUEMM_LIBRARY set to it), or the installed package's own (None).  Ends
+    the test with its plan, saying why, when there is none to bind to
+    (CUEMM_PLUGIN_SKIP, or no shared library built)."""
+    lib_path = os.path.join(build, ".libs", "libcuemm.so.0")
+    no_bindings = os.environ.get("CUEMM_PLUGIN_SKIP", "")
+    if installed:
+        lib_path = None  # the installed package finds its own
+    elif not no_bindings and not os.path.exists(lib_path):
+        no_bindings = "no shared library built (%s)" % lib_path
+    if no_bindings:
+        print("# bindings not exercised: " + no_bindings)
+        done()
+    if lib_path is not None:
+        os.environ["CUEMM_LIBRARY"] = lib_path
+    return lib_path

@@ -29,7 +29,7 @@ if not installed:
 
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from taputil import done, ok, raises  # noqa: E402
+from taputil import done, library_for_tests, ok, raises  # noqa: E402
 
 
 # ---- without the frameworks ---------------------------------------------------
@@ -78,18 +78,7 @@ r = subprocess.run([sys.executable, "-c", "import cuemm; cuemm.load()"], env=env
 ok(r.returncode != 0 and "/nonexistent/libcuemm.so.0 (CUEMM_LIBRARY)" in r.stdout
    and "cannot load libcuemm" in r.stdout, "a CUEMM_LIBRARY that does not load: OSError naming it", r.stdout)
 
-lib_path = os.path.join(build, ".libs", "libcuemm.so.0")
-no_bindings = os.environ.get("CUEMM_PLUGIN_SKIP", "")
-if installed:
-    lib_path = None  # the installed package finds its own
-elif not no_bindings and not os.path.exists(lib_path):
-    no_bindings = "no shared library built (%s)" % lib_path
-if no_bindings:
-    print("# bindings not exercised: " + no_bindings)
-    done()
-
-if lib_path is not None:
-    os.environ["CUEMM_LIBRARY"] = lib_path
+lib_path = library_for_tests(build, installed)
 lib = cuemm_lib.load()
 ok(lib_path is None or cuemm_lib.loaded_path() == lib_path, "CUEMM_LIBRARY is the library loaded (%s)"
    % cuemm_lib.loaded_path())

@@ -8,14 +8,7 @@
 # import, except on a line that says they are deprecated; Makefile.am
 # ships every page.
 top_srcdir=${top_srcdir:-$(dirname "$0")/..}
-n=0
-fails=0
-check() { # check DESCRIPTION COMMAND...
-  d=$1
-  shift
-  n=$((n + 1))
-  if "$@"; then echo "ok $n - $d"; else echo "not ok $n - $d"; fails=$((fails + 1)); fi
-}
+. "$top_srcdir/tests/tap.sh"
 cd "$top_srcdir" || exit 1
 if ! test -f README.md || ! test -d docs; then
   echo "1..0 # SKIP no README.md or docs/ in $top_srcdir"
@@ -99,5 +92,4 @@ check "README.md gives the first build's command" \
   grep -q '^\./autogen\.sh && \./configure && make quickstart' README.md
 check "README.md gives the suite's command" grep -q '^make check ' README.md
 
-echo "1..$n"
-test $fails -eq 0
+tap_done

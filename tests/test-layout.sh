@@ -6,14 +6,7 @@
 # no function body longer than 80 lines.
 top_srcdir=${top_srcdir:-$(dirname "$0")/..}
 src=$top_srcdir/src
-n=0
-fails=0
-check() { # check DESCRIPTION COMMAND...
-  d=$1
-  shift
-  n=$((n + 1))
-  if "$@"; then echo "ok $n - $d"; else echo "not ok $n - $d"; fails=$((fails + 1)); fi
-}
+. "$top_srcdir/tests/tap.sh"
 say() { sed 's/^/# /'; }
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -68,5 +61,4 @@ awk 'FNR == 1 { open = 0 } /^\{$/ { open = FNR } /^\}/ && open { if (FNR - open 
 check "no function body in src/ is longer than 80 lines" test ! -s "$tmp/long"
 say < "$tmp/long"
 
-echo "1..$n"
-test "$fails" -eq 0
+tap_done

@@ -7,14 +7,7 @@ top_srcdir=${top_srcdir:-$(dirname "$0")/..}
 b=${CUEMM_TOP_BUILDDIR:-.}
 gen=$b/tools/cuemm-man7
 page=$top_srcdir/man/cuemm.7
-n=0
-fails=0
-check() { # check DESCRIPTION COMMAND...
-  d=$1
-  shift
-  n=$((n + 1))
-  if "$@"; then echo "ok $n - $d"; else echo "not ok $n - $d"; fails=$((fails + 1)); fi
-}
+. "$top_srcdir/tests/tap.sh"
 if ! test -x "$gen"; then
   echo "1..0 # SKIP $gen is not built"
   exit 0
@@ -65,5 +58,4 @@ else
   n=$((n + 1))
   echo "ok $n # SKIP no groff to read the page with"
 fi
-echo "1..$n"
-test $fails -eq 0
+tap_done

@@ -26,7 +26,7 @@ if not installed:
 
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from taputil import done, ok, raises, skip  # noqa: E402
+from taputil import done, library_for_tests, ok, raises, skip  # noqa: E402
 
 import cuemm  # noqa: E402
 import cuemm._lib as cuemm_lib  # noqa: E402
@@ -60,17 +60,7 @@ for k in ({"needs_torch_memory_stats": True, "suspend_everything": True},
 
 # ---- the library -------------------------------------------------------------------
 
-lib_path = os.path.join(build, ".libs", "libcuemm.so.0")
-no_bindings = os.environ.get("CUEMM_PLUGIN_SKIP", "")
-if installed:
-    lib_path = None
-elif not no_bindings and not os.path.exists(lib_path):
-    no_bindings = "no shared library built (%s)" % lib_path
-if no_bindings:
-    print("# bindings not exercised: " + no_bindings)
-    done()
-if lib_path is not None:
-    os.environ["CUEMM_LIBRARY"] = lib_path
+lib_path = library_for_tests(build, installed)
 cuemm_lib.load()
 lib_path = cuemm_lib.loaded_path()
 import cuemm._tags as tags  # noqa: E402
