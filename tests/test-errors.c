@@ -76,17 +76,17 @@ static void null_arguments(void)
   size_t f = 0, t = 0;
   static char buf[8192];
 
-  NULL_CASE(cuemm_manager_create(NULL, NULL, NULL), "cuemm_create: m is NULL");
+  NULL_CASE(cuemm_manager_create(NULL, NULL, NULL), "cuemm_manager_create: m is NULL");
   NULL_CASE(cuemm_destroy(NULL), "cuemm_destroy: manager is NULL");
   NULL_CASE(cuemm_get(NULL), "cuemm_get: m is NULL");
-  NULL_CASE(cuemm_allocate(NULL, 256, &d), "cuemm_alloc: manager is NULL");
-  NULL_CASE(cuemm_allocate(m, 256, NULL), "cuemm_alloc: p is NULL");
+  NULL_CASE(cuemm_allocate(NULL, 256, &d), "cuemm_allocate: manager is NULL");
+  NULL_CASE(cuemm_allocate(m, 256, NULL), "cuemm_allocate: p is NULL");
   NULL_CASE(cuemm_free(NULL, 0x1000), "cuemm_free: manager is NULL");
   NULL_CASE(cuemm_flush(NULL), "cuemm_flush: manager is NULL");
   NULL_CASE(cuemm_defer_cleanup_begin(NULL), "cuemm_defer_cleanup_begin: manager is NULL");
   NULL_CASE(cuemm_defer_cleanup_end(NULL), "cuemm_defer_cleanup_end: manager is NULL");
-  NULL_CASE(cuemm_host_allocate(NULL, 256, 0, &h), "cuemm_host_alloc: manager is NULL");
-  NULL_CASE(cuemm_host_allocate(m, 256, 0, NULL), "cuemm_host_alloc: p is NULL");
+  NULL_CASE(cuemm_host_allocate(NULL, 256, 0, &h), "cuemm_host_allocate: manager is NULL");
+  NULL_CASE(cuemm_host_allocate(m, 256, 0, NULL), "cuemm_host_allocate: p is NULL");
   NULL_CASE(cuemm_host_free(NULL, buf), "cuemm_host_free: manager is NULL");
   NULL_CASE(cuemm_host_device_pointer(NULL, buf, &d), "cuemm_host_get_device_pointer: manager is NULL");
   NULL_CASE(cuemm_host_device_pointer(m, buf, NULL), "cuemm_host_get_device_pointer: dptr is NULL");
@@ -103,7 +103,7 @@ static void null_arguments(void)
   NULL_CASE(cuemm_config_init(NULL), "cuemm_config_init: cfg is NULL");
   NULL_CASE(cuemm_driver_get_info(NULL), "cuemm_driver_get_info: info is NULL");
   /* The drop-in finds m (the current context's manager), then refuses. */
-  NULL_CASE(cuemm_mem_alloc(NULL, 256), "cuemm_alloc: p is NULL");
+  NULL_CASE(cuemm_mem_alloc(NULL, 256), "cuemm_mem_alloc: p is NULL");
   NULL_CASE(cuemm_host_free(m, NULL), "is not the start of an allocation of this manager");
   ok(cuemm_context(NULL) == NULL, "cuemm_context(NULL) is NULL");
   is(cuemm_get_memory_info(m, NULL, NULL), CUDA_SUCCESS, "cuemm_get_memory_info with both out-pointers NULL is allowed");

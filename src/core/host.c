@@ -21,10 +21,10 @@
 CUEMM_EXTERN CUresult cuemm_host_allocate(cuemm_manager *m, size_t size, unsigned int flags, void **p)
 {
   if (!m || !p)
-    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_host_alloc: %s is NULL", m ? "p" : "manager");
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_host_allocate: %s is NULL", m ? "p" : "manager");
   if (flags & ~(unsigned int)HOST_ALLOC_FLAGS)
     return cuemm__error(CUDA_ERROR_INVALID_VALUE,
-                        "cuemm_host_alloc: unknown flags 0x%x (accepted: CU_MEMHOSTALLOC_PORTABLE, "
+                        "cuemm_host_allocate: unknown flags 0x%x (accepted: CU_MEMHOSTALLOC_PORTABLE, "
                         "CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_WRITECOMBINED)",
                         flags & ~(unsigned int)HOST_ALLOC_FLAGS);
   uintptr_t out = 0;

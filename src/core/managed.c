@@ -108,7 +108,7 @@ CUresult cuemm__managed_create(cuemm_manager *m, cuemm__managed_flush_fn flush)
     return r;
   cuemm__managed *mp = calloc(1, sizeof *mp);
   if (!mp)
-    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the managed pool");
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_manager_create: no host memory for the managed pool");
   mp->drv = m->drv;
   mp->flush = flush;
   mp->log = m->log;
@@ -137,7 +137,7 @@ CUresult cuemm__managed_create(cuemm_manager *m, cuemm__managed_flush_fn flush)
     if (!mp->units || cuemm__sa_init(&mp->sa, mp->span) != 0) {
       free(mp->units);
       free(mp);
-      return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the managed pool's "
+      return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_manager_create: no host memory for the managed pool's "
                           "bookkeeping");
     }
   }
@@ -258,7 +258,7 @@ static CUresult grow(cuemm__managed *mp, size_t size)
   if (mp->held > mp->total) {
     mp->oversubscribed_grows++;
     if (!mp->warning[0])
-      snprintf(mp->warning, sizeof mp->warning, "cuemm_alloc: warning: managed memory held (%zu bytes) now exceeds "
+      snprintf(mp->warning, sizeof mp->warning, "cuemm_allocate: warning: managed memory held (%zu bytes) now exceeds "
                "device %d's memory (%zu bytes); the driver may evict pages to the host, which can make GPU access "
                "much slower (CUEMM_MANAGED_LIMIT caps it)", mp->held, (int)mp->dev, mp->total);
   }
@@ -344,7 +344,7 @@ static CUresult take_slow(cuemm_manager *m, size_t size, CUdeviceptr *p, uint32_
     release(mp, 0);
     r = grow(mp, size);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-      cuemm__error(r, "cuemm_alloc: out of managed memory for %zu bytes", size);
+      cuemm__error(r, "cuemm_allocate: out of managed memory for %zu bytes", size);
       cuemm__account_oom_failed(m, &o, r, size, "releasing free segments ");
     } else
       cuemm__account_oom_served(&o);
@@ -361,11 +361,11 @@ static CUresult system_alloc(cuemm_manager *m, size_t size, CUdeviceptr *out)
   cuemm__managed *mp = m->managed;
   void *h = NULL;
   if (posix_memalign(&h, SYSTEM_ALIGN, size) != 0 || !h)
-    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: posix_memalign(%zu bytes) failed: no host memory "
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_allocate: posix_memalign(%zu bytes) failed: no host memory "
                         "left (CUEMM_MEMORY=system)", size);
   if (cuemm__owned_add(&m->owned, (uintptr_t)h, size, CUEMM__KIND_SYSTEM, 0) != 0) {
     free(h);
-    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: no host memory left to record the allocation");
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_allocate: no host memory left to record the allocation");
   }
   mp->system_bytes += size;
   mp->system_count++;
@@ -385,7 +385,7 @@ static CUresult managed_alloc(cuemm_manager *m, size_t size, CUdeviceptr *out)
   if (size > mp->span / 2) { /* also keeps the rounding below from overflowing */
     char state[200];
     describe(mp, state, sizeof state);
-    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: %zu bytes requested, more than the managed pool can "
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_allocate: %zu bytes requested, more than the managed pool can "
                         "place (its span is %zu bytes): %s", size, mp->span, state);
   }
   if (take(mp, size, &p, &blk) != 0) {
@@ -397,7 +397,7 @@ static CUresult managed_alloc(cuemm_manager *m, size_t size, CUdeviceptr *out)
   }
   if (cuemm__owned_add(&m->owned, (uintptr_t)p, size, CUEMM__KIND_MANAGED, blk) != 0) {
     cuemm__sa_free(&mp->sa, blk);
-    r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: no host memory left to record the allocation");
+    r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_allocate: no host memory left to record the allocation");
     return entered ? cuemm__ctx_leave(m, &g, r) : r;
   }
   if (mp->prefetch) {
@@ -436,7 +436,7 @@ CUresult cuemm__managed_alloc(cuemm_manager *m, CUdeviceptr *p, size_t size)
   CUresult r;
   CUdeviceptr out = 0;
   if (size == 0)
-    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc: size is 0 (%s refuses zero-byte allocations)",
+    r = cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_allocate: size is 0 (%s refuses zero-byte allocations)",
                      m->managed->kind == CUEMM_MEMORY_MANAGED ? "cuMemAllocManaged" : "the system allocator");
   else if (m->managed->kind == CUEMM_MEMORY_MANAGED)
     r = managed_alloc(m, size, &out);

@@ -297,7 +297,7 @@ static int pool_oom_retry(cuemm_manager *m, size_t size, size_t want, uint32_t t
   }
   char state[160];
   cuemm__pool_describe(m->pool, state, sizeof state);
-  cuemm__error(*r, "cuemm_alloc: out of pool memory for %zu bytes (%s)", size, state);
+  cuemm__error(*r, "cuemm_allocate: out of pool memory for %zu bytes (%s)", size, state);
   cuemm__account_oom_failed(m, &o, *r, size, "trimming ");
   return 0;
 }
@@ -358,7 +358,7 @@ static __attribute__((noinline)) cuemm__result pool_alloc_slow(cuemm_manager *m,
   if (r == CUDA_SUCCESS && cuemm__pool_take_tagged(m->pool, size, tag, p, blk) != 0)
     r = cuemm__error(CUDA_ERROR_UNKNOWN, "internal: the pool grew but has no block of %zu bytes", size);
   else if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY)
-    cuemm__error_append("; cuemm_alloc(%zu bytes) failed and the pool is as it was", size);
+    cuemm__error_append("; cuemm_allocate(%zu bytes) failed and the pool is as it was", size);
   if (r == CUDA_SUCCESS)
     return leave_after_take(m, &g, blk);
   return cuemm__ctx_leave(m, &g, r);
@@ -368,7 +368,7 @@ cuemm__result cuemm__manager_pool_take_locked(cuemm_manager *m, size_t size, uin
                                             int grow)
 {
   if (cuemm__pool_is_suspended(m->pool))
-    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_allocate_async");
   if (cuemm__pool_take_tagged(m->pool, size, tag, p, blk) == 0)
     return CUDA_SUCCESS;
   return pool_alloc_slow(m, size, tag, p, blk, grow);
@@ -381,14 +381,14 @@ static inline CUresult pool_alloc(cuemm_manager *m, cuemm__pool *pool, size_t si
   CUresult r;
   cuemm__lock_acquire(&m->lock);
   if (__builtin_expect(cuemm__pool_is_suspended(pool), 0)) {
-    r = cuemm__pool_refuse_suspended(pool, "cuemm_alloc");
+    r = cuemm__pool_refuse_suspended(pool, "cuemm_allocate");
     goto failed;
   }
   if (cuemm__pool_take(pool, size, &p, &blk) != 0 && (r = pool_alloc_slow(m, size, 0, &p, &blk, 1)) != CUDA_SUCCESS)
     goto failed;
   if (cuemm__owned_add(&m->owned, p, size, CUEMM__KIND_POOL, blk) != 0) {
     cuemm__pool_give(pool, blk);
-    r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: no host memory left to record the allocation");
+    r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_allocate: no host memory left to record the allocation");
     goto failed;
   }
   cuemm__account_alloc(m, size);
@@ -404,7 +404,7 @@ failed:
 
 CUresult cuemm__manager_alloc(cuemm_manager *m, cuemm__kind kind, size_t size, unsigned int flags, uintptr_t *out)
 {
-  const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_alloc" : "cuemm_host_alloc";
+  const char *fn = kind == CUEMM__KIND_DEVICE ? "cuemm_allocate" : "cuemm_host_allocate";
   const char *call = kind == CUEMM__KIND_DEVICE ? "cuMemAlloc" : "cuMemHostAlloc";
   if (size == 0) {
     cuemm__lock_acquire(&m->lock);
@@ -492,7 +492,7 @@ static __attribute__((noinline)) CUresult pool_refuse(cuemm_manager *m, cuemm__p
   m->st.alloc_failures++;
   CUresult r;
   if (cuemm__pool_is_suspended(pool)) {
-    r = cuemm__pool_refuse_suspended(pool, "cuemm_alloc");
+    r = cuemm__pool_refuse_suspended(pool, "cuemm_allocate");
   } else {
     r = cuemm__pool_refuse(pool, size);
     cuemm__account_oom_where(m, size);
@@ -504,7 +504,7 @@ static __attribute__((noinline)) CUresult pool_refuse(cuemm_manager *m, cuemm__p
 CUresult cuemm__manager_alloc_device(cuemm_manager *m, CUdeviceptr *p, size_t size)
 {
   if (!p)
-    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc: p is NULL");
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_allocate: p is NULL");
   if (m->managed) /* CUEMM_MEMORY=managed|system: managed.c */
     return cuemm__managed_alloc(m, p, size);
   uintptr_t out = 0;
@@ -651,7 +651,7 @@ static __attribute__((noinline)) CUresult free_logged(cuemm_manager *m, CUdevice
 
 CUEMM_EXTERN CUresult cuemm_allocate(cuemm_manager *m, size_t size, CUdeviceptr *p)
 {
-  CUEMM__CHECK_MANAGER(m, "cuemm_alloc");
+  CUEMM__CHECK_MANAGER(m, "cuemm_allocate");
   if (__builtin_expect(m->log != NULL, 0))
     return alloc_logged(m, p, size);
   return cuemm__manager_alloc_device(m, p, size);

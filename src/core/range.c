@@ -38,7 +38,7 @@ static CUresult not_found(cuemm_manager *m, uintptr_t p, const cuemm__owned_entr
   if (e && (e->kind == CUEMM__KIND_HOST || e->kind == CUEMM__KIND_PINNED))
     return cuemm__error(CUDA_ERROR_NOT_FOUND, "%s: 0x%" PRIxPTR " is pinned host memory of this manager "
                         "(%s at 0x%" PRIxPTR ", %zu bytes), not device memory", fn, p,
-                        e->kind == CUEMM__KIND_HOST ? "cuemm_host_alloc" : "cuemm_host_pin", e->key, e->size);
+                        e->kind == CUEMM__KIND_HOST ? "cuemm_host_allocate" : "cuemm_host_pin", e->key, e->size);
   if (e) /* pending */
     return cuemm__error(CUDA_ERROR_NOT_FOUND, "%s: 0x%" PRIxPTR " lies in an allocation of this manager "
                         "(0x%" PRIxPTR ", %zu bytes) that was freed already and waits in the pending queue", fn,

@@ -45,7 +45,7 @@ static CUresult read_context(cuemm_manager *m, CUcontext ctx)
       return cuemm__driver_error(r, "cuCtxGetCurrent");
     if (!ctx)
       return cuemm__error(CUDA_ERROR_INVALID_CONTEXT,
-                          "cuemm_create: no context given and none is current on this thread");
+                          "cuemm_manager_create: no context given and none is current on this thread");
   }
   m->ctx = ctx;
   r = d->CtxGetId(ctx, &m->ctx_id);
@@ -104,7 +104,7 @@ static void unmake(cuemm_manager *m, CUresult r)
 CUEMM_EXTERN CUresult cuemm_manager_create(CUcontext ctx, const cuemm_config *cfg, cuemm_manager **out)
 {
   if (!out)
-    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_create: m is NULL");
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_manager_create: m is NULL");
   *out = NULL;
   cuemm_config envcfg, whole;
   CUresult r;
@@ -129,7 +129,7 @@ CUEMM_EXTERN CUresult cuemm_manager_create(CUcontext ctx, const cuemm_config *cf
 
   cuemm_manager *m = calloc(1, sizeof *m);
   if (!m)
-    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the manager");
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_manager_create: no host memory for the manager");
   m->log = log;
   static _Atomic uint64_t serials = 1;
   m->drv = d;

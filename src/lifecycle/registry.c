@@ -49,13 +49,13 @@ static CUresult registry_add(cuemm_manager *m)
   pthread_mutex_lock(&reg_lock);
   if (find_locked(m->ctx_id)) {
     r = cuemm__error(CUDA_ERROR_ALREADY_ACQUIRED,
-                     "cuemm_create: context %p (id %llu) already has a manager; use cuemm_get, "
+                     "cuemm_manager_create: context %p (id %llu) already has a manager; use cuemm_get, "
                      "or cuemm_destroy the other first", (void *)m->ctx, m->ctx_id);
   } else if (nslots == capslots) {
     size_t cap = capslots ? capslots * 2 : 8;
     slot *grown = realloc(slots, cap * sizeof *grown);
     if (!grown)
-      r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the registry");
+      r = cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_manager_create: no host memory for the registry");
     else {
       slots = grown;
       capslots = cap;
@@ -140,6 +140,8 @@ CUEMM_EXTERN CUresult cuemm_get(cuemm_manager **out)
 
 CUEMM_EXTERN CUresult cuemm_mem_alloc(CUdeviceptr *p, size_t size)
 {
+  if (!p)
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_mem_alloc: p is NULL");
   cuemm_manager *m;
   CUresult r = cuemm_get(&m);
   return r == CUDA_SUCCESS ? cuemm_allocate(m, size, p) : r;

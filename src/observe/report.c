@@ -183,7 +183,7 @@ static CUresult report_attach(cuemm_manager *m)
     cuemm_manager **v = realloc(g_managers, cap * sizeof *v);
     if (!v) {
       pthread_mutex_unlock(&g_lock);
-      return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory to list the manager for CUEMM_STATS");
+      return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_manager_create: no host memory to list the manager for CUEMM_STATS");
     }
     g_managers = v;
     g_cap = cap;

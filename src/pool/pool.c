@@ -205,7 +205,7 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   size_t unit = gran;
   cuemm__pool *p = new_pool(reserved, unit);
   if (!p)
-    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_create: no host memory for the pool's bookkeeping");
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_manager_create: no host memory for the pool's bookkeeping");
   p->drv = d;
   p->dev = dev;
   p->reserved = reserved;
@@ -783,7 +783,7 @@ CUresult cuemm__pool_refuse(const cuemm__pool *p, size_t size)
 {
   char what[160];
   cuemm__pool_describe(p, what, sizeof what);
-  return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc: %zu bytes requested, more than the pool's hard limit "
+  return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_allocate: %zu bytes requested, more than the pool's hard limit "
                       "(CUEMM_POOL_LIMIT, %zu bytes, with CUEMM_POOL_LIMIT_HARD=1: nothing goes to cuMemAlloc); %s",
                       size, p->limit, what);
 }

@@ -391,7 +391,7 @@ __attribute__((noinline)) cuemm__result cuemm__exchange_span_open(cuemm_manager 
   if (cuemm__pool_is_suspended(m->pool)) {
     m->st.alloc_failures++;
     cuemm__lock_release(&m->lock);
-    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_allocate_async");
   }
   int in = cuemm__thread_heap_get(h);
   uint32_t hs = cuemm__heap_stream(h, stream);
@@ -482,7 +482,7 @@ static CUresult unrecorded(cuemm_manager *m, cuemm__heap *h, uint32_t rec, uintp
     cuemm__exchange_return_on(m, ptr, rs, blk, stream);
   else
     cuemm__pool_give(m->pool, blk);
-  return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory left to record the allocation");
+  return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_allocate_async: no host memory left to record the allocation");
 }
 
 /* The block's owned entry, as h's (record rec) or as the pool's, and the
@@ -525,7 +525,7 @@ __attribute__((noinline)) CUresult cuemm__exchange_alloc_from_pool(cuemm_manager
   if (cuemm__pool_is_suspended(m->pool)) {
     m->st.alloc_failures++;
     cuemm__lock_release(&m->lock);
-    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_allocate_async");
   }
   /* The heap is entered twice, around the pick and not across it: where
    * the pool must grow, it first takes idle blocks back from every

@@ -176,7 +176,7 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
                                                            size_t size, CUstream stream)
 {
   if (size == 0)
-    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: size is 0 (cuMemAllocAsync refuses "
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_allocate_async: size is 0 (cuMemAllocAsync refuses "
                         "zero-byte allocations)");
   if (size > cuemm__pool_capacity(m->pool)) {
     /* Too large for the pool: cuemm_alloc's way (cuMemAlloc, whose memory
@@ -201,12 +201,12 @@ static __attribute__((noinline)) CUresult alloc_async_slow(cuemm_manager *m, cue
     /* The heap's cache may hold blocks freed since the suspension, in
      * memory that is gone: none is handed out. */
     cuemm__heap_unlock(h);
-    return cuemm__pool_refuse_suspended(m->pool, "cuemm_alloc_async");
+    return cuemm__pool_refuse_suspended(m->pool, "cuemm_allocate_async");
   }
   uint32_t hs = cuemm__heap_stream(h, stream);
   if (hs == CUEMM__HEAP_NIL && (hs = cuemm__heap_add_stream(h, stream)) == CUEMM__HEAP_NIL) {
     cuemm__heap_unlock(h);
-    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_alloc_async: no host memory to track stream %p",
+    return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_allocate_async: no host memory to track stream %p",
                         (void *)stream);
   }
   uint32_t got = heap_hit_class(h, hs, size);
@@ -306,12 +306,12 @@ static inline __attribute__((always_inline)) CUresult alloc_async(cuemm_manager 
                                                                  CUstream stream)
 {
   CUresult why = CUDA_SUCCESS;
-  stream_path way = path_of(m, "cuemm_alloc_async", &why);
+  stream_path way = path_of(m, "cuemm_allocate_async", &why);
   if (__builtin_expect(way != PATH_STREAM, 0))
     return way == PATH_REFUSED ? why
-                               : deferred_instead(cuemm__manager_alloc_device(m, p, size), "cuemm_alloc_async", stream);
+                               : deferred_instead(cuemm__manager_alloc_device(m, p, size), "cuemm_allocate_async", stream);
   if (!p)
-    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_alloc_async: p is NULL");
+    return cuemm__error(CUDA_ERROR_INVALID_VALUE, "cuemm_allocate_async: p is NULL");
   cuemm__heap *h = cuemm__thread_heap_of(m);
   if (size > CUEMM__HEAP_LARGE_MAX && h && size <= cuemm__pool_capacity(m->pool) && !cuemm__event_own_only(stream))
     return cuemm__exchange_alloc_from_pool(m, NULL, p, size, stream); /* a size no thread's cache keeps */

@@ -267,7 +267,7 @@ static void op_alloc(int async)
     return;
   }
   if (async && s.mode == MODE_NONE) {
-    check_refused(r, "cuemm_alloc_async");
+    check_refused(r, "cuemm_allocate_async");
     return;
   }
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
