@@ -133,8 +133,10 @@ CUresult cuemm__managed_create(cuemm_manager *m, cuemm__managed_flush_fn flush)
     if (mp->nunits > SIZE_MAX / 2 / mp->unit)
       mp->nunits = SIZE_MAX / 2 / mp->unit;
     mp->span = mp->nunits * mp->unit;
+    mp->runs = calloc(mp->nunits, sizeof *mp->runs);
     mp->units = calloc(mp->nunits, sizeof *mp->units);
-    if (!mp->units || cuemm__sa_init(&mp->sa, mp->span) != 0) {
+    if (!mp->runs || !mp->units || cuemm__sa_init(&mp->sa, mp->span) != 0) {
+      free(mp->runs);
       free(mp->units);
       free(mp);
       return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "cuemm_manager_create: no host memory for the managed pool's "
@@ -162,15 +164,16 @@ CUresult cuemm__managed_destroy(cuemm_manager *m, int use_driver)
     cuemm__owned_each(&m->owned, free_system_one, NULL);
   for (size_t u = 0; use_driver && u < mp->nunits; u++) {
     cuemm__managed_unit *h = &mp->units[u];
-    if (!h->base || h->head != u)
+    if (!h->base || !cuemm__runs_is_head(mp->runs, u))
       continue;
     CUresult r = mp->drv->MemFree(h->base);
     if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
       first = cuemm__driver_error(r, "cuMemFree(managed segment 0x%llx, %zu bytes)", (unsigned long long)h->base,
-                                  (size_t)h->units * mp->unit);
+                                  cuemm__runs_units(mp->runs, u) * mp->unit);
   }
   if (mp->kind == CUEMM_MEMORY_MANAGED)
     cuemm__sa_fini(&mp->sa);
+  free(mp->runs);
   free(mp->units);
   free(mp);
   m->managed = NULL;
@@ -243,11 +246,9 @@ static CUresult grow(cuemm__managed *mp, size_t size)
       cuemm__error_append("; freeing the segment again failed too: %zu bytes are lost to the driver", bytes);
     return r;
   }
-  size_t head = at / mp->unit, n = bytes / mp->unit;
-  for (size_t u = head; u < head + n; u++)
-    mp->units[u] = (cuemm__managed_unit){ .base = 0, .head = (uint32_t)head, .units = 0 };
+  size_t head = at / mp->unit;
+  cuemm__runs_mark(mp->runs, head, bytes / mp->unit);
   mp->units[head].base = base;
-  mp->units[head].units = (uint32_t)n;
   cuemm__sa_fill(&mp->sa, at, bytes);
   atomic_fetch_add_explicit(&mp->held, bytes, memory_order_relaxed);
   cuemm__log_note(mp->log, "grow", bytes);
@@ -275,9 +276,9 @@ static CUresult release(cuemm__managed *mp, size_t keep)
    * block; walk down from the top, one segment at a time. */
   for (size_t u = mp->nunits; u-- > 0;) {
     cuemm__managed_unit *h = &mp->units[u];
-    if (!h->base || h->head != u)
+    if (!h->base || !cuemm__runs_is_head(mp->runs, u))
       continue;
-    size_t off = u * mp->unit, bytes = (size_t)h->units * mp->unit;
+    size_t off = u * mp->unit, bytes = cuemm__runs_units(mp->runs, u) * mp->unit;
     if (mp->sa.free_bytes < keep + bytes)
       continue;
     uint32_t b = cuemm__sa_find(&mp->sa, off);
@@ -294,7 +295,7 @@ static CUresult release(cuemm__managed *mp, size_t keep)
     }
     cuemm__sa_drain(&mp->sa, off, bytes);
     h->base = 0;
-    h->units = 0;
+    cuemm__runs_clear(mp->runs, u);
     atomic_fetch_sub_explicit(&mp->held, bytes, memory_order_relaxed);
     cuemm__log_note(mp->log, "release", bytes);
     mp->segments--;
@@ -321,7 +322,7 @@ static int take(cuemm__managed *mp, size_t size, CUdeviceptr *p, uint32_t *blk)
   uint32_t i = cuemm__sa_alloc(&mp->sa, cuemm__round_up(size, CUEMM__SA_ALIGN));
   if (i == CUEMM__SA_NIL)
     return -1;
-  size_t off = mp->sa.b[i].off, head = mp->units[off / mp->unit].head;
+  size_t off = mp->sa.b[i].off, head = cuemm__runs_covering(mp->runs, off / mp->unit);
   *p = mp->units[head].base + (CUdeviceptr)(off - head * mp->unit);
   *blk = i;
   return 0;

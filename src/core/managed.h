@@ -29,13 +29,13 @@
 #include "core/pending.h"
 #include "suballoc/internal.h"
 
-/* One entry per unit (pool_chunk bytes) of the sub-allocator's span.  A
- * segment is one cuMemAllocManaged allocation covering `units` consecutive
- * units from its head. */
+/* The segments' table: one entry per unit (pool_chunk bytes) of the
+ * sub-allocator's span in `runs` (base/runs.h), and beside it, by the same
+ * unit, the segment's address in `units`.  A segment is one
+ * cuMemAllocManaged allocation covering one run of units; its entry here is
+ * the one at its head. */
 typedef struct cuemm__managed_unit {
   CUdeviceptr base;   /* at the head: the segment's address (0: no segment) */
-  uint32_t head;      /* the unit where this unit's segment starts */
-  uint32_t units;     /* at the head: the segment's length in units */
 } cuemm__managed_unit;
 
 struct cuemm_manager;
@@ -58,6 +58,7 @@ typedef struct cuemm__managed {
   size_t total;             /* the device's memory */
   size_t span, nunits;
   cuemm__sa sa;             /* over [0, span): segments, with a hole unit between any two */
+  cuemm__run *runs;         /* the segments: a run of units each */
   cuemm__managed_unit *units;
   _Atomic size_t held;      /* the event log reads it without the lock */
   size_t peak_held, segments;

@@ -164,11 +164,15 @@ static CUresult pool_sizes(const cuemm__driver_table *d, CUdevice dev, const cue
 static cuemm__pool *new_pool(size_t reserved, size_t unit)
 {
   cuemm__pool *p = calloc(1, sizeof *p);
-  if (p)
+  if (p) {
+    p->runs = calloc(reserved / unit, sizeof *p->runs);
     p->units = calloc(reserved / unit, sizeof *p->units);
-  if (!p || !p->units || cuemm__sa_init(&p->sa, reserved) != 0) {
-    if (p)
+  }
+  if (!p || !p->runs || !p->units || cuemm__sa_init(&p->sa, reserved) != 0) {
+    if (p) {
+      free(p->runs);
       free(p->units);
+    }
     free(p);
     return NULL;
   }
@@ -228,6 +232,7 @@ CUresult cuemm__pool_create(cuemm__pool **out, const cuemm__driver_table *d, CUd
   r = reserve_range(p);
   if (r != CUDA_SUCCESS) {
     cuemm__sa_fini(&p->sa);
+    free(p->runs);
     free(p->units);
     free(p);
     return r;
@@ -248,9 +253,9 @@ void cuemm__pool_nvtx_mapped(cuemm__pool *p, size_t head, size_t n)
 {
   if (__builtin_expect(p->nvtx == NULL, 1))
     return;
-  for (size_t u = head; u < head + n; u += p->units[u].units ? p->units[u].units : 1)
-    if (p->units[u].head == u && p->units[u].units)
-      cuemm__nvtx_chunk_mapped(p->nvtx, unit_addr(p, u), (size_t)p->units[u].units * p->unit);
+  for (size_t u = head; u < head + n; u = cuemm__runs_next(p->runs, u))
+    if (cuemm__runs_is_head(p->runs, u))
+      cuemm__nvtx_chunk_mapped(p->nvtx, unit_addr(p, u), cuemm__runs_units(p->runs, u) * p->unit);
 }
 
 static int keep_orphan(cuemm__pool *p, CUmemGenericAllocationHandle handle)
@@ -309,7 +314,7 @@ static void rollback(cuemm__pool *p, size_t head, size_t n)
   }
   h->has_handle = 0;
   h->state = CUEMM__CHUNK_EMPTY;
-  h->units = 0;
+  cuemm__runs_clear(p->runs, head);
 }
 
 /* Creates and maps one piece, a chunk of n units at unit `head` (a hole);
@@ -355,7 +360,7 @@ static CUresult map_piece(cuemm__pool *p, size_t head, size_t n, double *ns)
 static void rollback_run(cuemm__pool *p, size_t head, size_t end)
 {
   for (size_t u = head; u < end;) {
-    size_t n = p->units[u].units;
+    size_t n = cuemm__runs_units(p->runs, u);
     rollback(p, u, n);
     u += n;
   }
@@ -431,7 +436,7 @@ static CUresult map_run(cuemm__pool *p, size_t head, size_t n, size_t *pieces)
     rollback_run(p, head, end);
     return r;
   }
-  for (size_t u = head; u < end; u += p->units[u].units)
+  for (size_t u = head; u < end; u += cuemm__runs_units(p->runs, u))
     p->units[u].state = CUEMM__CHUNK_ACCESSIBLE;
   /* Only sizes of unit << j are recorded: the rest of a growth, an odd
    * size, would make its class look cheaper than its candidates are. */
@@ -592,7 +597,7 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
 {
   const cuemm__driver_table *d = p->drv;
   cuemm__pool_unit *h = &p->units[head];
-  size_t bytes = (size_t)h->units * p->unit;
+  size_t bytes = cuemm__runs_units(p->runs, head) * p->unit;
   CUdeviceptr at = unit_addr(p, head);
   if (cuemm__sa_reserve(&p->sa, 2) != 0)
     return cuemm__error(CUDA_ERROR_OUT_OF_MEMORY, "no host memory for the pool's bookkeeping");
@@ -609,13 +614,13 @@ static CUresult release_chunk(cuemm__pool *p, size_t head)
   cuemm__nvtx_chunk_unmapping(p->nvtx, at);
   CUresult r = p->slab ? CUDA_SUCCESS : d->MemUnmap(at, bytes);
   if (r != CUDA_SUCCESS) {
-    cuemm__pool_nvtx_mapped(p, head, h->units);
+    cuemm__pool_nvtx_mapped(p, head, cuemm__runs_units(p->runs, head));
     return cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) releasing pool memory; the chunk stays mapped "
                                "and in use by the pool", (unsigned long long)at, bytes);
   }
   cuemm__sa_drain(&p->sa, head * p->unit, bytes);
   h->state = CUEMM__CHUNK_EMPTY;
-  h->units = 0;
+  cuemm__runs_clear(p->runs, head);
   atomic_fetch_sub_explicit(&p->mapped, bytes, memory_order_relaxed);
   cuemm__log_note(p->log, "release", bytes);
   p->chunks--;
@@ -637,10 +642,9 @@ static void scan_free_block(void *arg, const cuemm__sa_block *b)
   const cuemm__pool *p = rs->p;
   size_t u = cuemm__round_up(b->off, p->unit) / p->unit, end = b->off + b->size;
   while ((u + 1) * p->unit <= end && !rs->oom) {
-    size_t head = p->units[u].head;
-    size_t next = head + p->units[head].units;
-    if (next <= u)
-      next = u + 1; /* free space is always in a chunk; never loop on a torn record */
+    /* Free space is always in a chunk; a unit in none is stepped over. */
+    size_t head = cuemm__runs_covering(p->runs, u);
+    size_t next = head == CUEMM__RUNS_NONE ? u + 1 : head + cuemm__runs_units(p->runs, head);
     if (head == u && next * p->unit <= end) {
       if (rs->n == rs->cap) {
         size_t c = rs->cap ? rs->cap * 2 : 16;
@@ -694,7 +698,7 @@ CUresult cuemm__pool_release(cuemm__pool *p, size_t keep)
   CUresult r = CUDA_SUCCESS;
   size_t released = 0;
   for (size_t k = 0; k < n; k++) {
-    size_t bytes = (size_t)p->units[cand[k]].units * p->unit;
+    size_t bytes = cuemm__runs_units(p->runs, cand[k]) * p->unit;
     if (p->sa.free_bytes < keep + bytes || p->units[cand[k]].state != CUEMM__CHUNK_ACCESSIBLE)
       continue; /* a suspension's chunks wait for the resumption (cuemm__vacate_forget_free) */
     if ((r = release_chunk(p, cand[k])) != CUDA_SUCCESS)
@@ -771,10 +775,10 @@ void cuemm__pool_get_stats(const cuemm__pool *p, cuemm_pool_stats *s)
 size_t cuemm__pool_suspended_need(const cuemm__pool *p)
 {
   size_t need = 0;
-  for (size_t u = 0; u < p->nunits; u = cuemm__pool_next_head(p, u)) {
+  for (size_t u = 0; u < p->nunits; u = cuemm__runs_next(p->runs, u)) {
     const cuemm__pool_unit *h = &p->units[u];
-    if (h->head == u && h->units && h->state != CUEMM__CHUNK_EMPTY && h->state != CUEMM__CHUNK_ACCESSIBLE)
-      need += (size_t)h->units * p->unit;
+    if (cuemm__runs_is_head(p->runs, u) && h->state != CUEMM__CHUNK_EMPTY && h->state != CUEMM__CHUNK_ACCESSIBLE)
+      need += cuemm__runs_units(p->runs, u) * p->unit;
   }
   return need;
 }
@@ -806,11 +810,11 @@ size_t cuemm__pool_list_chunks(const cuemm__pool *p, CUdeviceptr *base, size_t *
 {
   size_t n = 0;
   for (size_t u = 0; u < p->nunits; u++) {
-    if (p->units[u].head != u || !p->units[u].units || p->units[u].state != CUEMM__CHUNK_ACCESSIBLE)
+    if (!cuemm__runs_is_head(p->runs, u) || p->units[u].state != CUEMM__CHUNK_ACCESSIBLE)
       continue;
     if (base && n < cap) {
       base[n] = cuemm__pool_unit_addr(p, u);
-      size[n] = (size_t)p->units[u].units * p->unit;
+      size[n] = cuemm__runs_units(p->runs, u) * p->unit;
     }
     n++;
   }
@@ -835,9 +839,9 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
     cuemm__first_note(&first, release_orphans(p));
   for (size_t u = 0; use_driver && !p->slab && u < p->nunits; u++) {
     cuemm__pool_unit *h = &p->units[u];
-    if (h->head != u || h->state == CUEMM__CHUNK_EMPTY)
+    if (!cuemm__runs_is_head(p->runs, u) || h->state == CUEMM__CHUNK_EMPTY)
       continue;
-    size_t bytes = (size_t)h->units * p->unit;
+    size_t bytes = cuemm__runs_units(p->runs, u) * p->unit;
     CUresult r = CUDA_SUCCESS;
     if ((h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE) &&
         (r = d->MemUnmap(unit_addr(p, u), bytes)) != CUDA_SUCCESS)
@@ -859,6 +863,7 @@ CUresult cuemm__pool_destroy(cuemm__pool *p, int use_driver)
   cuemm__sa_fini(&p->sa);
   free(p->sent);
   free(p->orphans);
+  free(p->runs);
   free(p->units);
   free(p);
   return cuemm__first_end(&first);

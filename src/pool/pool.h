@@ -30,15 +30,15 @@ typedef enum cuemm__chunk_state {
                                  * until a resumption creates and maps it again */
 } cuemm__chunk_state;
 
-/* One entry per unit (the device's allocation granularity) of the
- * reservation: 32 bytes each, 1.25 MiB for an 80 GiB reservation in 2 MiB
- * units (calloc'd, so the pages of the part never mapped stay untouched).
- * A chunk is one physical handle covering `units` consecutive units from
- * its head. */
+/* The chunk table: one entry per unit (the device's allocation
+ * granularity) of the reservation in `runs` (base/runs.h), and beside it,
+ * by the same unit, what the pool knows of the chunk in `units`: 32 bytes
+ * a unit in all, 1.25 MiB for an 80 GiB reservation in 2 MiB units
+ * (calloc'd, so the pages of the part never mapped stay untouched).  A
+ * chunk is one physical handle covering one run of units; its entry here
+ * is the one at its head. */
 typedef struct cuemm__pool_unit {
   CUmemGenericAllocationHandle handle;  /* at the head; valid while has_handle */
-  uint32_t head;                        /* the unit where this unit's chunk starts */
-  uint32_t units;                       /* at the head: the chunk's length in units */
   uint8_t state;                        /* cuemm__chunk_state, at the head */
   uint8_t has_handle;                   /* cuMemRelease not yet called */
   uint64_t serial;                      /* at the head: the chunk's number, unique for the pool's life */
@@ -71,6 +71,7 @@ typedef struct cuemm__pool {
    * 11 growths and 6 releases a pass of a ResNet-50 trace.) */
   size_t recent_need[2];
   uint64_t epoch_start_ns, delay_ns;
+  cuemm__run *runs;       /* the chunks: a run of units each */
   cuemm__pool_unit *units;
   size_t nunits;
   /* Handles whose cuMemRelease failed while a failed growth was undone:
@@ -343,17 +344,8 @@ CUmemAllocationProp cuemm__pool_chunk_prop(CUdevice dev, int ipc);
 /* Makes units [head, head + n) one chunk, in `state`. */
 static inline void cuemm__pool_chunk_mark(cuemm__pool *p, size_t head, size_t n, uint8_t state)
 {
-  for (size_t u = head; u < head + n; u++)
-    p->units[u].head = (uint32_t)head;
-  p->units[head].units = (uint32_t)n;
+  cuemm__runs_mark(p->runs, head, n);
   p->units[head].state = state;
-}
-
-/* The head units of chunks, walked in address order. */
-static inline size_t cuemm__pool_next_head(const cuemm__pool *p, size_t u)
-{
-  const cuemm__pool_unit *h = &p->units[u];
-  return h->head == u && h->units ? u + h->units : u + 1;
 }
 
 /* Tells the annotations (nvtx.c) that the chunks whose heads lie in units

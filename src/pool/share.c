@@ -21,13 +21,13 @@ static CUresult access_runs(cuemm__pool *p, const CUmemAccessDesc *desc, unsigne
   *done = 0;
   size_t u = 0;
   while (u < p->nunits && *done < max_runs) {
-    if (p->units[u].state != CUEMM__CHUNK_ACCESSIBLE || p->units[u].head != u) {
-      u += p->units[u].head == u && p->units[u].units ? p->units[u].units : 1;
+    if (p->units[u].state != CUEMM__CHUNK_ACCESSIBLE || !cuemm__runs_is_head(p->runs, u)) {
+      u = cuemm__runs_next(p->runs, u);
       continue;
     }
     size_t start = u;
-    while (u < p->nunits && p->units[u].head == u && p->units[u].state == CUEMM__CHUNK_ACCESSIBLE)
-      u += p->units[u].units;
+    while (u < p->nunits && cuemm__runs_is_head(p->runs, u) && p->units[u].state == CUEMM__CHUNK_ACCESSIBLE)
+      u += cuemm__runs_units(p->runs, u);
     CUresult r = p->drv->MemSetAccess(cuemm__pool_unit_addr(p, start), (u - start) * p->unit, desc, count);
     if (r != CUDA_SUCCESS)
       return cuemm__driver_error(r, "cuMemSetAccess(0x%llx, %zu bytes, %u devices) granting pool access",
@@ -75,17 +75,19 @@ int cuemm__share_pieces(const cuemm__pool *p, CUdeviceptr a, size_t size, cuemm_
   *n = 0;
   if (!cuemm__pool_contains(p, a) || size == 0 || size > p->reserved - (a - p->base))
     return -1;
-  size_t u = p->units[(a - p->base) / p->unit].head;
+  size_t u = cuemm__runs_covering(p->runs, (a - p->base) / p->unit);
+  if (u == CUEMM__RUNS_NONE)
+    return -1;
   CUdeviceptr end = a + size;
   while (u < p->nunits && cuemm__pool_unit_addr(p, u) < end) {
     const cuemm__pool_unit *h = &p->units[u];
-    if (h->head != u || h->units == 0 || h->state != CUEMM__CHUNK_ACCESSIBLE || !h->has_handle)
+    if (!cuemm__runs_is_head(p->runs, u) || h->state != CUEMM__CHUNK_ACCESSIBLE || !h->has_handle)
       return -1;
+    size_t units = cuemm__runs_units(p->runs, u);
     if (*n < max)
-      out[*n] = (cuemm__pool_piece){ cuemm__pool_unit_addr(p, u), (size_t)h->units * p->unit, h->serial,
-                                     h->handle };
+      out[*n] = (cuemm__pool_piece){ cuemm__pool_unit_addr(p, u), units * p->unit, h->serial, h->handle };
     ++*n;
-    u += h->units;
+    u += units;
   }
   if (cuemm__pool_unit_addr(p, u) < end)
     return -1;
@@ -96,9 +98,9 @@ long cuemm__share_find_serial(const cuemm__pool *p, uint64_t serial)
 {
   for (size_t u = 0; u < p->nunits;) {
     const cuemm__pool_unit *h = &p->units[u];
-    if (h->head == u && h->units && h->state == CUEMM__CHUNK_ACCESSIBLE && h->serial == serial)
+    if (cuemm__runs_is_head(p->runs, u) && h->state == CUEMM__CHUNK_ACCESSIBLE && h->serial == serial)
       return (long)u;
-    u += h->head == u && h->units ? h->units : 1;
+    u = cuemm__runs_next(p->runs, u);
   }
   return -1;
 }

@@ -72,11 +72,11 @@ CUresult cuemm__vacate_unmap_all(cuemm__pool *p)
   const cuemm__driver_table *d = p->drv;
   cuemm__first_error first = CUEMM__FIRST_ERROR_INIT;
   size_t held = 0, held_chunks = 0;
-  for (size_t u = 0; u < p->nunits; u = cuemm__pool_next_head(p, u)) {
+  for (size_t u = 0; u < p->nunits; u = cuemm__runs_next(p->runs, u)) {
     cuemm__pool_unit *h = &p->units[u];
-    if (h->head != u || !h->units || !holds_memory(h))
+    if (!cuemm__runs_is_head(p->runs, u) || !holds_memory(h))
       continue;
-    size_t bytes = (size_t)h->units * p->unit;
+    size_t bytes = cuemm__runs_units(p->runs, u) * p->unit;
     CUdeviceptr at = cuemm__pool_unit_addr(p, u);
     CUresult r = CUDA_SUCCESS;
     if (h->state == CUEMM__CHUNK_MAPPED || h->state == CUEMM__CHUNK_ACCESSIBLE) {
@@ -84,7 +84,7 @@ CUresult cuemm__vacate_unmap_all(cuemm__pool *p)
       r = d->MemUnmap(at, bytes);
       if (r != CUDA_SUCCESS) {
         if (h->state == CUEMM__CHUNK_ACCESSIBLE)
-          cuemm__pool_nvtx_mapped(p, u, h->units);
+          cuemm__pool_nvtx_mapped(p, u, cuemm__runs_units(p->runs, u));
         cuemm__driver_error(r, "cuMemUnmap(0x%llx, %zu bytes) suspending the pool", (unsigned long long)at, bytes);
       } else
         h->state = CUEMM__CHUNK_CREATED;
@@ -127,9 +127,9 @@ void cuemm__vacate_forget_free(cuemm__pool *p)
     cuemm__pool_unit *h = &p->units[cand[k]];
     if (h->state != CUEMM__CHUNK_SUSPENDED || cuemm__sa_reserve(&p->sa, 2) != 0)
       continue;
-    cuemm__sa_drain(&p->sa, (size_t)cand[k] * p->unit, (size_t)h->units * p->unit);
+    cuemm__sa_drain(&p->sa, (size_t)cand[k] * p->unit, cuemm__runs_units(p->runs, cand[k]) * p->unit);
     h->state = CUEMM__CHUNK_EMPTY;
-    h->units = 0;
+    cuemm__runs_clear(p->runs, cand[k]);
   }
   free(cand);
 }
@@ -176,8 +176,8 @@ static CUresult remap_run(cuemm__pool *p, size_t head, size_t n)
 static size_t chunk_run_end(const cuemm__pool *p, size_t u, uint8_t state)
 {
   size_t end = u;
-  while (end < p->nunits && p->units[end].head == end && p->units[end].units && p->units[end].state == state)
-    end += p->units[end].units;
+  while (end < p->nunits && cuemm__runs_is_head(p->runs, end) && p->units[end].state == state)
+    end += cuemm__runs_units(p->runs, end);
   return end;
 }
 
@@ -189,15 +189,17 @@ static CUresult remap_steps(cuemm__pool *p)
    * failed release are mapped as they are. */
   for (size_t u = 0; u < p->nunits;) {
     cuemm__pool_unit *h = &p->units[u];
-    if (h->head == u && h->units && h->state == CUEMM__CHUNK_CREATED) {
-      CUresult r = d->MemMap(cuemm__pool_unit_addr(p, u), (size_t)h->units * p->unit, 0, h->handle, 0);
+    int is_head = cuemm__runs_is_head(p->runs, u);
+    size_t bytes = cuemm__runs_units(p->runs, u) * p->unit;
+    if (is_head && h->state == CUEMM__CHUNK_CREATED) {
+      CUresult r = d->MemMap(cuemm__pool_unit_addr(p, u), bytes, 0, h->handle, 0);
       if (r != CUDA_SUCCESS)
         return cuemm__driver_error(r, "cuMemMap(0x%llx, %zu bytes) resuming the pool",
-                                   (unsigned long long)cuemm__pool_unit_addr(p, u), (size_t)h->units * p->unit);
+                                   (unsigned long long)cuemm__pool_unit_addr(p, u), bytes);
       h->state = CUEMM__CHUNK_MAPPED;
     }
-    if (h->head != u || !h->units || h->state != CUEMM__CHUNK_SUSPENDED) {
-      u = cuemm__pool_next_head(p, u);
+    if (!is_head || h->state != CUEMM__CHUNK_SUSPENDED) {
+      u = cuemm__runs_next(p->runs, u);
       continue;
     }
     size_t end = chunk_run_end(p, u, CUEMM__CHUNK_SUSPENDED);
@@ -209,8 +211,8 @@ static CUresult remap_steps(cuemm__pool *p)
   }
   /* Access once per run of adjacent mapped chunks. */
   for (size_t u = 0; u < p->nunits;) {
-    if (p->units[u].head != u || !p->units[u].units || p->units[u].state != CUEMM__CHUNK_MAPPED) {
-      u = cuemm__pool_next_head(p, u);
+    if (!cuemm__runs_is_head(p->runs, u) || p->units[u].state != CUEMM__CHUNK_MAPPED) {
+      u = cuemm__runs_next(p->runs, u);
       continue;
     }
     size_t end = chunk_run_end(p, u, CUEMM__CHUNK_MAPPED);
@@ -219,9 +221,9 @@ static CUresult remap_steps(cuemm__pool *p)
     if (r != CUDA_SUCCESS)
       return cuemm__driver_error(r, "cuMemSetAccess(0x%llx, %zu bytes, %u devices) resuming the pool",
                                  (unsigned long long)cuemm__pool_unit_addr(p, u), bytes, p->naccess);
-    for (size_t k = u; k < end; k = cuemm__pool_next_head(p, k)) {
+    for (size_t k = u; k < end; k = cuemm__runs_next(p->runs, k)) {
       p->units[k].state = CUEMM__CHUNK_ACCESSIBLE;
-      cuemm__pool_nvtx_mapped(p, k, p->units[k].units);
+      cuemm__pool_nvtx_mapped(p, k, cuemm__runs_units(p->runs, k));
     }
     u = end;
   }

@@ -351,11 +351,10 @@ typedef struct live_region {
   size_t size;
 } live_region;
 
-/* What the state knows of one unit of the pool's range, from the chunks
- * the pool reported mapped. */
+/* What the state knows of the pool's range, from the chunks the pool
+ * reported mapped: a run (base/runs.h) for each chunk while it is a heap,
+ * in `runs`, and beside it, by the same unit, the heap in `units`. */
 typedef struct nv_unit {
-  size_t head;    /* the head unit of the chunk this one lay in when that chunk became a heap */
-  size_t units;   /* at a chunk's head while it is a heap: the chunk's length in units; else 0 */
   void *heap;     /* at a chunk's head: the tool's heap, NULL when none */
 } nv_unit;
 
@@ -367,6 +366,7 @@ struct cuemm__nvtx_pool {
   size_t unit, nunits;
   int slab;             /* the range is one allocation: one heap, which every chunk's entry names */
   int off;              /* annotations stopped (no host memory for the table): every heap is gone */
+  cuemm__run *runs;     /* the chunks that are heaps: a run of units each */
   nv_unit *units;
   void *slab_heap;
   live_region *live;    /* the registered blocks, open addressing on the address */
@@ -376,7 +376,7 @@ struct cuemm__nvtx_pool {
 struct cuemm__nvtx_pool *cuemm__nvtx_pool_new(const cuemm__driver_table *drv, CUdeviceptr base, size_t reserved,
                                               size_t unit, int slab)
 {
-  if (!cuemm__nvtx_start() || unit == 0)
+  if (!cuemm__nvtx_start() || unit == 0 || reserved / unit > UINT32_MAX)
     return NULL;
   struct cuemm__nvtx_pool *np = calloc(1, sizeof *np);
   if (!np)
@@ -386,10 +386,12 @@ struct cuemm__nvtx_pool *cuemm__nvtx_pool_new(const cuemm__driver_table *drv, CU
   np->unit = unit;
   np->nunits = reserved / unit;
   np->slab = slab;
+  np->runs = calloc(np->nunits ? np->nunits : 1, sizeof *np->runs);
   np->units = calloc(np->nunits ? np->nunits : 1, sizeof *np->units);
   np->cap = 256;
   np->live = calloc(np->cap, sizeof *np->live);
-  if (!np->units || !np->live) {
+  if (!np->runs || !np->units || !np->live) {
+    free(np->runs);
     free(np->units);
     free(np->live);
     free(np);
@@ -484,18 +486,15 @@ static int live_grow(struct cuemm__nvtx_pool *np)
 /* The part of [a, stop) that lies in a's chunk: returns where it ends, and
  * the chunk's heap in *heap (NULL when the chunk is none).  A unit in no
  * chunk that is a heap is a part of its own, with no heap; an address
- * outside the range ends the walk rather than loop.  (A unit's `head` may
- * be stale, left by a chunk since unmapped: it counts only while the
- * chunk it names is a heap and covers the unit, and chunks never
- * overlap.) */
+ * outside the range ends the walk rather than loop. */
 static uintptr_t part_end(const struct cuemm__nvtx_pool *np, uintptr_t a, uintptr_t stop, void **heap)
 {
   *heap = NULL;
   if (a < np->base || (a - np->base) / np->unit >= np->nunits)
     return stop;
-  size_t u = (a - np->base) / np->unit, head = np->units[u].head, n = 1;
-  if (head <= u && u - head < np->units[head].units) {
-    n = np->units[head].units;
+  size_t u = (a - np->base) / np->unit, head = cuemm__runs_covering(np->runs, u), n = 1;
+  if (head != CUEMM__RUNS_NONE) {
+    n = cuemm__runs_units(np->runs, head);
     *heap = np->units[head].heap;
   } else
     head = u;
@@ -534,7 +533,7 @@ static void drop_all_locked(struct cuemm__nvtx_pool *np, int tell_tool)
       if (tell_tool && !np->slab_heap)
         tool.heap_unregister(tool.domain, np->units[u].heap);
       np->units[u].heap = NULL;
-      np->units[u].units = 0;
+      cuemm__runs_clear(np->runs, u);
     }
   if (np->slab_heap && tell_tool)
     tool.heap_unregister(tool.domain, np->slab_heap);
@@ -562,9 +561,7 @@ void cuemm__nvtx_chunk_mapped_(struct cuemm__nvtx_pool *np, CUdeviceptr at, size
       !np->units[head].heap) {
     void *heap = np->slab ? np->slab_heap : heap_register((uintptr_t)at, n * np->unit);
     if (heap) {
-      for (size_t u = head; u < head + n; u++)
-        np->units[u].head = head;
-      np->units[head].units = n;
+      cuemm__runs_mark(np->runs, head, n);
       np->units[head].heap = heap;
     }
   }
@@ -579,7 +576,7 @@ void cuemm__nvtx_chunk_unmapping_(struct cuemm__nvtx_pool *np, CUdeviceptr at)
     if (!np->slab) /* the slab's heap stays: the chunk is free memory of it */
       tool.heap_unregister(tool.domain, np->units[head].heap);
     np->units[head].heap = NULL;
-    np->units[head].units = 0;
+    cuemm__runs_clear(np->runs, head);
   }
   pthread_mutex_unlock(&np->lock);
 }
@@ -588,6 +585,7 @@ void cuemm__nvtx_pool_gone_(struct cuemm__nvtx_pool *np, int tell_tool)
 {
   drop_all_locked(np, tell_tool);
   pthread_mutex_destroy(&np->lock);
+  free(np->runs);
   free(np->units);
   free(np->live);
   free(np);
