@@ -3,7 +3,8 @@
 # its top; a folder per concern, each with its internal.h, the only header
 # other folders include; a folder includes only folders of lower layers
 # (the order below, which src/README.md explains); every source is built;
-# no function body longer than 80 lines.
+# a function's prefix names its file; no function body longer than 80
+# lines.
 top_srcdir=${top_srcdir:-$(dirname "$0")/..}
 src=$top_srcdir/src
 . "$top_srcdir/tests/tap.sh"
@@ -53,6 +54,21 @@ sed -n '/^libcuemm_la_SOURCES/,/^[^\t]/p' "$top_srcdir/Makefile.am" | tr ' \t\\'
 unbuilt=$(comm -13 "$tmp/built" "$tmp/present")
 check "every file under src/ is in libcuemm_la_SOURCES" test -z "$unbuilt"
 test -z "$unbuilt" || echo "$unbuilt" | say
+
+# Prefixes: a function of src/F/x.c that other files call is cuemm__x_...;
+# a file x-y.c of family x may use x's prefix, and three files have short
+# forms (src/README.md, "Names").
+for file in "$src"/*/*.c; do
+  base=${file##*/} base=${base%.c}
+  own=$(echo "$base" | tr '-' '_') family=${base%%-*}
+  case $family in suballoc) short=sa ;; addrtree) short=at ;; error) short=first ;; *) short=$family ;; esac
+  grep -hoE '^[a-zA-Z_][^;(]*[^a-zA-Z0-9_]cuemm__[a-z0-9_]+\(' "$file" | grep -v '^static' |
+    grep -oE 'cuemm__[a-z0-9_]+\($' | tr -d '(' | while read -r fn; do
+      case $fn in cuemm__"$own"*|cuemm__"$family"_*|cuemm__"$short"_*) ;; *) echo "${file#"$src"/}: $fn" ;; esac
+    done
+done > "$tmp/prefix"
+check "every function other files call carries its file's prefix" test ! -s "$tmp/prefix"
+say < "$tmp/prefix"
 
 # Function bodies: from a "{" alone at the line's start to the next "}"
 # alone at the line's start.
