@@ -48,6 +48,19 @@ def done():
     sys.exit(1 if _failed else 0)
 
 
+def package_paths():
+    """(build, src, installed): the build tree, the source tree, and whether
+    the package under test is the installed one (CUEMM_PYTHON_INSTALLED=1,
+    found through the interpreter's own path) rather than the source
+    tree's python/, which then goes first on sys.path."""
+    build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
+    src = os.environ.get("top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    installed = os.environ.get("CUEMM_PYTHON_INSTALLED") == "1"
+    if not installed:
+        sys.path.insert(0, os.path.join(src, "python"))
+    return build, src, installed
+
+
 def library_for_tests(build, installed):
     """The libcuemm the package's bindings load in a test: the build tree's
     (CUEMM_LIBRARY set to it), or the installed package's own (None).  Ends

@@ -19,17 +19,11 @@ import sys
 import tempfile
 import types
 
-build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
-src = os.environ.get("top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-# CUEMM_PYTHON_INSTALLED=1: the package as installed (pip or make install),
-# found through the interpreter's own path, not the source tree.
-installed = os.environ.get("CUEMM_PYTHON_INSTALLED") == "1"
-if not installed:
-    sys.path[:0] = [os.path.join(src, "python")]
-
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from taputil import done, library_for_tests, ok, raises  # noqa: E402
+from taputil import done, library_for_tests, ok, package_paths, raises  # noqa: E402
+
+build, src, installed = package_paths()
 
 
 # ---- without the frameworks ---------------------------------------------------

@@ -20,16 +20,12 @@ import subprocess
 import sys
 import tempfile
 
-build = os.environ.get("CUEMM_TOP_BUILDDIR", ".")
-src = os.environ.get("top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-installed = os.environ.get("CUEMM_PYTHON_INSTALLED") == "1"
-if not installed:
-    sys.path.insert(0, os.path.join(src, "python"))
-sys.path.insert(0, os.path.join(src, "python", "backend"))
-
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from taputil import done, library_for_tests, ok, raises, skip  # noqa: E402
+from taputil import done, library_for_tests, ok, package_paths, raises, skip  # noqa: E402
+
+build, src, installed = package_paths()
+sys.path.insert(0, os.path.join(src, "python", "backend"))
 
 import cuemm  # noqa: E402
 
