@@ -78,3 +78,22 @@ def library_for_tests(build, installed):
     if lib_path is not None:
         os.environ["CUEMM_LIBRARY"] = lib_path
     return lib_path
+
+
+def device_copies(cuda):
+    """put(ptr, data) and get(ptr, n): host bytes to device memory and back
+    through the driver library `cuda` (ctypes; simcuda or libcuda), get
+    after a synchronization; each False or None where a call failed."""
+    import ctypes
+    cuda.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+    cuda.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+
+    def put(ptr, data):
+        return cuda.cuMemcpyHtoD_v2(ptr, data, len(data)) == 0
+
+    def get(ptr, n):
+        buf = ctypes.create_string_buffer(n)
+        good = cuda.cuCtxSynchronize() == 0 and cuda.cuMemcpyDtoH_v2(buf, ptr, n) == 0
+        return buf.raw if good else None
+
+    return put, get

@@ -21,7 +21,7 @@ import types
 
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from taputil import done, library_for_tests, ok, package_paths, raises  # noqa: E402
+from taputil import device_copies, done, library_for_tests, ok, package_paths, raises  # noqa: E402
 
 build, src, installed = package_paths()
 
@@ -424,18 +424,7 @@ ok(cuemm_cupy.stats()["live_bytes"] == h2["live_bytes"], "cuemm_cupy.stats() rea
 import cuemm._tags as tags  # noqa: E402
 import cuemm.numba as cuemm_numba  # noqa: E402
 
-cuda.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
-cuda.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
-
-
-def put(ptr, data):
-    return cuda.cuMemcpyHtoD_v2(ptr, data, len(data)) == 0
-
-
-def get(ptr, n):
-    buf = ctypes.create_string_buffer(n)
-    ok_ = cuda.cuCtxSynchronize() == 0 and cuda.cuMemcpyDtoH_v2(buf, ptr, n) == 0
-    return buf.raw if ok_ else None
+put, get = device_copies(cuda)
 
 
 MIB = 1 << 20

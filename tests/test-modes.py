@@ -20,7 +20,7 @@ import types
 
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from taputil import done, library_for_tests, ok, package_paths, raises, skip  # noqa: E402
+from taputil import device_copies, done, library_for_tests, ok, package_paths, raises, skip  # noqa: E402
 
 build, src, installed = package_paths()
 
@@ -62,8 +62,7 @@ lib_path = cuemm_lib.loaded_path()
 import cuemm._tags as tags  # noqa: E402
 
 cuda = ctypes.CDLL(os.environ.get("CUEMM_LIBCUDA", "libcuda.so.1"))
-cuda.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
-cuda.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+put, get = device_copies(cuda)
 dev = ctypes.c_int()
 ctx = ctypes.c_void_p()
 ok(cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0 and
@@ -82,16 +81,6 @@ def holds(tag, ptr):
     fn.restype = ctypes.c_int
     fn.argtypes = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_uint64)
     return fn(tags.tag_manager(tag, 0), ctypes.byref(base), None, ptr) == 0 and base.value == ptr
-
-
-def put(ptr, data):
-    return cuda.cuMemcpyHtoD_v2(ptr, data, len(data)) == 0
-
-
-def get(ptr, n):
-    buf = ctypes.create_string_buffer(n)
-    good = cuda.cuCtxSynchronize() == 0 and cuda.cuMemcpyDtoH_v2(buf, ptr, n) == 0
-    return buf.raw if good else None
 
 
 # ---- MemPool mode with a stand-in torch ----------------------------------------------

@@ -34,7 +34,7 @@ EMM_V1 = {
 
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from taputil import done, ok, raises, skip  # noqa: E402
+from taputil import done, library_for_tests, ok, raises, skip  # noqa: E402
 
 
 def params(fn):
@@ -144,18 +144,7 @@ ok(r.returncode != 0 and "/nonexistent/libcuemm.so.0 (CUEMM_LIBRARY)" in r.stdou
    and "cannot load libcuemm" in r.stdout,
    "a CUEMM_LIBRARY that does not load: a message naming it", r.stdout)
 
-lib = os.path.join(build, ".libs", "libcuemm.so.0")
-no_bindings = os.environ.get("CUEMM_PLUGIN_SKIP", "")
-if os.environ.get("CUEMM_PYTHON_INSTALLED") == "1":
-    lib = None  # the installed package finds its own
-elif not no_bindings and not os.path.exists(lib):
-    no_bindings = "no shared library built (%s)" % lib
-if no_bindings:
-    print("# bindings not exercised: " + no_bindings)
-    done()
-
-if lib is not None:
-    os.environ["CUEMM_LIBRARY"] = lib
+lib = library_for_tests(build, os.environ.get("CUEMM_PYTHON_INSTALLED") == "1")
 cn.load_library()
 ok(lib is None or cn.loaded_library() == lib, "CUEMM_LIBRARY is the library loaded (%s)" % cn.loaded_library())
 if lib is None:

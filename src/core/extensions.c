@@ -12,7 +12,7 @@
 CUresult cuemm__extensions_attach(cuemm_manager *m, const struct cuemm__extension *const *ext, size_t n)
 {
   m->ext = ext;
-  m->next = n;
+  m->next_count = n;
   for (size_t i = 0; i < n; i++) {
     CUresult r = m->ext[i]->attach ? m->ext[i]->attach(m) : CUDA_SUCCESS;
     if (r == CUDA_SUCCESS)
@@ -29,7 +29,7 @@ void cuemm__extensions_destroy(cuemm_manager *m, char *note, size_t cap)
 {
   size_t used = 0;
   note[0] = 0;
-  for (size_t i = 0; i < m->next; i++) {
+  for (size_t i = 0; i < m->next_count; i++) {
     if (!m->ext[i]->destroy)
       continue;
     char one[256] = "";
@@ -43,7 +43,7 @@ void cuemm__extensions_destroy(cuemm_manager *m, char *note, size_t cap)
 
 void cuemm__extensions_abandon(cuemm_manager *m)
 {
-  for (size_t i = 0; i < m->next; i++)
+  for (size_t i = 0; i < m->next_count; i++)
     if (m->ext[i]->abandon)
       m->ext[i]->abandon(m);
 }
@@ -51,7 +51,7 @@ void cuemm__extensions_abandon(cuemm_manager *m)
 size_t cuemm__extensions_live(cuemm_manager *m, size_t *bytes)
 {
   size_t n = 0, b = 0;
-  for (size_t i = 0; i < m->next; i++)
+  for (size_t i = 0; i < m->next_count; i++)
     if (m->ext[i]->live) {
       size_t one = 0;
       n += m->ext[i]->live(m, &one);
@@ -65,7 +65,7 @@ size_t cuemm__extensions_live(cuemm_manager *m, size_t *bytes)
 size_t cuemm__extensions_reclaim(cuemm_manager *m, int how, size_t want)
 {
   size_t given = 0;
-  for (size_t i = 0; i < m->next; i++)
+  for (size_t i = 0; i < m->next_count; i++)
     if (m->ext[i]->reclaim)
       given += m->ext[i]->reclaim(m, how, want);
   return given;
@@ -73,14 +73,14 @@ size_t cuemm__extensions_reclaim(cuemm_manager *m, int how, size_t want)
 
 void cuemm__extensions_settle(cuemm_manager *m, int synced)
 {
-  for (size_t i = 0; i < m->next; i++)
+  for (size_t i = 0; i < m->next_count; i++)
     if (m->ext[i]->settle)
       m->ext[i]->settle(m, synced);
 }
 
 CUresult cuemm__extensions_give_up(cuemm_manager *m, cuemm__owned_entry *e)
 {
-  for (size_t i = 0; i < m->next; i++)
+  for (size_t i = 0; i < m->next_count; i++)
     if (m->ext[i]->give_up)
       return m->ext[i]->give_up(m, e);
   return cuemm__error(CUDA_ERROR_INVALID_VALUE, "internal: no extension holds the block at 0x%llx",
@@ -89,21 +89,21 @@ CUresult cuemm__extensions_give_up(cuemm_manager *m, cuemm__owned_entry *e)
 
 void cuemm__extensions_reset(cuemm_manager *m)
 {
-  for (size_t i = 0; i < m->next; i++)
+  for (size_t i = 0; i < m->next_count; i++)
     if (m->ext[i]->reset)
       m->ext[i]->reset(m);
 }
 
 void cuemm__extensions_stats(cuemm_manager *m, cuemm_stats *s)
 {
-  for (size_t i = 0; i < m->next; i++)
+  for (size_t i = 0; i < m->next_count; i++)
     if (m->ext[i]->stats)
       m->ext[i]->stats(m, s);
 }
 
 void cuemm__extensions_grown(cuemm_manager *m, size_t want)
 {
-  for (size_t i = 0; i < m->next; i++)
+  for (size_t i = 0; i < m->next_count; i++)
     if (m->ext[i]->grown)
       m->ext[i]->grown(m, want);
 }
@@ -113,7 +113,7 @@ size_t cuemm__extensions_live_size(cuemm_manager *m, const cuemm__owned_entry *e
   if (e->kind != CUEMM__KIND_STREAM)
     return e->pending ? 0 : e->size;
   size_t bytes = 0;
-  for (size_t i = 0; i < m->next; i++)
+  for (size_t i = 0; i < m->next_count; i++)
     if (m->ext[i]->live_size)
       return m->ext[i]->live_size(m, e, &bytes) ? bytes : 0;
   return 0;
@@ -122,7 +122,7 @@ size_t cuemm__extensions_live_size(cuemm_manager *m, const cuemm__owned_entry *e
 cuemm__owned_entry *cuemm__extensions_owned_lookup(cuemm_manager *m, uintptr_t p, int inside)
 {
   cuemm__owned_entry *e = cuemm__owned_find(&m->owned, p);
-  for (size_t i = 0; !e && i < m->next; i++)
+  for (size_t i = 0; !e && i < m->next_count; i++)
     if (m->ext[i]->own)
       e = m->ext[i]->own(m, p);
   return e && (inside || e->key == p) ? e : NULL;

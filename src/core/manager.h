@@ -48,8 +48,8 @@
 struct cuemm__heap; /* stream/heap.h: the stream path's, which the manager only holds */
 
 struct cuemm_manager {
-  const struct cuemm__extension *const *ext; /* the layers above, in the order lifecycle.c gives */
-  size_t next;
+  const struct cuemm__extension *const *ext; /* the layers above, next_count of them, in the order lifecycle.c gives */
+  size_t next_count;
   const cuemm__driver_table *drv;
   CUcontext ctx;
   unsigned long long ctx_id;  /* cuCtxGetId: never reused by the driver */
